@@ -1,0 +1,186 @@
+//! Turning a partitioned training graph into a chain (Rotor's view of a network as a
+//! sequence of blocks, Shilova §2.1: "any network that can be sequentialized into a
+//! chain of arbitrary sub-DAG blocks fits this model").
+//!
+//! The partition is read from [`ComputeNode::stage`]: forward and backward nodes of
+//! block `i` carry `stage = Some(i)`. For each cut between blocks, `x` is the total
+//! size of the activations that cross it, so a block whose input is several tensors
+//! (a skip connection, a U-Net level) is still one stage. Tensors that cross several
+//! cuts count at each: the chain view is conservative for non-sequential graphs.
+
+use crate::{Chain, ComputeKind, DataKind, GraphError, TrainingGraph};
+
+/// Builds the chain of a graph whose forward and backward nodes carry a stage.
+///
+/// * `ftime[i]`, `btime[i]`: sums over the nodes of block `i`; `btime[L]` is the loss.
+/// * `x[i]`: activations produced before block `i` (or inputs) and read by block `i` or later.
+/// * `xbar[i+1]`: what block `i`'s forward produces that a backward reads, plus `x[i+1]`.
+/// * `ftmp`, `btmp`: the block's internal peak above the chain model's own accounting,
+///   found by replaying the block's nodes in order.
+/// * `w[i]`: the parameters block `i` reads. Inputs that no block reads (labels) and
+///   static data go to `static_bytes`.
+pub fn to_chain(g: &TrainingGraph) -> Result<Chain, GraphError> {
+    g.validate()?;
+    let nd = g.data.len();
+    let stage_of = |c: usize, kind: &str| {
+        g.compute[c]
+            .stage
+            .ok_or_else(|| GraphError::Invalid(format!("compute[{c}] `{}` ({kind}) has no stage: the graph is not partitioned", g.compute[c].name)))
+    };
+    let mut l = 0;
+    for (c, node) in g.compute.iter().enumerate() {
+        if node.kind != ComputeKind::Loss {
+            l = l.max(stage_of(c, "forward or backward")? + 1);
+        }
+    }
+    if l == 0 {
+        return Err(GraphError::EmptyChain);
+    }
+    let loss = g.loss().expect("validated");
+    let producers = g.producers();
+    let consumers = g.consumers();
+    // Stage that produces each data node in the forward pass (None for inputs / static).
+    let mut made_in: Vec<Option<usize>> = vec![None; nd];
+    for (c, node) in g.compute.iter().enumerate() {
+        if node.kind == ComputeKind::Forward {
+            for &d in &node.outputs {
+                made_in[d] = Some(stage_of(c, "forward")?);
+            }
+        }
+    }
+    let fwd_stage = |c: usize| -> Option<usize> {
+        match g.compute[c].kind {
+            ComputeKind::Forward => g.compute[c].stage,
+            ComputeKind::Loss => Some(l),
+            ComputeKind::Backward => None,
+        }
+    };
+    // Last forward stage (L for the loss) that reads each data node.
+    let last_fwd_use: Vec<Option<usize>> =
+        (0..nd).map(|d| consumers[d].iter().filter_map(|&c| fwd_stage(c)).max()).collect();
+    let read_by_backward: Vec<bool> =
+        (0..nd).map(|d| consumers[d].iter().any(|&c| g.compute[c].kind == ComputeKind::Backward)).collect();
+
+    let mut chain = Chain {
+        name: g.name.clone(),
+        ftime: vec![0.0; l],
+        btime: vec![0.0; l + 1],
+        x: vec![0; l + 1],
+        xbar: vec![0; l + 1],
+        ftmp: vec![0; l],
+        btmp: vec![0; l + 1],
+        w: Some(vec![0; l]),
+        static_bytes: g.static_bytes(),
+    };
+    let first_fwd_use: Vec<Option<usize>> =
+        (0..nd).map(|d| consumers[d].iter().filter_map(|&c| fwd_stage(c)).min()).collect();
+    for (d, node) in g.data.iter().enumerate() {
+        match node.kind {
+            DataKind::Input => {
+                if first_fwd_use[d] == Some(0) {
+                    // An input of the first block crosses every cut up to its last reader.
+                    for i in 0..=last_fwd_use[d].unwrap_or(0).min(l) {
+                        if i == 0 || last_fwd_use[d].map_or(false, |u| u >= i) {
+                            chain.x[i] += node.size;
+                        }
+                    }
+                } else {
+                    chain.static_bytes += node.size;
+                }
+            }
+            DataKind::Activation => {
+                if let (Some(p), Some(u)) = (made_in[d], last_fwd_use[d]) {
+                    for i in p + 1..=u.min(l) {
+                        chain.x[i] += node.size;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    for (d, node) in g.data.iter().enumerate() {
+        if let Some(p) = made_in[d] {
+            let crosses_next = last_fwd_use[d].map_or(false, |u| u > p);
+            if read_by_backward[d] && !crosses_next {
+                chain.xbar[p + 1] += node.size;
+            }
+        }
+    }
+    chain.xbar[0] = chain.x[0];
+    for i in 1..=l {
+        chain.xbar[i] += chain.x[i];
+    }
+    for (c, node) in g.compute.iter().enumerate() {
+        match node.kind {
+            ComputeKind::Forward => {
+                let s = stage_of(c, "forward")?;
+                chain.ftime[s] += node.time;
+                let w = chain.w.as_mut().expect("set above");
+                for &d in &node.inputs {
+                    if g.data[d].kind == DataKind::Parameter {
+                        w[s] += g.data[d].size;
+                    }
+                }
+            }
+            ComputeKind::Backward => chain.btime[stage_of(c, "backward")?] += node.time,
+            ComputeKind::Loss => chain.btime[l] += node.time,
+        }
+    }
+    // Temporary memory: replay each block's forward (with grad) and backward.
+    let is_static = |d: usize| g.data[d].kind.is_static();
+    for s in 0..l {
+        let fwd: Vec<usize> = (0..g.compute.len())
+            .filter(|&c| g.compute[c].kind == ComputeKind::Forward && g.compute[c].stage == Some(s))
+            .collect();
+        let keep = |d: usize| read_by_backward[d] || last_fwd_use[d].map_or(false, |u| u > s);
+        let peak = replay(g, &fwd, &consumers, &keep, &is_static);
+        // The chain charges F_all with x[s] + xbar[s+1] + ftmp; the replay counts above x[s].
+        chain.ftmp[s] = peak.saturating_sub(chain.xbar[s + 1]);
+        let bwd: Vec<usize> = (0..g.compute.len())
+            .filter(|&c| g.compute[c].kind == ComputeKind::Backward && g.compute[c].stage == Some(s))
+            .collect();
+        // Gradients that leave the block (inputs' gradients) are the chain's δ_s.
+        let keep_b = |d: usize| g.data[d].kind == DataKind::Gradient && producers[d].iter().any(|&p| g.compute[p].stage != Some(s));
+        let peak_b = replay(g, &bwd, &consumers, &keep_b, &is_static);
+        // The chain charges B with x[s] + xbar[s+1] + δ_{s+1} + δ_s + btmp; the replay
+        // counts what the block's backward allocates, δ_s included.
+        chain.btmp[s] = peak_b.saturating_sub(chain.x[s]);
+    }
+    chain.btmp[l] = g.compute[loss].tmp;
+    chain.validate()?;
+    Ok(chain)
+}
+
+/// Peak of the memory a list of nodes allocates, replayed in order, beyond what was
+/// resident before: outputs are allocated when first produced, and freed after their
+/// last reader in the list unless `keep` says they outlive it.
+fn replay(
+    g: &TrainingGraph,
+    nodes: &[usize],
+    consumers: &[Vec<usize>],
+    keep: &dyn Fn(usize) -> bool,
+    is_static: &dyn Fn(usize) -> bool,
+) -> u64 {
+    let mut live: u64 = 0;
+    let mut peak: u64 = 0;
+    let mut allocated = std::collections::HashSet::new();
+    for (k, &c) in nodes.iter().enumerate() {
+        let node = &g.compute[c];
+        let mut fresh = 0;
+        for &d in &node.outputs {
+            if !is_static(d) && allocated.insert(d) {
+                fresh += g.data[d].size;
+            }
+        }
+        peak = peak.max(live + fresh + node.tmp);
+        live += fresh;
+        let later = &nodes[k + 1..];
+        for &d in node.inputs.iter().chain(&node.outputs) {
+            if allocated.contains(&d) && !keep(d) && !consumers[d].iter().any(|x| later.contains(x)) {
+                allocated.remove(&d);
+                live -= g.data[d].size;
+            }
+        }
+    }
+    peak
+}
