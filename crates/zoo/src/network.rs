@@ -1,0 +1,393 @@
+//! A network: typed ops over shaped tensors, grouped into blocks. Models are written
+//! with [`NetBuilder`]; [`Network::training_graph`] lowers a network to the training
+//! graph the planners read.
+
+use pebble_graph::{ComputeKind, ComputeNode, DataKind, DataNode, TrainingGraph};
+use serde::{Deserialize, Serialize};
+
+use crate::cost::CostModel;
+use crate::ops::{Elem, OpDecl, OpKind, Operand, Saved, Shape};
+use crate::{DType, Optimizer, ZooError};
+
+/// Index of a tensor in [`Network::tensors`].
+pub type TensorId = usize;
+/// Index of a parameter in [`Network::params`].
+pub type ParamId = usize;
+
+/// A tensor of the forward pass.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NetTensor {
+    /// Name.
+    pub name: String,
+    /// Shape.
+    pub shape: Shape,
+    /// Element type.
+    pub elem: Elem,
+    /// The op that produces it; `None` for an input of the step.
+    pub producer: Option<usize>,
+    /// Whether a gradient flows back to it.
+    pub requires_grad: bool,
+    /// For a view (reshape, slice): the tensor whose memory it shares.
+    pub view_of: Option<TensorId>,
+}
+
+/// A parameter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NetParam {
+    /// Name, e.g. `layer1.0.conv1.weight`.
+    pub name: String,
+    /// Shape.
+    pub shape: Shape,
+}
+
+/// An op of the forward pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetOp {
+    /// Name, e.g. `layer1.0.conv1`.
+    pub name: String,
+    /// What it computes.
+    pub kind: OpKind,
+    /// Its inputs.
+    pub inputs: Vec<TensorId>,
+    /// Its output.
+    pub output: TensorId,
+    /// Its parameters, in the order of [`OpDecl::params`].
+    pub params: Vec<ParamId>,
+    /// Its block (chain stage).
+    pub stage: usize,
+    /// Its declaration for these shapes.
+    pub decl: OpDecl,
+}
+
+/// A model: ops in execution order, the last one a loss.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Network {
+    /// Name.
+    pub name: String,
+    /// Float type.
+    pub dtype: DType,
+    /// Tensors.
+    pub tensors: Vec<NetTensor>,
+    /// Parameters.
+    pub params: Vec<NetParam>,
+    /// Ops, in execution order; the last is the loss.
+    pub ops: Vec<NetOp>,
+}
+
+/// Builds a [`Network`] op by op.
+///
+/// ```
+/// use pebble_zoo::{NetBuilder, OpKind, Elem, DType};
+/// let mut b = NetBuilder::new("mlp", DType::F32);
+/// let x = b.input("x", vec![8, 16], Elem::Float);
+/// let y = b.input("y", vec![8], Elem::Int);
+/// let h = b.op("fc1", OpKind::Linear { out_features: 32, bias: true }, &[x]).unwrap();
+/// let h = b.op("relu", OpKind::Relu, &[h]).unwrap();
+/// b.next_stage();
+/// let o = b.op("fc2", OpKind::Linear { out_features: 10, bias: true }, &[h]).unwrap();
+/// b.loss("loss", OpKind::CrossEntropy, &[o, y]).unwrap();
+/// let net = b.finish().unwrap();
+/// assert_eq!(net.param_count(), 16 * 32 + 32 + 32 * 10 + 10);
+/// ```
+#[derive(Debug)]
+pub struct NetBuilder {
+    net: Network,
+    stage: usize,
+    stage_used: bool,
+}
+
+impl NetBuilder {
+    /// An empty network.
+    pub fn new(name: &str, dtype: DType) -> NetBuilder {
+        NetBuilder {
+            net: Network { name: name.to_string(), dtype, tensors: Vec::new(), params: Vec::new(), ops: Vec::new() },
+            stage: 0,
+            stage_used: false,
+        }
+    }
+
+    /// An input of the step (images, token ids, labels). Inputs take no gradient.
+    pub fn input(&mut self, name: &str, shape: Shape, elem: Elem) -> TensorId {
+        self.net.tensors.push(NetTensor { name: name.into(), shape, elem, producer: None, requires_grad: false, view_of: None });
+        self.net.tensors.len() - 1
+    }
+
+    /// The shape of a tensor.
+    pub fn shape(&self, t: TensorId) -> &Shape {
+        &self.net.tensors[t].shape
+    }
+
+    /// The parameters of the op that produced `t`.
+    pub fn params_of(&self, t: TensorId) -> Vec<ParamId> {
+        self.net.tensors[t].producer.map(|o| self.net.ops[o].params.clone()).unwrap_or_default()
+    }
+
+    /// Starts a new block: later ops belong to the next chain stage. Does nothing if the
+    /// current block has no op yet.
+    pub fn next_stage(&mut self) {
+        if self.stage_used {
+            self.stage += 1;
+            self.stage_used = false;
+        }
+    }
+
+    /// Adds an op with fresh parameters named `{name}.weight`, `{name}.bias`.
+    pub fn op(&mut self, name: &str, kind: OpKind, inputs: &[TensorId]) -> Result<TensorId, ZooError> {
+        self.add(name, kind, inputs, None)
+    }
+
+    /// Adds an op whose parameters are existing ones (tied weights, e.g. GPT-2's lm_head
+    /// reusing the token embedding). Shapes must match the declaration.
+    pub fn op_tied(&mut self, name: &str, kind: OpKind, inputs: &[TensorId], params: &[ParamId]) -> Result<TensorId, ZooError> {
+        self.add(name, kind, inputs, Some(params))
+    }
+
+    fn add(&mut self, name: &str, kind: OpKind, inputs: &[TensorId], tied: Option<&[ParamId]>) -> Result<TensorId, ZooError> {
+        if let Some(&t) = inputs.iter().find(|&&t| t >= self.net.tensors.len()) {
+            return Err(ZooError::Shape { op: kind.name(), why: format!("`{name}`: unknown input tensor {t}") });
+        }
+        let operands: Vec<Operand> =
+            inputs.iter().map(|&t| Operand { shape: self.net.tensors[t].shape.clone(), elem: self.net.tensors[t].elem }).collect();
+        let decl = kind.declare(&operands).map_err(|e| match e {
+            ZooError::Shape { op, why } => ZooError::Shape { op, why: format!("`{name}`: {why}") },
+            other => other,
+        })?;
+        let params = match tied {
+            Some(p) => {
+                let shapes: Vec<&Shape> = p.iter().map(|&i| &self.net.params[i].shape).collect();
+                let want: Vec<&Shape> = decl.params.iter().map(|(_, s)| s).collect();
+                if shapes != want {
+                    return Err(ZooError::Shape { op: kind.name(), why: format!("`{name}`: tied parameters {shapes:?} do not match {want:?}") });
+                }
+                p.to_vec()
+            }
+            None => decl
+                .params
+                .iter()
+                .map(|(suffix, shape)| {
+                    self.net.params.push(NetParam { name: format!("{name}.{suffix}"), shape: shape.clone() });
+                    self.net.params.len() - 1
+                })
+                .collect(),
+        };
+        let requires_grad = !params.is_empty() || inputs.iter().any(|&t| self.net.tensors[t].requires_grad);
+        let view_of = if decl.view { Some(self.root(inputs[0])) } else { None };
+        let op_index = self.net.ops.len();
+        self.net.tensors.push(NetTensor {
+            name: name.into(),
+            shape: decl.output.clone(),
+            elem: decl.output_elem,
+            producer: Some(op_index),
+            requires_grad,
+            view_of,
+        });
+        let output = self.net.tensors.len() - 1;
+        if !decl.view {
+            self.stage_used = true;
+        }
+        self.net.ops.push(NetOp { name: name.into(), kind, inputs: inputs.to_vec(), output, params, stage: self.stage, decl });
+        Ok(output)
+    }
+
+    fn root(&self, mut t: TensorId) -> TensorId {
+        while let Some(r) = self.net.tensors[t].view_of {
+            t = r;
+        }
+        t
+    }
+
+    /// Adds the loss (cross-entropy or MSE). It must be the last op.
+    pub fn loss(&mut self, name: &str, kind: OpKind, inputs: &[TensorId]) -> Result<(), ZooError> {
+        let t = self.add(name, kind, inputs, None)?;
+        if !self.net.ops.last().expect("just added").decl.loss {
+            return Err(ZooError::Shape { op: self.net.ops[self.net.tensors[t].producer.expect("op")].kind.name(), why: format!("`{name}` is not a loss") });
+        }
+        Ok(())
+    }
+
+    /// The finished network. It must end with exactly one loss.
+    pub fn finish(self) -> Result<Network, ZooError> {
+        let losses = self.net.ops.iter().filter(|o| o.decl.loss).count();
+        if losses != 1 || !self.net.ops.last().is_some_and(|o| o.decl.loss) {
+            return Err(ZooError::Shape { op: "loss", why: format!("network `{}` must end with exactly one loss", self.net.name) });
+        }
+        Ok(self.net)
+    }
+}
+
+impl Network {
+    /// Number of parameters (each tied parameter once).
+    pub fn param_count(&self) -> u64 {
+        self.params.iter().map(|p| p.shape.iter().product::<usize>() as u64).sum()
+    }
+
+    /// Number of blocks (chain stages).
+    pub fn stages(&self) -> usize {
+        self.ops.iter().filter(|o| !o.decl.view && !o.decl.loss).map(|o| o.stage + 1).max().unwrap_or(0)
+    }
+
+    /// Bytes of one element.
+    pub fn elem_bytes(&self, elem: Elem) -> u64 {
+        match elem {
+            Elem::Float => self.dtype.bytes(),
+            Elem::Int => 8,
+            Elem::Byte => 1,
+        }
+    }
+
+    /// Bytes of a tensor of this shape and element type.
+    pub fn bytes(&self, shape: &[usize], elem: Elem) -> u64 {
+        shape.iter().product::<usize>() as u64 * self.elem_bytes(elem)
+    }
+
+    /// FLOPs of one training step (forward and backward of every op).
+    pub fn flops(&self) -> f64 {
+        self.ops.iter().map(|o| o.decl.forward_flops + o.decl.backward_flops).sum()
+    }
+
+    /// The memory that views share: the tensor that owns `t`'s memory.
+    pub fn root(&self, mut t: TensorId) -> TensorId {
+        while let Some(r) = self.tensors[t].view_of {
+            t = r;
+        }
+        t
+    }
+
+    /// Lowers the network to the forward+backward training graph, timing each node with
+    /// `cost` and counting `optimizer`'s state.
+    pub fn training_graph(&self, cost: &CostModel, optimizer: Optimizer) -> TrainingGraph {
+        let mut data: Vec<DataNode> = Vec::new();
+        let push = |data: &mut Vec<DataNode>, name: String, kind: DataKind, size: u64| {
+            data.push(DataNode { name, kind, size });
+            data.len() - 1
+        };
+        // Forward tensors (roots only: views share their root's node).
+        let mut tensor_node = vec![usize::MAX; self.tensors.len()];
+        for (t, tensor) in self.tensors.iter().enumerate() {
+            if tensor.view_of.is_none() && !self.is_loss_output(t) {
+                let kind = if tensor.producer.is_none() { DataKind::Input } else { DataKind::Activation };
+                tensor_node[t] = push(&mut data, tensor.name.clone(), kind, self.bytes(&tensor.shape, tensor.elem));
+            }
+        }
+        for t in 0..self.tensors.len() {
+            if self.tensors[t].view_of.is_some() {
+                tensor_node[t] = tensor_node[self.root(t)];
+            }
+        }
+        // Gradients of forward tensors that take one.
+        let mut grad_node = vec![usize::MAX; self.tensors.len()];
+        for (t, tensor) in self.tensors.iter().enumerate() {
+            if tensor.view_of.is_none() && tensor.requires_grad && !self.is_loss_output(t) {
+                grad_node[t] = push(&mut data, format!("{}.grad", tensor.name), DataKind::Gradient, self.bytes(&tensor.shape, tensor.elem));
+            }
+        }
+        for t in 0..self.tensors.len() {
+            if self.tensors[t].view_of.is_some() {
+                grad_node[t] = grad_node[self.root(t)];
+            }
+        }
+        let mut param_node = Vec::new();
+        let mut pgrad_node = Vec::new();
+        for p in &self.params {
+            let size = self.bytes(&p.shape, Elem::Float);
+            param_node.push(push(&mut data, p.name.clone(), DataKind::Parameter, size));
+            pgrad_node.push(push(&mut data, format!("{}.grad", p.name), DataKind::ParamGrad, size));
+            let states = optimizer.states_per_param();
+            if states > 0 {
+                push(&mut data, format!("{}.{}", p.name, optimizer.name()), DataKind::OptimizerState, states * size);
+            }
+        }
+        let float = self.dtype.bytes();
+        let mut compute: Vec<ComputeNode> = Vec::new();
+        let mut forward_node = vec![usize::MAX; self.ops.len()];
+        let mut extra_nodes: Vec<Vec<usize>> = vec![Vec::new(); self.ops.len()];
+        for (o, op) in self.ops.iter().enumerate() {
+            if op.decl.view || op.decl.loss {
+                continue;
+            }
+            let mut outputs = vec![tensor_node[op.output]];
+            for s in &op.decl.saved {
+                if let Saved::Extra { name, shape, elem } = s {
+                    let id = push(&mut data, format!("{}.{name}", op.name), DataKind::Saved, self.bytes(shape, *elem));
+                    extra_nodes[o].push(id);
+                    outputs.push(id);
+                }
+            }
+            let mut inputs: Vec<usize> = op.inputs.iter().map(|&t| tensor_node[t]).collect();
+            inputs.extend(op.params.iter().map(|&p| param_node[p]));
+            dedup(&mut inputs);
+            forward_node[o] = compute.len();
+            compute.push(ComputeNode {
+                name: op.name.clone(),
+                kind: ComputeKind::Forward,
+                time: cost.forward_time(self, op),
+                tmp: op.decl.forward_tmp as u64 * float,
+                inputs,
+                outputs,
+                op: Some(op.kind.name().to_string()),
+                forward: None,
+                stage: Some(op.stage),
+            });
+        }
+        let loss = self.ops.last().expect("a network ends with its loss");
+        let mut loss_inputs: Vec<usize> = loss.inputs.iter().map(|&t| tensor_node[t]).collect();
+        dedup(&mut loss_inputs);
+        let mut loss_outputs: Vec<usize> =
+            loss.inputs.iter().filter(|&&t| self.tensors[t].requires_grad).map(|&t| grad_node[t]).collect();
+        dedup(&mut loss_outputs);
+        compute.push(ComputeNode {
+            name: loss.name.clone(),
+            kind: ComputeKind::Loss,
+            time: cost.forward_time(self, loss) + cost.backward_time(self, loss),
+            tmp: (loss.decl.forward_tmp.max(loss.decl.backward_tmp)) as u64 * float,
+            inputs: loss_inputs,
+            outputs: loss_outputs,
+            op: Some(loss.kind.name().to_string()),
+            forward: None,
+            stage: None,
+        });
+        for (o, op) in self.ops.iter().enumerate().rev() {
+            if op.decl.view || op.decl.loss || !self.tensors[op.output].requires_grad {
+                continue;
+            }
+            let mut inputs = vec![grad_node[op.output]];
+            let mut extras = extra_nodes[o].iter();
+            for s in &op.decl.saved {
+                inputs.push(match s {
+                    Saved::Input(k) => tensor_node[op.inputs[*k]],
+                    Saved::Output => tensor_node[op.output],
+                    Saved::Extra { .. } => *extras.next().expect("one node per extra"),
+                });
+            }
+            if op.decl.backward_reads_params {
+                inputs.extend(op.params.iter().map(|&p| param_node[p]));
+            }
+            dedup(&mut inputs);
+            let mut outputs: Vec<usize> =
+                op.inputs.iter().filter(|&&t| self.tensors[t].requires_grad).map(|&t| grad_node[t]).collect();
+            outputs.extend(op.params.iter().map(|&p| pgrad_node[p]));
+            dedup(&mut outputs);
+            compute.push(ComputeNode {
+                name: format!("{}.bwd", op.name),
+                kind: ComputeKind::Backward,
+                time: cost.backward_time(self, op),
+                tmp: op.decl.backward_tmp as u64 * float,
+                inputs,
+                outputs,
+                op: Some(op.kind.name().to_string()),
+                forward: Some(forward_node[o]),
+                stage: Some(op.stage),
+            });
+        }
+        TrainingGraph { name: Some(self.name.clone()), compute, data }
+    }
+
+    fn is_loss_output(&self, t: TensorId) -> bool {
+        self.tensors[t].producer.is_some_and(|o| self.ops[o].decl.loss)
+    }
+}
+
+fn dedup(v: &mut Vec<usize>) {
+    let mut seen = std::collections::HashSet::new();
+    v.retain(|x| seen.insert(*x));
+}
