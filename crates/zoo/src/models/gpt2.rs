@@ -1,10 +1,143 @@
-//! Placeholder: being written.
-use crate::{Dims, Network, ZooError};
-/// GPT-2 small.
-pub fn small(_: &Dims) -> Result<Network, ZooError> { Err(ZooError::Device("todo".into())) }
-/// GPT-2 medium.
-pub fn medium(_: &Dims) -> Result<Network, ZooError> { Err(ZooError::Device("todo".into())) }
-/// GPT-2 large.
-pub fn large(_: &Dims) -> Result<Network, ZooError> { Err(ZooError::Device("todo".into())) }
-/// GPT-2 xl.
-pub fn xl(_: &Dims) -> Result<Network, ZooError> { Err(ZooError::Device("todo".into())) }
+//! GPT-2 as Hugging Face's `GPT2LMHeadModel` builds it (Radford et al. 2019): learned
+//! token and position embeddings, pre-LN blocks of packed causal self-attention and a
+//! GELU (tanh) MLP, a final LayerNorm, and an lm head tied to the token embedding.
+//! Dropout is 0.1 everywhere (`embd_pdrop`, `attn_pdrop`, `resid_pdrop`).
+//!
+//! Chain stages: the embeddings (token + position + dropout) are one stage, every block
+//! is one stage, then `ln_f` with the lm head; `--layers` sets the number of blocks.
+
+use crate::ops::{Elem, OpKind};
+use crate::{Dims, NetBuilder, Network, TensorId, ZooError};
+
+/// GPT-2's vocabulary.
+const VOCAB: usize = 50257;
+/// GPT-2's `n_positions`: the longest sequence it embeds.
+const POSITIONS: usize = 1024;
+/// `embd_pdrop`, `attn_pdrop`, `resid_pdrop`.
+const DROPOUT: f64 = 0.1;
+
+/// One GPT-2 block (`GPT2Block`): `x + drop(attn(ln_1(x)))`, then `h + drop(mlp(ln_2(h)))`.
+fn block(b: &mut NetBuilder, pre: &str, x: TensorId, width: usize, heads: usize) -> Result<TensorId, ZooError> {
+    let h = b.op(&format!("{pre}.ln_1"), OpKind::LayerNorm { bias: true }, &[x])?;
+    let qkv = b.op(&format!("{pre}.attn.c_attn"), OpKind::Linear { out_features: 3 * width, bias: true }, &[h])?;
+    let a = b.op(&format!("{pre}.attn"), OpKind::Attention { heads, kv_heads: heads, causal: true, dropout: DROPOUT }, &[qkv])?;
+    let a = b.op(&format!("{pre}.attn.c_proj"), OpKind::Linear { out_features: width, bias: true }, &[a])?;
+    let a = b.op(&format!("{pre}.attn.resid_dropout"), OpKind::Dropout { p: DROPOUT }, &[a])?;
+    let x = b.op(&format!("{pre}.add_1"), OpKind::Add, &[a, x])?;
+    let h = b.op(&format!("{pre}.ln_2"), OpKind::LayerNorm { bias: true }, &[x])?;
+    let h = b.op(&format!("{pre}.mlp.c_fc"), OpKind::Linear { out_features: 4 * width, bias: true }, &[h])?;
+    let h = b.op(&format!("{pre}.mlp.act"), OpKind::Gelu, &[h])?;
+    let h = b.op(&format!("{pre}.mlp.c_proj"), OpKind::Linear { out_features: width, bias: true }, &[h])?;
+    let h = b.op(&format!("{pre}.mlp.dropout"), OpKind::Dropout { p: DROPOUT }, &[h])?;
+    b.op(&format!("{pre}.add_2"), OpKind::Add, &[h, x])
+}
+
+/// A GPT-2 of `d.layers` blocks of the given width and heads.
+fn gpt2(name: &str, d: &Dims, width: usize, heads: usize) -> Result<Network, ZooError> {
+    if d.seq > POSITIONS {
+        return Err(ZooError::BadOption {
+            model: name.to_string(),
+            option: "seq",
+            why: format!("{} exceeds GPT-2's {POSITIONS} positions", d.seq),
+        });
+    }
+    let mut b = NetBuilder::new(name, d.dtype);
+    let tokens = b.input("tokens", vec![d.batch, d.seq], Elem::Int);
+    let positions = b.input("positions", vec![d.seq], Elem::Int);
+    let labels = b.input("labels", vec![d.batch, d.seq], Elem::Int);
+    let tok = b.op("wte", OpKind::Embedding { vocab: VOCAB, dim: width }, &[tokens])?;
+    let pos = b.op("wpe", OpKind::Embedding { vocab: POSITIONS, dim: width }, &[positions])?;
+    let h = b.op("embed.add", OpKind::Add, &[tok, pos])?;
+    let mut h = b.op("drop", OpKind::Dropout { p: DROPOUT }, &[h])?;
+    for i in 0..d.layers {
+        b.next_stage();
+        h = block(&mut b, &format!("h.{i}"), h, width, heads)?;
+    }
+    b.next_stage();
+    let h = b.op("ln_f", OpKind::LayerNorm { bias: true }, &[h])?;
+    let wte = b.params_of(tok);
+    let logits = b.op_tied("lm_head", OpKind::Linear { out_features: VOCAB, bias: false }, &[h], &wte)?;
+    b.loss("loss", OpKind::CrossEntropy, &[logits, labels])?;
+    b.finish()
+}
+
+/// GPT-2 small: 768 wide, 12 heads (12 blocks by default).
+pub fn small(d: &Dims) -> Result<Network, ZooError> {
+    gpt2("gpt2-small", d, 768, 12)
+}
+/// GPT-2 medium: 1024 wide, 16 heads (24 blocks by default).
+pub fn medium(d: &Dims) -> Result<Network, ZooError> {
+    gpt2("gpt2-medium", d, 1024, 16)
+}
+/// GPT-2 large: 1280 wide, 20 heads (36 blocks by default).
+pub fn large(d: &Dims) -> Result<Network, ZooError> {
+    gpt2("gpt2-large", d, 1280, 20)
+}
+/// GPT-2 xl: 1600 wide, 25 heads (48 blocks by default).
+pub fn xl(d: &Dims) -> Result<Network, ZooError> {
+    gpt2("gpt2-xl", d, 1600, 25)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{build, ModelOptions, ZooError};
+
+    fn tiny(name: &str, layers: Option<usize>) -> crate::Model {
+        build(name, &ModelOptions { batch: Some(1), seq: Some(8), layers, ..Default::default() }).unwrap()
+    }
+
+    #[test]
+    fn published_parameter_counts() {
+        // Hugging Face's counts, the tied lm head counted once.
+        for name in ["gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl"] {
+            let m = tiny(name, None);
+            assert_eq!(m.network.param_count(), m.spec.published_params.unwrap().0, "{name}");
+        }
+    }
+
+    #[test]
+    fn lm_head_is_tied_to_the_token_embedding() {
+        let m = tiny("gpt2-small", Some(1));
+        let op = |n: &str| m.network.ops.iter().find(|o| o.name == n).unwrap();
+        assert_eq!(op("lm_head").params, op("wte").params);
+    }
+
+    #[test]
+    fn chain_lengths() {
+        // Embeddings + one stage per block + ln_f/lm head.
+        assert_eq!(tiny("gpt2-small", None).chain.len(), 1 + 12 + 1);
+        assert_eq!(tiny("gpt2-xl", None).chain.len(), 1 + 48 + 1);
+        assert_eq!(tiny("gpt2-small", Some(3)).chain.len(), 1 + 3 + 1);
+    }
+
+    #[test]
+    fn sequence_beyond_the_positions_is_an_error() {
+        let err = build("gpt2-small", &ModelOptions { batch: Some(1), seq: Some(1025), ..Default::default() }).unwrap_err();
+        assert!(matches!(err, ZooError::BadOption { option: "seq", .. }), "{err}");
+        assert!(build("gpt2-small", &ModelOptions { batch: Some(1), seq: Some(1024), layers: Some(1), ..Default::default() }).is_ok());
+    }
+
+    /// Store-all activation memory of GPT-2 small, batch 4, seq 1024, fp32. By hand, with
+    /// T = B·S = 4096 tokens, E = 768, 12 heads, 4-byte floats and 1-byte masks, a block
+    /// saves its ln_1 stats (8T), ln_1 output (4TE), the packed qkv (12TE), the attention
+    /// weights (4·B·12·S²) and their dropout mask (B·12·S²), the attention output (4TE),
+    /// a dropout mask (TE), ln_2's input and stats (4TE + 8T), ln_2's output (4TE), the
+    /// GELU input and output (2·16TE), another mask (TE) and its output (4TE):
+    /// 66·TE + 16T + 5·12·B·S² bytes ≈ 459 MB. Twelve blocks ≈ 5.13 GiB; the embeddings
+    /// (mask and output, 5TE) and the head (ln_f stats and output, 4TE + 8T, and the
+    /// 4·T·50257 logits ≈ 0.77 GiB; ln_f's input is the last block's output) bring it to
+    /// ≈ 5.92 GiB. The bracket [5, 40] GiB is the plausibility check; the hand count is
+    /// the exact one.
+    #[test]
+    fn activation_memory_of_gpt2_small() {
+        let m = build("gpt2-small", &ModelOptions { batch: Some(4), seq: Some(1024), ..Default::default() }).unwrap();
+        let (t, e, s, b, h, v) = (4096u64, 768u64, 1024u64, 4u64, 12u64, 50257u64);
+        let block = 66 * t * e + 16 * t + 5 * h * b * s * s;
+        let expected = 12 * block + 5 * t * e + 4 * t * e + 8 * t + 4 * t * v;
+        let saved: u64 = m.chain.xbar[1..].iter().sum();
+        let gib = saved as f64 / (1u64 << 30) as f64;
+        println!("gpt2-small b4 s1024 fp32: store-all saved = {saved} B = {gib:.3} GiB (hand count {expected} B)");
+        assert!((5.0..40.0).contains(&gib), "{gib} GiB");
+        assert_eq!(saved, expected);
+    }
+}
