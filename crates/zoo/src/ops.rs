@@ -174,6 +174,24 @@ pub enum OpKind {
     CrossEntropy,
     /// Mean squared error of two same-shape tensors.
     Mse,
+    /// 2-D convolution with a rectangular kernel and padding (Inception's 1×7, 7×1,
+    /// 1×3 and 3×1 factorized convolutions); one group.
+    Conv2dRect {
+        /// Output channels.
+        out_channels: usize,
+        /// Kernel height.
+        kernel_h: usize,
+        /// Kernel width.
+        kernel_w: usize,
+        /// Stride (both directions).
+        stride: usize,
+        /// Zero padding of the height.
+        pad_h: usize,
+        /// Zero padding of the width.
+        pad_w: usize,
+        /// Whether it has a bias.
+        bias: bool,
+    },
 }
 
 /// What an op declares, for given input shapes.
@@ -246,6 +264,7 @@ impl OpKind {
             OpKind::Slice { .. } => "slice",
             OpKind::CrossEntropy => "cross_entropy",
             OpKind::Mse => "mse",
+            OpKind::Conv2dRect { .. } => "conv2d_rect",
         }
     }
 
@@ -576,6 +595,30 @@ impl OpKind {
                 d.forward_flops = 3.0 * n_in;
                 d.backward_flops = 2.0 * n_in;
                 d.loss = true;
+            }
+            OpKind::Conv2dRect { out_channels, kernel_h, kernel_w, stride, pad_h, pad_w, bias } => {
+                arity(1)?;
+                float(0)?;
+                let (n, c, h, w) = image("conv2d_rect")?;
+                if *stride == 0 || *kernel_h == 0 || *kernel_w == 0 {
+                    return Err(bad(format!("kernel {kernel_h}×{kernel_w} or stride {stride} is zero")));
+                }
+                if h + 2 * pad_h < *kernel_h || w + 2 * pad_w < *kernel_w {
+                    return Err(bad(format!("kernel {kernel_h}×{kernel_w} larger than the padded input {h}×{w}")));
+                }
+                let ho = (h + 2 * pad_h - kernel_h) / stride + 1;
+                let wo = (w + 2 * pad_w - kernel_w) / stride + 1;
+                d.output = vec![n, *out_channels, ho, wo];
+                d.params.push(("weight", vec![*out_channels, c, *kernel_h, *kernel_w]));
+                if *bias {
+                    d.params.push(("bias", vec![*out_channels]));
+                }
+                let macs = (n * out_channels * ho * wo * c * kernel_h * kernel_w) as f64;
+                d.forward_flops = 2.0 * macs;
+                d.backward_flops = 4.0 * macs;
+                d.matmul = true;
+                d.saved = vec![Saved::Input(0)];
+                d.backward_reads_params = true;
             }
         }
         Ok(d)
