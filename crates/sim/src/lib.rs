@@ -1,6 +1,76 @@
-//! The one simulator every solver is scored by (API stub; see the implementation issue).
+//! The one simulator every solver is scored by: validity, makespan and peak memory of a
+//! [`Schedule`], for either view of a training step.
+//!
+//! One event engine (three streams: compute, device→host, host→device) owns residency,
+//! timing and memory accounting; two front-ends translate ops into effects.
+//!
+//! # Timing
+//!
+//! * Compute ops run back to back in program order; an op starts at the end of the
+//!   previous compute op, or later if a tensor it reads is still being prefetched.
+//! * A transfer ([`Op::Offload`](pebble_schedule::Op::Offload), [`Op::Prefetch`](pebble_schedule::Op::Prefetch)) is
+//!   issued at the end of the last compute op before it (0 if none) and starts when its
+//!   stream is free (one transfer at a time per direction) and its data is complete (an
+//!   offload waits for the tensor's producer or prefetch; a prefetch waits for the offload
+//!   that filled the host copy). It lasts `size × fraction / bandwidth`.
+//! * `makespan` is the end of the last op on any stream.
+//!
+//! # Memory
+//!
+//! * Static memory and the step's inputs are resident from time 0.
+//! * A compute op allocates its outputs and temporary memory at its start; at its end it
+//!   releases the temporary memory and the inputs it consumes. Inputs it consumes still
+//!   count during the op, so the peak of a compute-only schedule is exactly
+//!   `max over ops of (resident before + outputs + temporary)`.
+//! * At equal times, releases come before allocations (except a release of memory
+//!   allocated at that same instant, e.g. by a zero-duration op, which follows it).
+//! * An offload adds to host memory at its start and releases device memory at its end,
+//!   but never under a compute op issued after it that reads the tensor: such a read keeps
+//!   the device copy (and pushes the release to the read's end) until the tensor is
+//!   prefetched, produced again or freed. A prefetch takes device memory at its start; the
+//!   tensor is readable when it ends. A host copy stays until the tensor is freed.
+//! * [`Op::Free`](pebble_schedule::Op::Free) releases a tensor's device memory and host
+//!   copy at the end of the last compute op before it, or when its transfers end if later.
+//!   Freeing a tensor held nowhere is [`SimError::InvalidOp`].
+//! * A budget is checked at every instant; the first allocation that exceeds it is
+//!   reported. An invalid op reports the earlier budget violation if there is one, so the
+//!   error names the first failing op in program order.
+//!
+//! # Chain view
+//!
+//! Tensors `Activation(i)` (`x[i]`), `Saved(i)` for `1 ≤ i ≤ L` (`xbar[i]`, containing
+//! `a_i`), `Grad(i)` (`x[i]`) and, if the chain has `w`, `Weight(i)` (`w[i]`, resident from
+//! the start and counted inside `static_bytes`; forward and backward of stage `i` read it).
+//! `F_i^∅`, `F_i^ck`, `F_i^all`, the loss `B_L` and `B_i` follow Table 2.1; see
+//! `src/chain.rs` for the exact reads, outputs and releases. `a_i` may be read through
+//! `Activation(i)` or `Saved(i)`. The schedule is complete once `δ_0` is computed.
+//!
+//! # Graph view
+//!
+//! `Data(d)` names data node `d`; inputs and static nodes are resident at the start.
+//! A node reads its inputs (resident and complete: a multi-producer gradient after all its
+//! producers ran), allocates outputs not resident (a multi-producer gradient is allocated
+//! by its first producer, accumulated by the others), and releases nothing: graph
+//! schedules free explicitly. `no_grad` forward nodes skip their `Saved` outputs. The loss
+//! and each backward node run exactly once, and all must have run by the end.
+//!
+//! ```
+//! use pebble_graph::Chain;
+//! use pebble_schedule::{Schedule, View};
+//! use pebble_sim::{simulate_chain, SimConfig};
+//! let chain = Chain::homogeneous(2, 1.0, 2.0, 1);
+//! let s = Schedule::from_notation(View::Chain, "F0all F1all L B1 B0").unwrap().resolve_loss(2);
+//! let r = simulate_chain(&chain, &s, &SimConfig::default()).unwrap();
+//! assert_eq!(r.makespan, 8.0);
+//! // a_0, ā_1, ā_2, δ_2, then δ_1 while B1 runs.
+//! assert_eq!(r.peak_bytes, 5);
+//! ```
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
+
+mod chain;
+mod engine;
+mod graph;
 
 use pebble_graph::{Chain, TrainingGraph};
 use pebble_schedule::{Schedule, Tensor};
@@ -122,14 +192,15 @@ pub enum SimError {
     Incomplete(String),
 }
 
-/// Simulates a chain schedule.
+/// Simulates a chain schedule (Shilova's Table 2.1 semantics; see the crate docs).
 pub fn simulate_chain(chain: &Chain, schedule: &Schedule, config: &SimConfig) -> Result<SimReport, SimError> {
-    let _ = (chain, schedule, config);
-    unimplemented!("pebble-sim: chain simulation")
+    chain::simulate(chain, schedule, config)
 }
 
-/// Simulates a graph schedule.
+/// Simulates a graph schedule (Zhao's §1.3 semantics; see the crate docs).
 pub fn simulate_graph(graph: &TrainingGraph, schedule: &Schedule, config: &SimConfig) -> Result<SimReport, SimError> {
-    let _ = (graph, schedule, config);
-    unimplemented!("pebble-sim: graph simulation")
+    graph::simulate(graph, schedule, config)
 }
+
+#[cfg(test)]
+mod tests;

@@ -15,6 +15,11 @@ use pebble_schedule::{Schedule, View};
 use pebble_sim::{SimConfig, SimError, SimReport};
 use thiserror::Error;
 
+pub mod baseline;
+pub mod revolve;
+#[cfg(test)]
+pub(crate) mod testkit;
+
 /// What a solver plans.
 #[derive(Debug, Clone, Copy)]
 pub enum Problem<'a> {
@@ -162,4 +167,47 @@ pub fn simulate(problem: Problem<'_>, schedule: &Schedule, config: &SimConfig) -
         Problem::Chain(c) => pebble_sim::simulate_chain(c, schedule, config),
         Problem::Graph(g) => pebble_sim::simulate_graph(g, schedule, config),
     }
+}
+
+/// The smallest budget at which [`plan`] with `solver` succeeds, by bisection.
+///
+/// The search starts from the peak of the store-all schedule (simulated without a
+/// budget) and doubles it, up to `2^63`, until the solver succeeds; then it bisects
+/// between 0 and there, assuming feasibility is monotone in the budget. The result is
+/// a budget at which [`plan`] was seen to succeed. `None` when the solver fails even at
+/// `2^63` bytes, or does not plan this problem at all (wrong view, too large).
+pub fn min_feasible_budget(solver: &dyn Solver, problem: Problem<'_>, options: &SolveOptions) -> Option<u64> {
+    const CAP: u64 = 1 << 63;
+    // Some(true): feasible; Some(false): not at this budget; None: never.
+    let ok = |budget: u64| match plan(solver, problem, budget, options) {
+        Ok(_) => Some(true),
+        Err(PlanError::Solve(SolveError::NotApplicable { .. } | SolveError::TooLarge { .. })) => None,
+        Err(_) => Some(false),
+    };
+    let store_all = baseline::store_all::store_all_schedule(problem);
+    let config = SimConfig { budget: None, bandwidth: options.bandwidth, timeline: false };
+    let mut hi = simulate(problem, &store_all, &config).map(|r| r.peak_bytes).unwrap_or(1).clamp(1, CAP);
+    loop {
+        if ok(hi)? {
+            break;
+        }
+        if hi >= CAP {
+            return None;
+        }
+        hi = hi.saturating_mul(2).min(CAP);
+    }
+    if ok(0)? {
+        return Some(0);
+    }
+    // Invariant: infeasible at `lo`, feasible at `hi`.
+    let mut lo = 0u64;
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if ok(mid)? {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Some(hi)
 }

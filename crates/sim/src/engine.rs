@@ -1,0 +1,546 @@
+//! The view-independent event engine: three streams (compute, device→host, host→device),
+//! tensor residency, timing and memory accounting.
+//!
+//! The front-ends ([`crate::chain`], [`crate::graph`]) name tensors by dense ids
+//! `0..n` and translate each compute op into an effect (duration, temporary memory, the
+//! tensors it reads, allocates and frees). The engine checks residency, places the op in
+//! time, and records memory events; [`Engine::finish`] sorts them and derives the peak,
+//! the timeline and the first budget violation.
+//!
+//! # Memory events and ties
+//!
+//! Every allocation and release is an event `(time, class, op, phase, delta)`, sorted in
+//! that order. At equal times releases come first (`class` 0), so that an op's consumed
+//! inputs are gone when the next op allocates. A release that happens at the very instant
+//! its memory was allocated (a zero-duration op's temporary memory, say) cannot go first:
+//! it gets `class` 1, where events follow program order (`op`, then allocation before
+//! release within an op). The peak of a compute-only schedule is therefore exactly
+//! `max over ops of (resident before the op + its outputs + its temporary memory)`.
+//!
+//! # Offloads
+//!
+//! An offload's device memory is released when its transfer ends, but not while a compute
+//! op issued after it (in program order) still reads the tensor: until the tensor is
+//! prefetched, produced again or freed, the device copy stays readable, and each read pushes
+//! the release to that read's end. This keeps validity independent of timing (an op may
+//! read a tensor whose offload is in flight, as in Shilova's model where `ā_ℓ` is offloaded
+//! while `F_{ℓ+1}` reads it) and never frees memory under a running op.
+
+use pebble_schedule::{Op, Tensor};
+
+use crate::{MemoryPoint, SimConfig, SimError, SimReport};
+
+/// Tolerance on fractions.
+pub(crate) const EPS: f64 = 1e-9;
+
+/// A memory event. `key` packs `(class, op, phase)` so that one integer comparison orders
+/// events with equal times.
+#[derive(Debug, Clone, Copy)]
+struct Ev {
+    time: f64,
+    key: u64,
+    delta: i64,
+}
+
+const OP_MASK: u64 = (1 << 62) - 1;
+
+fn key(class: u64, op: usize, phase: u64) -> u64 {
+    (class << 63) | (((op as u64) & OP_MASK) << 1) | phase
+}
+
+fn key_op(key: u64) -> usize {
+    ((key >> 1) & OP_MASK) as usize
+}
+
+/// Phase of an event within its op.
+const ALLOC: u64 = 0;
+const RELEASE: u64 = 1;
+
+/// Device memory an offload gives back when it (and the reads issued after it) are done.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    bytes: u64,
+    time: f64,
+    op: usize,
+    /// The latest start of a compute op that holds the copy: a release at that very instant
+    /// must follow the op's allocation (see [`Engine::class`]).
+    floor: f64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct TState {
+    size: u64,
+    /// Logical fraction on the device, after every transfer issued so far has completed.
+    dev_frac: f64,
+    /// Device bytes held for `dev_frac` (pending offload releases excluded).
+    dev_bytes: u64,
+    host_frac: f64,
+    host_bytes: u64,
+    /// The whole tensor is on the device (possibly with an offload in flight): compute may read it.
+    intact: bool,
+    /// When the device copy is usable: end of its producer or of its last prefetch.
+    ready: f64,
+    /// When the host copy is complete: end of its last offload.
+    host_ready: f64,
+    /// End of the last transfer of this tensor, either direction.
+    busy_until: f64,
+    last_alloc: f64,
+    host_last_alloc: f64,
+    pending: Vec<Pending>,
+}
+
+impl TState {
+    fn present(&self) -> bool {
+        self.dev_frac > EPS
+            || self.dev_bytes > 0
+            || self.host_frac > EPS
+            || self.host_bytes > 0
+            || !self.pending.is_empty()
+    }
+}
+
+/// One tensor the engine tracks.
+pub(crate) struct TensorSpec {
+    /// Its name in errors.
+    pub name: Tensor,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Whether it is resident (and complete) at time 0.
+    pub resident: bool,
+}
+
+/// A compute op's effect, as a front-end describes it.
+pub(crate) struct Effect<'a> {
+    pub duration: f64,
+    pub tmp: u64,
+    /// Must be resident (whole, on the device); the op waits for their prefetches.
+    pub reads: &'a [usize],
+    /// Allocated at the op's start; must not be on the device.
+    pub allocs: &'a [usize],
+    /// Released at the op's end (those present; absent ones are skipped).
+    pub frees: &'a [usize],
+}
+
+/// The event engine for one simulation.
+pub(crate) struct Engine<'s> {
+    ops: &'s [Op],
+    budget: Option<u64>,
+    bandwidth: f64,
+    timeline: bool,
+    t: Vec<TState>,
+    names: Vec<Tensor>,
+    base: u64,
+    cursor: f64,
+    /// Start of the last compute op.
+    last_start: f64,
+    d2h_free: f64,
+    h2d_free: f64,
+    compute_time: f64,
+    compute_ops: usize,
+    dev: Vec<Ev>,
+    host: Vec<Ev>,
+}
+
+impl<'s> Engine<'s> {
+    /// An engine for `ops`, with `baseline` bytes resident for the whole step beyond `tensors`.
+    pub fn new(
+        ops: &'s [Op],
+        config: &SimConfig,
+        baseline: u64,
+        tensors: impl IntoIterator<Item = TensorSpec>,
+    ) -> Self {
+        let mut t = Vec::new();
+        let mut names = Vec::new();
+        let mut base = baseline;
+        for spec in tensors {
+            let mut s = TState { size: spec.size, ..TState::default() };
+            if spec.resident {
+                s.dev_frac = 1.0;
+                s.dev_bytes = spec.size;
+                s.intact = true;
+                base = base.saturating_add(spec.size);
+            }
+            t.push(s);
+            names.push(spec.name);
+        }
+        Engine {
+            ops,
+            budget: config.budget,
+            bandwidth: config.bandwidth,
+            timeline: config.timeline,
+            t,
+            names,
+            base,
+            cursor: 0.0,
+            last_start: 0.0,
+            d2h_free: 0.0,
+            h2d_free: 0.0,
+            compute_time: 0.0,
+            compute_ops: 0,
+            dev: Vec::with_capacity(ops.len() * 2),
+            host: Vec::new(),
+        }
+    }
+
+    // ----- queries -------------------------------------------------------------------
+
+    /// Whether compute may read the tensor: all of it is on the device.
+    pub fn readable(&self, id: usize) -> bool {
+        self.t[id].intact
+    }
+
+    /// Whether some of the tensor is (logically) on the device.
+    pub fn on_device(&self, id: usize) -> bool {
+        self.t[id].dev_frac > EPS
+    }
+
+    // ----- errors --------------------------------------------------------------------
+
+    /// The op's text, for errors.
+    pub fn text(&self, op: usize) -> String {
+        self.ops.get(op).map(|o| o.to_string()).unwrap_or_default()
+    }
+
+    pub fn missing(&self, op: usize, id: usize) -> SimError {
+        SimError::MissingInput { op, text: self.text(op), tensor: self.names[id] }
+    }
+
+    pub fn already(&self, op: usize, id: usize) -> SimError {
+        SimError::AlreadyResident { op, text: self.text(op), tensor: self.names[id] }
+    }
+
+    pub fn invalid(&self, op: usize, why: impl Into<String>) -> SimError {
+        SimError::InvalidOp { op, text: self.text(op), why: why.into() }
+    }
+
+    pub fn out_of_range(&self, op: usize, what: impl Into<String>) -> SimError {
+        SimError::OutOfRange { op, text: self.text(op), what: what.into() }
+    }
+
+    /// The error to report when op `e`'s op is invalid: a budget violation by an earlier op
+    /// wins, so that the first failing op in program order is the one reported.
+    pub fn fail(&mut self, e: SimError) -> SimError {
+        self.settle_all();
+        match self.scan() {
+            Err(budget) => budget,
+            Ok(_) => e,
+        }
+    }
+
+    // ----- ops -----------------------------------------------------------------------
+
+    /// Runs a compute op on the compute stream.
+    pub fn compute(&mut self, op: usize, eff: &Effect<'_>) -> Result<(), SimError> {
+        if let Some(&r) = eff.reads.iter().find(|&&r| !self.t[r].intact) {
+            return Err(self.missing(op, r));
+        }
+        if let Some(&a) = eff.allocs.iter().find(|&&a| self.t[a].dev_frac > EPS) {
+            return Err(self.already(op, a));
+        }
+        let mut start = self.cursor;
+        for &r in eff.reads {
+            start = start.max(self.t[r].ready);
+        }
+        let end = start + eff.duration;
+        let mut grow = eff.tmp;
+        for &a in eff.allocs {
+            self.settle(a);
+            let s = &mut self.t[a];
+            s.dev_frac = 1.0;
+            s.dev_bytes = s.size;
+            s.intact = true;
+            s.ready = end;
+            s.last_alloc = start;
+            grow = grow.saturating_add(s.size);
+        }
+        if grow > 0 {
+            self.dev.push(Ev { time: start, key: key(1, op, ALLOC), delta: grow as i64 });
+        }
+        for &r in eff.reads {
+            for p in &mut self.t[r].pending {
+                p.time = p.time.max(end);
+                p.floor = p.floor.max(start);
+            }
+        }
+        if eff.tmp > 0 {
+            let class = Self::class(end, start, start);
+            self.dev.push(Ev { time: end, key: key(class, op, RELEASE), delta: -(eff.tmp as i64) });
+        }
+        for &f in eff.frees {
+            if self.t[f].present() {
+                self.release(f, end, start, op);
+            }
+        }
+        self.cursor = end;
+        self.last_start = start;
+        self.compute_time += eff.duration;
+        self.compute_ops += 1;
+        Ok(())
+    }
+
+    /// An explicit free: at the compute cursor, but not before the tensor's transfers end.
+    pub fn free(&mut self, op: usize, id: usize) -> Result<(), SimError> {
+        if !self.t[id].present() {
+            return Err(self
+                .invalid(op, format!("{:?} is not resident (neither on the device nor on the host)", self.names[id])));
+        }
+        self.release(id, self.cursor, self.last_start, op);
+        Ok(())
+    }
+
+    fn check_fraction(&self, op: usize, fraction: f64) -> Result<(), SimError> {
+        if !(fraction > 0.0 && fraction <= 1.0) {
+            return Err(self.invalid(op, format!("fraction {fraction} is not in (0, 1]")));
+        }
+        if self.bandwidth.is_nan() || self.bandwidth <= 0.0 {
+            return Err(self.invalid(op, format!("a transfer needs a positive bandwidth, got {}", self.bandwidth)));
+        }
+        Ok(())
+    }
+
+    fn part(size: u64, fraction: f64) -> u64 {
+        ((size as f64) * fraction).round().min(size as f64) as u64
+    }
+
+    /// Moves `fraction` of a tensor to the host on the device→host stream.
+    pub fn offload(&mut self, op: usize, id: usize, fraction: f64) -> Result<(), SimError> {
+        self.check_fraction(op, fraction)?;
+        let s = &self.t[id];
+        if s.dev_frac <= EPS {
+            return Err(self.missing(op, id));
+        }
+        if s.dev_frac + EPS < fraction {
+            return Err(self.invalid(
+                op,
+                format!("offloads {fraction} of {:?}, but only {} of it is on the device", self.names[id], s.dev_frac),
+            ));
+        }
+        let start = self.cursor.max(self.d2h_free).max(s.ready);
+        let end = start + (s.size as f64) * fraction / self.bandwidth;
+        self.d2h_free = end;
+        let s = &mut self.t[id];
+        // Host copy: grows at the start.
+        let host_frac = (s.host_frac + fraction).min(1.0);
+        let host_bytes = if host_frac >= 1.0 - EPS { s.size } else { Self::part(s.size, host_frac).max(s.host_bytes) };
+        if host_bytes > s.host_bytes {
+            self.host.push(Ev { time: start, key: key(1, op, ALLOC), delta: (host_bytes - s.host_bytes) as i64 });
+            s.host_last_alloc = start;
+        }
+        s.host_frac = host_frac;
+        s.host_bytes = host_bytes;
+        s.host_ready = s.host_ready.max(end);
+        // Device copy: shrinks at the end (or later, see the module docs).
+        let rest = s.dev_frac - fraction;
+        let bytes = if rest <= EPS { s.dev_bytes } else { Self::part(s.size, fraction).min(s.dev_bytes) };
+        s.dev_bytes -= bytes;
+        s.dev_frac = if rest <= EPS { 0.0 } else { rest };
+        s.pending.push(Pending { bytes, time: end, op, floor: self.last_start });
+        s.busy_until = s.busy_until.max(end);
+        Ok(())
+    }
+
+    /// Brings `fraction` of a tensor back on the host→device stream.
+    pub fn prefetch(&mut self, op: usize, id: usize, fraction: f64) -> Result<(), SimError> {
+        self.check_fraction(op, fraction)?;
+        let s = &self.t[id];
+        if s.dev_frac >= 1.0 - EPS {
+            return Err(self.already(op, id));
+        }
+        if s.host_frac <= EPS {
+            return Err(self.invalid(op, format!("{:?} has no host copy to prefetch", self.names[id])));
+        }
+        if s.host_frac + EPS < fraction {
+            return Err(self.invalid(
+                op,
+                format!("prefetches {fraction} of {:?}, but only {} of it is on the host", self.names[id], s.host_frac),
+            ));
+        }
+        if s.dev_frac + fraction > 1.0 + EPS {
+            return Err(self.invalid(
+                op,
+                format!(
+                    "prefetches {fraction} of {:?}, but {} of it is already on the device",
+                    self.names[id], s.dev_frac
+                ),
+            ));
+        }
+        self.settle(id);
+        let s = &self.t[id];
+        let start = self.cursor.max(self.h2d_free).max(s.host_ready);
+        let end = start + (s.size as f64) * fraction / self.bandwidth;
+        self.h2d_free = end;
+        let s = &mut self.t[id];
+        let frac = s.dev_frac + fraction;
+        let bytes = if frac >= 1.0 - EPS {
+            s.size - s.dev_bytes
+        } else {
+            Self::part(s.size, fraction).min(s.size - s.dev_bytes)
+        };
+        if bytes > 0 {
+            self.dev.push(Ev { time: start, key: key(1, op, ALLOC), delta: bytes as i64 });
+        }
+        s.last_alloc = start;
+        s.dev_bytes += bytes;
+        if frac >= 1.0 - EPS {
+            s.dev_frac = 1.0;
+            s.dev_bytes = s.size;
+            s.intact = true;
+        } else {
+            s.dev_frac = frac;
+        }
+        s.ready = s.ready.max(end);
+        s.busy_until = s.busy_until.max(end);
+        Ok(())
+    }
+
+    // ----- internals -----------------------------------------------------------------
+
+    /// The class of a release at `time` of memory allocated at `alloc`, while a compute op
+    /// that started at `floor` may still hold it: 0 (before the allocations of that instant)
+    /// only if both happened strictly earlier; otherwise 1 (program order), so that a
+    /// zero-duration op's reads and outputs count during it.
+    fn class(time: f64, alloc: f64, floor: f64) -> u64 {
+        if time > alloc && time > floor {
+            0
+        } else {
+            1
+        }
+    }
+
+    /// Emits the releases of the tensor's finished offloads; the device copy is no longer
+    /// readable unless all of it is (logically) on the device.
+    fn settle(&mut self, id: usize) {
+        let s = &mut self.t[id];
+        if s.pending.is_empty() {
+            return;
+        }
+        for p in s.pending.drain(..) {
+            if p.bytes > 0 {
+                let class = Self::class(p.time, s.last_alloc, p.floor);
+                self.dev.push(Ev { time: p.time, key: key(class, p.op, RELEASE), delta: -(p.bytes as i64) });
+            }
+        }
+        s.intact = s.dev_frac >= 1.0 - EPS;
+    }
+
+    fn settle_all(&mut self) {
+        for id in 0..self.t.len() {
+            self.settle(id);
+        }
+    }
+
+    /// Releases everything the tensor holds, device and host, at `time` or when its
+    /// transfers (and the reads that hold an offloaded copy) end, whichever is later.
+    fn release(&mut self, id: usize, time: f64, floor: f64, op: usize) {
+        let s = &mut self.t[id];
+        let mut when = time.max(s.busy_until);
+        let mut floor = floor;
+        let mut bytes = s.dev_bytes;
+        for p in s.pending.drain(..) {
+            when = when.max(p.time);
+            floor = floor.max(p.floor);
+            bytes += p.bytes;
+        }
+        if bytes > 0 {
+            let class = Self::class(when, s.last_alloc, floor);
+            self.dev.push(Ev { time: when, key: key(class, op, RELEASE), delta: -(bytes as i64) });
+        }
+        if s.host_bytes > 0 {
+            let class = Self::class(when, s.host_last_alloc, floor);
+            self.host.push(Ev { time: when, key: key(class, op, RELEASE), delta: -(s.host_bytes as i64) });
+        }
+        s.dev_frac = 0.0;
+        s.dev_bytes = 0;
+        s.host_frac = 0.0;
+        s.host_bytes = 0;
+        s.intact = false;
+    }
+
+    fn sort(evs: &mut [Ev]) {
+        evs.sort_unstable_by(|a, b| a.time.total_cmp(&b.time).then(a.key.cmp(&b.key)));
+    }
+
+    /// Sorts the events and derives peaks (and the timeline if asked); the first budget
+    /// violation is an error.
+    fn scan(&mut self) -> Result<(u64, u64, Vec<MemoryPoint>), SimError> {
+        Self::sort(&mut self.dev);
+        Self::sort(&mut self.host);
+        let budget = self.budget;
+        if let Some(b) = budget {
+            if self.base > b {
+                return Err(SimError::BudgetExceeded {
+                    op: 0,
+                    text: "initial state (static memory and inputs)".into(),
+                    time: 0.0,
+                    bytes: self.base,
+                    budget: b,
+                });
+            }
+        }
+        let mut timeline = Vec::new();
+        if self.timeline {
+            timeline.push(MemoryPoint { time: 0.0, bytes: self.base });
+        }
+        let mut running = self.base as i64;
+        let mut peak = running;
+        let evs = &self.dev;
+        let mut i = 0;
+        while i < evs.len() {
+            let time = evs[i].time;
+            let before = running;
+            let mut top = running;
+            while i < evs.len() && evs[i].time == time {
+                let e = evs[i];
+                running += e.delta;
+                if e.delta > 0 {
+                    if running > top {
+                        top = running;
+                    }
+                    if let Some(b) = budget {
+                        if running as i128 > b as i128 {
+                            let op = key_op(e.key);
+                            return Err(SimError::BudgetExceeded {
+                                op,
+                                text: self.text(op),
+                                time,
+                                bytes: running as u64,
+                                budget: b,
+                            });
+                        }
+                    }
+                }
+                i += 1;
+            }
+            peak = peak.max(top);
+            if self.timeline {
+                if top > before && top > running {
+                    timeline.push(MemoryPoint { time, bytes: top as u64 });
+                }
+                if timeline.last().map(|p| p.bytes as i64) != Some(running) {
+                    timeline.push(MemoryPoint { time, bytes: running.max(0) as u64 });
+                }
+            }
+        }
+        let mut host = 0i64;
+        let mut host_peak = 0i64;
+        for e in &self.host {
+            host += e.delta;
+            host_peak = host_peak.max(host);
+        }
+        Ok((peak.max(0) as u64, host_peak.max(0) as u64, timeline))
+    }
+
+    /// Ends the simulation: settles the offloads and derives the report.
+    pub fn finish(mut self) -> Result<SimReport, SimError> {
+        self.settle_all();
+        let (peak_bytes, peak_host_bytes, timeline) = self.scan()?;
+        Ok(SimReport {
+            makespan: self.cursor.max(self.d2h_free).max(self.h2d_free),
+            compute_time: self.compute_time,
+            peak_bytes,
+            peak_host_bytes,
+            compute_ops: self.compute_ops,
+            timeline,
+        })
+    }
+}
