@@ -1,0 +1,21 @@
+//! `pebble graph`: a model's chain or training graph as JSON.
+
+use std::process::ExitCode;
+
+use crate::flags::{GraphArgs, ViewArg};
+use crate::out;
+use crate::source::{build_model, write_file};
+
+pub fn run(args: &GraphArgs) -> anyhow::Result<ExitCode> {
+    let (model, _) = build_model(&args.model, &args.opts)?;
+    let mut text = match args.view {
+        ViewArg::Chain => model.chain.to_json(),
+        ViewArg::Graph => model.graph.to_json(),
+    };
+    text.push('\n');
+    match &args.output {
+        Some(path) => write_file(path, "--output", &text)?,
+        None => out::print(&text)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}

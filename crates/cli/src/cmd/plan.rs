@@ -1,0 +1,137 @@
+//! `pebble plan`: one solver, one budget; the simulator's verdict on the schedule.
+
+use std::process::ExitCode;
+
+use pebble_solve::{PlanError, SolveError};
+use serde_json::json;
+
+use super::{overhead, percent_of, solve_options};
+use crate::error::{bad, Infeasible};
+use crate::flags::PlanArgs;
+use crate::out;
+use crate::source::{find_solver, view_name, write_file, Source};
+
+pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
+    let solver = find_solver(&args.solver, "--solver")?;
+    let source = Source::load(&args.source, &args.opts)?;
+    let subject = source.view_for(solver)?;
+    let units = source.units();
+    let options = solve_options(&args.solve, &source);
+    let problem = subject.problem();
+    let store_all = subject.store_all(options.bandwidth)?;
+    let static_bytes = source.param_state_bytes(&subject);
+    let activation_peak = store_all.peak_bytes.saturating_sub(static_bytes);
+    // `--budget` counts everything resident; `--activation-budget` all but static memory.
+    let budget = match (args.budget.budget, args.budget.activation_budget) {
+        (Some(b), _) => b.resolve(store_all.peak_bytes),
+        (None, Some(a)) => a.resolve(activation_peak).saturating_add(static_bytes),
+        (None, None) => return Err(bad("give --budget or --activation-budget")),
+    };
+    let mut report = json!({
+        "solver": solver.name(),
+        "view": view_name(subject.view()),
+        "budget_bytes": budget,
+        "static_bytes": static_bytes,
+        "store_all_peak_bytes": store_all.peak_bytes,
+        "activation_peak_bytes": activation_peak,
+        "baseline_time": store_all.makespan,
+    });
+    let start = std::time::Instant::now();
+    let plan = match pebble_solve::plan(solver, problem, budget, &options) {
+        Ok(plan) => plan,
+        Err(PlanError::Solve(SolveError::Infeasible { .. })) => {
+            let min = pebble_solve::min_feasible_budget(solver, problem, &options);
+            let message = match min {
+                Some(m) => format!(
+                    "infeasible: no schedule of `{}` fits in {}; the minimum feasible budget is {} ({} of store-all)",
+                    solver.name(),
+                    units.size(budget),
+                    units.size(m),
+                    percent_of(m, store_all.peak_bytes)
+                ),
+                None => format!(
+                    "infeasible: no schedule of `{}` fits in {}, nor in any budget",
+                    solver.name(),
+                    units.size(budget)
+                ),
+            };
+            if args.json {
+                extend(
+                    &mut report,
+                    json!({
+                        "feasible": false,
+                        "predicted_peak_bytes": null,
+                        "predicted_time": null,
+                        "overhead": null,
+                        "solve_seconds": start.elapsed().as_secs_f64(),
+                        "min_feasible_budget_bytes": min,
+                        "error": message,
+                    }),
+                );
+                out::print_json(&report)?;
+            }
+            return Err(Infeasible(message).into());
+        }
+        Err(PlanError::Solve(e @ (SolveError::NotApplicable { .. } | SolveError::TooLarge { .. }))) => {
+            return Err(bad(format!("--solver: {e}")));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(path) = &args.output {
+        let mut text = plan.schedule.to_json();
+        text.push('\n');
+        write_file(path, "--output", &text)?;
+    }
+    let time = plan.report.makespan;
+    let over = overhead(time, store_all.makespan);
+    if args.json {
+        extend(
+            &mut report,
+            json!({
+                "feasible": true,
+                "predicted_peak_bytes": plan.report.peak_bytes,
+                "predicted_time": time,
+                "overhead": over,
+                "solve_seconds": plan.solve_seconds,
+                "ops": plan.schedule.ops.len(),
+                "compute_ops": plan.report.compute_ops,
+                "peak_host_bytes": plan.report.peak_host_bytes,
+            }),
+        );
+        out::print_json(&report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut text = format!(
+        "solver    {} on the {} view of {} ({} ops)\n\
+         budget    {} ({} of the store-all peak, {})\n\
+         peak      {}\n\
+         time      {} (store-all {}): overhead {:+.1}%\n",
+        solver.name(),
+        view_name(subject.view()),
+        source.label(),
+        plan.schedule.ops.len(),
+        units.size(budget),
+        percent_of(budget, store_all.peak_bytes),
+        units.size(store_all.peak_bytes),
+        units.size(plan.report.peak_bytes),
+        units.time(time),
+        units.time(store_all.makespan),
+        100.0 * over,
+    );
+    if plan.report.peak_host_bytes > 0 {
+        text.push_str(&format!("host peak {}\n", units.size(plan.report.peak_host_bytes)));
+    }
+    text.push_str(&format!("solved in {:.3} s\n", plan.solve_seconds));
+    if let Some(path) = &args.output {
+        text.push_str(&format!("schedule written to {}\n", path.display()));
+    }
+    out::print(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Adds the fields of `more` (an object) to `report` (an object).
+fn extend(report: &mut serde_json::Value, more: serde_json::Value) {
+    if let (Some(r), serde_json::Value::Object(m)) = (report.as_object_mut(), more) {
+        r.extend(m);
+    }
+}

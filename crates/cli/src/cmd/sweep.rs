@@ -1,0 +1,247 @@
+//! `pebble sweep`: the time overhead of several solvers over a range of budgets.
+//!
+//! The budgets are evenly spaced from the peak of `recompute-all` (the least memory any
+//! baseline needs; 10% of the store-all peak when that solver is not registered or the
+//! source has no chain view) up to the store-all peak. Each solver plans its own view
+//! (see `Source::view_for`) at every budget, and its overhead is over store-all's time
+//! on that view. Percentages of the budget column are of the store-all peak of the
+//! chain view when some solver plans it, of the graph view otherwise.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use anyhow::anyhow;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use pebble_schedule::View;
+use pebble_sim::SimReport;
+use pebble_solve::{PlanError, SolveError, SolveOptions, Solver};
+use serde_json::json;
+
+use super::{overhead, solve_options};
+use crate::flags::SweepArgs;
+use crate::out;
+use crate::plot::{self, Curve};
+use crate::source::{find_solver, view_name, Source, Subject};
+
+/// What one solver did at one budget.
+#[derive(Debug, Clone)]
+enum Cell {
+    Feasible {
+        peak: u64,
+        time: f64,
+        overhead: f64,
+    },
+    Infeasible,
+    /// The solver failed otherwise (a schedule the simulator rejects, a problem too large).
+    Failed(String),
+}
+
+/// A view of the source with its store-all reference.
+struct Reference {
+    subject: Subject,
+    store_all: SimReport,
+}
+
+pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
+    let solvers =
+        args.solvers.iter().map(|name| find_solver(name.trim(), "--solvers")).collect::<anyhow::Result<Vec<_>>>()?;
+    let source = Source::load(&args.source, &args.opts)?;
+    let units = source.units();
+    let options = solve_options(&args.solve, &source);
+
+    // The views the solvers plan, each built and simulated once.
+    let mut views: Vec<Reference> = Vec::new();
+    let mut view_of: Vec<usize> = Vec::with_capacity(solvers.len());
+    for solver in &solvers {
+        let subject = source.view_for(*solver)?;
+        let index = match views.iter().position(|r| r.subject.view() == subject.view()) {
+            Some(i) => i,
+            None => {
+                let store_all = subject.store_all(options.bandwidth)?;
+                views.push(Reference { subject, store_all });
+                views.len() - 1
+            }
+        };
+        view_of.push(index);
+    }
+    let reference = views.iter().position(|r| r.subject.view() == View::Chain).unwrap_or(0);
+    let hi = views[reference].store_all.peak_bytes;
+    let lo = least_memory(&views[reference].subject, &options).unwrap_or(hi / 10).min(hi);
+    let n = args.points as u64;
+    let budgets: Vec<u64> = if n == 1 {
+        vec![hi]
+    } else {
+        (0..n).map(|i| lo + ((hi - lo) as u128 * i as u128 / (n - 1) as u128) as u64).collect()
+    };
+
+    let jobs: Vec<(usize, usize)> = (0..budgets.len()).flat_map(|b| (0..solvers.len()).map(move |s| (b, s))).collect();
+    let bar = progress_bar(jobs.len() as u64);
+    let next = AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, jobs.len().max(1));
+    let mut cells: Vec<Option<Cell>> = vec![None; jobs.len()];
+    std::thread::scope(|scope| -> anyhow::Result<()> {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let j = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&(b, s)) = jobs.get(j) else { break };
+                        let view = &views[view_of[s]];
+                        done.push((j, solve(solvers[s], view, budgets[b], &options)));
+                        bar.inc(1);
+                    }
+                    done
+                })
+            })
+            .collect();
+        // Join every worker before reporting a panic, so that the scope has none left.
+        let mut panicked = false;
+        for worker in workers {
+            match worker.join() {
+                Ok(done) => done.into_iter().for_each(|(j, cell)| cells[j] = Some(cell)),
+                Err(_) => panicked = true,
+            }
+        }
+        if panicked {
+            return Err(anyhow!("a solver panicked"));
+        }
+        Ok(())
+    })?;
+    bar.finish_and_clear();
+    let cell = |b: usize, s: usize| cells[b * solvers.len() + s].clone().unwrap_or(Cell::Failed("not run".into()));
+
+    for (s, solver) in solvers.iter().enumerate() {
+        if let Some(Cell::Failed(why)) = (0..budgets.len()).map(|b| cell(b, s)).find(|c| matches!(c, Cell::Failed(_))) {
+            eprintln!("warning: solver `{}` failed: {why}", solver.name());
+        }
+    }
+
+    if let Some(path) = &args.svg {
+        let curves: Vec<Curve> = solvers
+            .iter()
+            .enumerate()
+            .map(|(s, solver)| Curve {
+                name: solver.name().to_string(),
+                points: budgets
+                    .iter()
+                    .enumerate()
+                    .map(|(b, &budget)| match cell(b, s) {
+                        Cell::Feasible { overhead, .. } => (budget, Some(100.0 * overhead)),
+                        _ => (budget, None),
+                    })
+                    .collect(),
+            })
+            .collect();
+        let title = format!("{}: time overhead vs memory", source.label());
+        plot::sweep(path, &title, units, (lo, hi), &curves)?;
+    }
+
+    if args.json {
+        let solvers_json: Vec<_> = solvers
+            .iter()
+            .enumerate()
+            .map(|(s, solver)| {
+                let view = &views[view_of[s]];
+                let points: Vec<_> = budgets
+                    .iter()
+                    .enumerate()
+                    .map(|(b, &budget)| match cell(b, s) {
+                        Cell::Feasible { peak, time, overhead } => json!({
+                            "budget_bytes": budget, "feasible": true, "predicted_peak_bytes": peak,
+                            "predicted_time": time, "overhead": overhead,
+                        }),
+                        Cell::Infeasible => json!({ "budget_bytes": budget, "feasible": false }),
+                        Cell::Failed(why) => json!({ "budget_bytes": budget, "feasible": false, "error": why }),
+                    })
+                    .collect();
+                json!({
+                    "solver": solver.name(),
+                    "view": view_name(view.subject.view()),
+                    "baseline_time": view.store_all.makespan,
+                    "points": points,
+                })
+            })
+            .collect();
+        out::print_json(&json!({
+            "source": source.label(),
+            "view": view_name(views[reference].subject.view()),
+            "store_all_peak_bytes": hi,
+            "store_all_time": views[reference].store_all.makespan,
+            "budgets": budgets,
+            "solvers": solvers_json,
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    // Enough decimals that neighbouring budgets read apart (static memory can make the
+    // whole range a fraction of a percent).
+    let step = if budgets.len() > 1 {
+        100.0 * (hi - lo) as f64 / (budgets.len() - 1) as f64 / hi.max(1) as f64
+    } else {
+        100.0
+    };
+    let decimals = if step > 0.0 { (1.0 - step.log10().floor()).clamp(1.0, 4.0) as usize } else { 1 };
+    let mut header = vec!["budget".to_string(), "of store-all".to_string()];
+    header.extend(solvers.iter().map(|s| s.name().to_string()));
+    let rows: Vec<Vec<String>> = budgets
+        .iter()
+        .enumerate()
+        .map(|(b, &budget)| {
+            let mut row = vec![units.size(budget), percent(budget, hi, decimals)];
+            row.extend((0..solvers.len()).map(|s| match cell(b, s) {
+                Cell::Feasible { overhead, .. } => format!("{:+.1}%", 100.0 * overhead),
+                Cell::Infeasible => "—".to_string(),
+                Cell::Failed(_) => "error".to_string(),
+            }));
+            row
+        })
+        .collect();
+    let right: Vec<bool> = (0..header.len()).map(|_| true).collect();
+    out::print(&out::table(&header, &rows, &right))?;
+    if let Some(path) = &args.svg {
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The peak of `recompute-all` on this view, if that solver is registered and plans it.
+fn least_memory(subject: &Subject, options: &SolveOptions) -> Option<u64> {
+    let solver = pebble_solve::solver("recompute-all")?;
+    let schedule = solver.solve(subject.problem(), u64::MAX, options).ok()?;
+    let config = pebble_sim::SimConfig { budget: None, bandwidth: options.bandwidth, timeline: false };
+    Some(pebble_solve::simulate(subject.problem(), &schedule, &config).ok()?.peak_bytes)
+}
+
+fn solve(solver: &dyn Solver, view: &Reference, budget: u64, options: &SolveOptions) -> Cell {
+    match pebble_solve::plan(solver, view.subject.problem(), budget, options) {
+        Ok(plan) => Cell::Feasible {
+            peak: plan.report.peak_bytes,
+            time: plan.report.makespan,
+            overhead: overhead(plan.report.makespan, view.store_all.makespan),
+        },
+        Err(PlanError::Solve(SolveError::Infeasible { .. })) => Cell::Infeasible,
+        Err(e) => Cell::Failed(e.to_string()),
+    }
+}
+
+/// A bar over the solves on standard error, drawn only when that is a terminal.
+fn progress_bar(len: u64) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("{spinner} solving {pos}/{len} {wide_bar} {elapsed}") {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// `value` as a percentage of `reference` with `decimals` decimals.
+fn percent(value: u64, reference: u64, decimals: usize) -> String {
+    if reference == 0 {
+        return "-".to_string();
+    }
+    format!("{:.decimals$}%", 100.0 * value as f64 / reference as f64)
+}

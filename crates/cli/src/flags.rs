@@ -1,0 +1,321 @@
+//! The command line as clap parses it: flag names, value syntax and help text. Nothing
+//! here loads a file or builds a model; `source.rs` and the commands give the values
+//! their meaning. Values with a fixed syntax (sizes, budgets, slots, bandwidths) are
+//! parsed here, so that a bad one is a usage error naming its flag (exit code 2).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use pebble_graph::units::{parse_budget, BudgetSpec};
+use pebble_solve::Slots;
+
+/// Plans memory-constrained DNN training: which activations to keep, recompute or offload.
+#[derive(Debug, Parser)]
+#[command(name = "pebble", version, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List the model zoo: names, families, published parameter counts and defaults.
+    Models(ModelsArgs),
+    /// Describe a model: parameters, static memory, store-all peak and time, FLOPs.
+    Info(InfoArgs),
+    /// Write a model's chain or training graph as JSON.
+    Graph(GraphArgs),
+    /// Plan one training step within a memory budget with one solver.
+    Plan(PlanArgs),
+    /// Run a schedule through the simulator: makespan, peak, host peak.
+    Simulate(SimulateArgs),
+    /// Trade-off of time overhead against memory for several solvers.
+    Sweep(SweepArgs),
+}
+
+/// `pebble models`.
+#[derive(Debug, Args)]
+pub struct ModelsArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options every zoo model takes. Each needs `--model`, which `Source::load` checks
+/// with [`ModelOpts::given`] (clap's `requires` cannot: it takes a requirement on one
+/// member of the source group as met when another member is given). A model that has
+/// no use for one (`--seq` for a ResNet) rejects it when it is built.
+#[derive(Debug, Args)]
+pub struct ModelOpts {
+    /// Batch size (default: the model's).
+    #[arg(long, value_name = "N")]
+    pub batch: Option<usize>,
+    /// Image side, for vision models.
+    #[arg(long, value_name = "PIXELS")]
+    pub image: Option<usize>,
+    /// Sequence length, for sequence models.
+    #[arg(long, value_name = "TOKENS")]
+    pub seq: Option<usize>,
+    /// Layer count, for models of variable depth.
+    #[arg(long, value_name = "N")]
+    pub layers: Option<usize>,
+    /// Float type of parameters and activations [default: f32].
+    #[arg(long, value_enum)]
+    pub dtype: Option<DTypeArg>,
+    /// Optimizer whose state counts as static memory [default: adam].
+    #[arg(long, value_enum)]
+    pub optimizer: Option<OptimizerArg>,
+    /// Device the op times are for: v100 (default), a100, h100, rtx3060, or a JSON profile file.
+    #[arg(long, value_name = "PROFILE")]
+    pub device: Option<String>,
+}
+
+impl ModelOpts {
+    /// The first model option given, as its flag.
+    pub fn given(&self) -> Option<&'static str> {
+        [
+            (self.batch.is_some(), "--batch"),
+            (self.image.is_some(), "--image"),
+            (self.seq.is_some(), "--seq"),
+            (self.layers.is_some(), "--layers"),
+            (self.dtype.is_some(), "--dtype"),
+            (self.optimizer.is_some(), "--optimizer"),
+            (self.device.is_some(), "--device"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
+    }
+}
+
+/// `--dtype`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum DTypeArg {
+    /// 32-bit floats.
+    F32,
+    /// bfloat16.
+    Bf16,
+}
+
+/// `--optimizer`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum OptimizerArg {
+    /// No state.
+    Sgd,
+    /// One state per parameter.
+    Momentum,
+    /// Two states per parameter.
+    Adam,
+}
+
+/// `--view`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ViewArg {
+    /// Rotor's chain of blocks.
+    Chain,
+    /// The forward+backward training graph.
+    Graph,
+}
+
+/// Where the problem comes from: exactly one of a chain file, a graph file or a model.
+#[derive(Debug, Args)]
+#[group(id = "source", required = true, multiple = false)]
+pub struct SourceArgs {
+    /// A chain in rotor's JSON format (ftime, btime, x, xbar, ftmp, btmp); sizes in plain units.
+    #[arg(long, value_name = "FILE")]
+    pub chain: Option<PathBuf>,
+    /// A training graph in pebble's JSON format (as `pebble graph` writes it).
+    #[arg(long, value_name = "FILE")]
+    pub graph: Option<PathBuf>,
+    /// A zoo model (see `pebble models`).
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+}
+
+/// `pebble info`.
+#[derive(Debug, Args)]
+pub struct InfoArgs {
+    /// A zoo model (see `pebble models`).
+    #[arg(long, value_name = "NAME")]
+    pub model: String,
+    #[command(flatten)]
+    pub opts: ModelOpts,
+    /// Print JSON instead of a summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `pebble graph`.
+#[derive(Debug, Args)]
+pub struct GraphArgs {
+    /// A zoo model (see `pebble models`).
+    #[arg(long, value_name = "NAME")]
+    pub model: String,
+    #[command(flatten)]
+    pub opts: ModelOpts,
+    /// Which view to write.
+    #[arg(long, value_enum, default_value = "graph")]
+    pub view: ViewArg,
+    /// Where to write it (default: standard output).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// The memory budget of `pebble plan`: exactly one of the two.
+#[derive(Debug, Args)]
+#[group(id = "budget_group", required = true, multiple = false)]
+pub struct BudgetArgs {
+    /// Device memory for everything resident, static memory included: `4GiB`, `512MiB`,
+    /// plain bytes (units for chain files), or `P%` of the store-all peak.
+    #[arg(long, value_name = "SIZE", value_parser = budget_value, allow_hyphen_values = true)]
+    pub budget: Option<BudgetSpec>,
+    /// Memory for everything but static memory (parameters, their gradients, optimizer
+    /// states), which is added to it; `P%` is of the activation peak (store-all peak
+    /// minus static memory).
+    #[arg(long, value_name = "SIZE", value_parser = budget_value, allow_hyphen_values = true)]
+    pub activation_budget: Option<BudgetSpec>,
+}
+
+/// Options passed on to the solvers and the simulator.
+#[derive(Debug, Args)]
+pub struct SolveArgs {
+    /// Memory discretization of the dynamic programs: a slot count, or `exact` to use a
+    /// chain's integer units as they are [default: 500].
+    #[arg(long, value_name = "N|exact", value_parser = slots_value, allow_hyphen_values = true)]
+    pub slots: Option<Slots>,
+    /// Wall-clock limit of MILP solvers, in seconds.
+    #[arg(long, value_name = "SECONDS", value_parser = positive_value, allow_hyphen_values = true)]
+    pub time_limit: Option<f64>,
+    /// Host↔device bandwidth, bytes per second (or per time unit for chain files);
+    /// `12e9` or `12GB` [default: the device's link, or 16e9 for files].
+    #[arg(long, value_name = "BYTES_PER_S", value_parser = bandwidth_value, allow_hyphen_values = true)]
+    pub bandwidth: Option<f64>,
+}
+
+/// `pebble plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[command(flatten)]
+    pub opts: ModelOpts,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
+    /// The solver (listed below).
+    #[arg(long, value_name = "NAME")]
+    pub solver: String,
+    #[command(flatten)]
+    pub solve: SolveArgs,
+    /// Print one JSON object instead of a summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the schedule as JSON to this file.
+    #[arg(short, long, value_name = "SCHEDULE")]
+    pub output: Option<PathBuf>,
+}
+
+/// `pebble simulate`.
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// The schedule, as `pebble plan -o` writes it.
+    #[arg(long, value_name = "FILE")]
+    pub schedule: PathBuf,
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[command(flatten)]
+    pub opts: ModelOpts,
+    /// Which view of the model to simulate [default: the schedule's].
+    #[arg(long, value_enum)]
+    pub view: Option<ViewArg>,
+    /// Fail if device memory exceeds this: a size, or `P%` of the store-all peak.
+    #[arg(long, value_name = "SIZE", value_parser = budget_value, allow_hyphen_values = true)]
+    pub budget: Option<BudgetSpec>,
+    /// Host↔device bandwidth, bytes per second (or per time unit for chain files).
+    #[arg(long, value_name = "BYTES_PER_S", value_parser = bandwidth_value, allow_hyphen_values = true)]
+    pub bandwidth: Option<f64>,
+    /// Print JSON instead of a summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Plot the device memory timeline to this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub timeline: Option<PathBuf>,
+}
+
+/// `pebble sweep`.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[command(flatten)]
+    pub opts: ModelOpts,
+    /// The solvers to compare, comma-separated.
+    #[arg(long, value_name = "A,B,C", value_delimiter = ',', required = true)]
+    pub solvers: Vec<String>,
+    /// Number of budgets, evenly spaced from the recompute-all peak to the store-all peak.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub points: u32,
+    /// Plot overhead against budget to this SVG file.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub solve: SolveArgs,
+}
+
+fn budget_value(text: &str) -> Result<BudgetSpec, String> {
+    parse_budget(text)
+}
+
+fn slots_value(text: &str) -> Result<Slots, String> {
+    if text.eq_ignore_ascii_case("exact") {
+        return Ok(Slots::Exact);
+    }
+    match text.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(Slots::Count(n)),
+        _ => Err(format!("`{text}` is not a positive slot count or `exact`")),
+    }
+}
+
+fn positive_value(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("`{text}` is not a positive number")),
+    }
+}
+
+fn bandwidth_value(text: &str) -> Result<f64, String> {
+    let v = match text.trim().parse::<f64>() {
+        Ok(v) => v,
+        Err(_) => pebble_graph::units::parse_size(text)? as f64,
+    };
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("`{text}`: a bandwidth must be a positive number of bytes per second"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn values() {
+        assert_eq!(slots_value("exact"), Ok(Slots::Exact));
+        assert_eq!(slots_value("500"), Ok(Slots::Count(500)));
+        assert!(slots_value("0").is_err());
+        assert_eq!(bandwidth_value("12e9"), Ok(12e9));
+        assert_eq!(bandwidth_value("12GB"), Ok(12e9));
+        assert!(bandwidth_value("-1").is_err());
+        assert!(positive_value("0").is_err());
+    }
+}

@@ -1,0 +1,190 @@
+//! SVG figures (plotters): the overhead-versus-memory trade-off of `pebble sweep` and the
+//! memory timeline of `pebble simulate --timeline`.
+
+use std::path::Path;
+
+use anyhow::anyhow;
+use pebble_sim::MemoryPoint;
+use plotters::prelude::*;
+
+use crate::source::{write_file, Units};
+
+/// Matplotlib's `tab10`: ten colors told apart easily, also in print.
+const COLORS: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+const SIZE: (u32, u32) = (960, 600);
+
+/// Divisor and axis name of sizes.
+fn size_axis(units: Units, what: &str) -> (f64, String) {
+    match units {
+        Units::Bytes => ((1u64 << 30) as f64, format!("{what} (GiB)")),
+        Units::Plain => (1.0, format!("{what} (units)")),
+    }
+}
+
+/// An axis range around `[lo, hi]` with a little room on both sides, never empty.
+fn padded(lo: f64, hi: f64) -> std::ops::Range<f64> {
+    let span = hi - lo;
+    let pad = if span > 0.0 { span * 0.04 } else { hi.abs().max(1.0) * 0.05 };
+    (lo - pad)..(hi + pad)
+}
+
+/// One curve of a sweep: a solver's name and, for each budget, its overhead in percent
+/// (`None` where it is infeasible).
+pub struct Curve {
+    /// The legend entry.
+    pub name: String,
+    /// `(budget, overhead %)`, one per budget.
+    pub points: Vec<(u64, Option<f64>)>,
+}
+
+/// Plots overhead against budget, one line with markers per solver, and writes the SVG.
+/// Lines connect consecutive feasible budgets only.
+pub fn sweep(path: &Path, title: &str, units: Units, budgets: (u64, u64), curves: &[Curve]) -> anyhow::Result<()> {
+    let (scale, x_desc) = size_axis(units, "memory budget");
+    let draw_err = |e: &dyn std::fmt::Display| anyhow!("--svg `{}`: cannot draw the plot: {e}", path.display());
+    let overheads = curves.iter().flat_map(|c| c.points.iter().filter_map(|p| p.1));
+    let (ymin, ymax) = overheads.fold((0.0f64, 0.0f64), |(lo, hi), y| (lo.min(y), hi.max(y)));
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| draw_err(&e))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 22))
+            .margin(20)
+            .x_label_area_size(50)
+            .y_label_area_size(70)
+            .build_cartesian_2d(
+                padded(budgets.0 as f64 / scale, budgets.1 as f64 / scale),
+                // Headroom above the curves for the legend.
+                ymin.min(0.0)..if ymax > ymin { ymax + 0.35 * (ymax - ymin) } else { ymin + 1.0 },
+            )
+            .map_err(|e| draw_err(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc(x_desc)
+            .y_desc("time overhead over store-all (%)")
+            .draw()
+            .map_err(|e| draw_err(&e))?;
+        for (i, curve) in curves.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            let points: Vec<Option<(f64, f64)>> =
+                curve.points.iter().map(|&(b, y)| y.map(|y| (b as f64 / scale, y))).collect();
+            for run in points.split(|p| p.is_none()).filter(|r| !r.is_empty()) {
+                let run: Vec<(f64, f64)> = run.iter().flatten().copied().collect();
+                chart.draw_series(LineSeries::new(run, color.stroke_width(2))).map_err(|e| draw_err(&e))?;
+            }
+            // Markers differ in shape too, so that coinciding points stay readable.
+            let feasible = points.iter().flatten().copied();
+            macro_rules! markers {
+                ($marker:expr) => {{
+                    let marker = $marker;
+                    chart
+                        .draw_series(feasible.map(|p| EmptyElement::at(p) + marker((0, 0))))
+                        .map_err(|e| draw_err(&e))?
+                        .label(curve.name.as_str())
+                        .legend(move |(x, y)| {
+                            EmptyElement::at((x, y))
+                                + PathElement::new(vec![(0, 0), (24, 0)], color.stroke_width(2))
+                                + marker((12, 0))
+                        });
+                }};
+            }
+            match i % 4 {
+                0 => markers!(move |c| Circle::new(c, 4, color.filled())),
+                1 => markers!(move |c| TriangleMarker::new(c, 6, color.filled())),
+                2 => {
+                    markers!(move |(x, y): (i32, i32)| Rectangle::new([(x - 4, y - 4), (x + 4, y + 4)], color.filled()))
+                }
+                _ => markers!(move |c| Cross::new(c, 5, color.stroke_width(2))),
+            }
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| draw_err(&e))?;
+        root.present().map_err(|e| draw_err(&e))?;
+    }
+    write_file(path, "--svg", &svg)
+}
+
+/// Plots device memory over time as steps, with the budget as a red line, and writes
+/// the SVG.
+pub fn timeline(
+    path: &Path,
+    title: &str,
+    timeline: &[MemoryPoint],
+    makespan: f64,
+    budget: Option<u64>,
+    units: Units,
+) -> anyhow::Result<()> {
+    let (scale, y_desc) = size_axis(units, "device memory");
+    let x_desc = match units {
+        Units::Bytes => "time (s)",
+        Units::Plain => "time (units)",
+    };
+    let draw_err = |e: &dyn std::fmt::Display| anyhow!("--timeline `{}`: cannot draw the plot: {e}", path.display());
+    let mut steps: Vec<(f64, f64)> = Vec::with_capacity(2 * timeline.len() + 1);
+    for p in timeline {
+        if let Some(&(_, last)) = steps.last() {
+            steps.push((p.time, last));
+        }
+        steps.push((p.time, p.bytes as f64 / scale));
+    }
+    if let Some(&(t, last)) = steps.last() {
+        if makespan > t {
+            steps.push((makespan, last));
+        }
+    }
+    let end = steps.iter().map(|p| p.0).fold(makespan, f64::max);
+    let top = steps.iter().map(|p| p.1).fold(budget.map_or(0.0, |b| b as f64 / scale), f64::max);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| draw_err(&e))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 22))
+            .margin(20)
+            .x_label_area_size(50)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0.0..if end > 0.0 { end } else { 1.0 }, 0.0..if top > 0.0 { top * 1.08 } else { 1.0 })
+            .map_err(|e| draw_err(&e))?;
+        chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw().map_err(|e| draw_err(&e))?;
+        chart
+            .draw_series(LineSeries::new(steps, COLORS[0].stroke_width(2)))
+            .map_err(|e| draw_err(&e))?
+            .label("in use")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], COLORS[0].stroke_width(2)));
+        if let Some(b) = budget {
+            let b = b as f64 / scale;
+            chart
+                .draw_series(LineSeries::new(vec![(0.0, b), (end, b)], COLORS[3].stroke_width(1)))
+                .map_err(|e| draw_err(&e))?
+                .label("budget")
+                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], COLORS[3].stroke_width(1)));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| draw_err(&e))?;
+        root.present().map_err(|e| draw_err(&e))?;
+    }
+    write_file(path, "--timeline", &svg)
+}

@@ -1,0 +1,322 @@
+//! What the flags mean: the problem a command works on (a chain file, a graph file or a
+//! zoo model), the view a solver gets of it, and budgets resolved against its store-all
+//! peak. Every failure caused by the input is a [`BadInput`](crate::error::BadInput)
+//! naming the flag and, through the library's own error, the field.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use pebble_graph::{partition, units::format_bytes, Chain, TrainingGraph};
+use pebble_schedule::{Schedule, View};
+use pebble_sim::{SimConfig, SimReport};
+use pebble_solve::{baseline::store_all::store_all_schedule, Problem, Solver};
+use pebble_zoo::{DType, DeviceProfile, Model, ModelOptions, Optimizer};
+
+use crate::error::bad;
+use crate::flags::{DTypeArg, ModelOpts, OptimizerArg, SourceArgs};
+
+/// Reads a whole file, naming the flag that gave its path.
+pub fn read_file(path: &Path, flag: &str) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).map_err(|e| bad(format!("{flag} `{}`: cannot read it: {e}", path.display())))
+}
+
+/// Writes a whole file, naming the flag that gave its path.
+pub fn write_file(path: &Path, flag: &str, text: &str) -> anyhow::Result<()> {
+    std::fs::write(path, text).map_err(|e| bad(format!("{flag} `{}`: cannot write it: {e}", path.display())))
+}
+
+/// Reads a schedule file (`--schedule`).
+pub fn read_schedule(path: &Path) -> anyhow::Result<Schedule> {
+    let text = read_file(path, "--schedule")?;
+    Schedule::from_json(&text).map_err(|e| bad(format!("--schedule `{}`: {e}", path.display())))
+}
+
+/// The solver called `name`, or a bad-input error listing the known ones.
+pub fn find_solver(name: &str, flag: &str) -> anyhow::Result<&'static dyn Solver> {
+    pebble_solve::solver(name).ok_or_else(|| {
+        let known: Vec<&str> = pebble_solve::registry().iter().map(|s| s.name()).collect();
+        bad(format!("{flag}: unknown solver `{name}` (known: {})", known.join(", ")))
+    })
+}
+
+/// Resolves the model options against the defaults; the device is looked up here.
+pub fn model_options(opts: &ModelOpts) -> anyhow::Result<ModelOptions> {
+    let device = match &opts.device {
+        Some(name) => DeviceProfile::lookup(name).map_err(|e| bad(format!("--device: {e}")))?,
+        None => ModelOptions::default().device,
+    };
+    Ok(ModelOptions {
+        batch: opts.batch,
+        image: opts.image,
+        seq: opts.seq,
+        layers: opts.layers,
+        dtype: match opts.dtype {
+            Some(DTypeArg::Bf16) => DType::Bf16,
+            Some(DTypeArg::F32) | None => DType::F32,
+        },
+        optimizer: match opts.optimizer {
+            Some(OptimizerArg::Sgd) => Optimizer::Sgd,
+            Some(OptimizerArg::Momentum) => Optimizer::Momentum,
+            Some(OptimizerArg::Adam) | None => Optimizer::Adam,
+        },
+        device,
+    })
+}
+
+/// Builds a zoo model. Unknown names, options the model does not take and shapes it
+/// cannot use are bad input; a lowered graph that fails validation is a zoo bug.
+pub fn build_model(name: &str, opts: &ModelOpts) -> anyhow::Result<(Model, ModelOptions)> {
+    use pebble_zoo::ZooError;
+    let options = model_options(opts)?;
+    match pebble_zoo::build(name, &options) {
+        Ok(model) => Ok((model, options)),
+        Err(e @ ZooError::Graph { .. }) => Err(anyhow::Error::new(e).context(format!("--model `{name}`"))),
+        // These two name the model and the option already.
+        Err(e @ (ZooError::UnknownModel { .. } | ZooError::BadOption { .. })) => Err(bad(format!("--model: {e}"))),
+        Err(e) => Err(bad(format!("--model `{name}`: {e}"))),
+    }
+}
+
+/// How sizes and times of a problem read: bytes and seconds for models and graphs,
+/// plain units for hand-written chains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Units {
+    /// Bytes and seconds.
+    Bytes,
+    /// The chain file's own units.
+    Plain,
+}
+
+impl Units {
+    /// A size, e.g. `1.500 GiB` or `1536`.
+    pub fn size(self, v: u64) -> String {
+        match self {
+            Units::Bytes => format_bytes(v),
+            Units::Plain => v.to_string(),
+        }
+    }
+
+    /// A duration, e.g. `0.1234 s` or `12.5`.
+    pub fn time(self, t: f64) -> String {
+        match self {
+            Units::Bytes => format!("{} s", significant(t)),
+            Units::Plain => significant(t),
+        }
+    }
+}
+
+/// Four significant digits, without an exponent for everyday magnitudes.
+pub fn significant(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let digits = (3 - v.abs().log10().floor() as i32).clamp(0, 12) as usize;
+    format!("{v:.digits$}")
+}
+
+/// The problem a command works on.
+pub enum Source {
+    /// `--chain FILE`.
+    Chain {
+        /// The file.
+        path: PathBuf,
+        /// Its chain.
+        chain: Chain,
+    },
+    /// `--graph FILE`.
+    Graph {
+        /// The file.
+        path: PathBuf,
+        /// Its graph.
+        graph: TrainingGraph,
+    },
+    /// `--model NAME`.
+    Model {
+        /// The built model.
+        model: Box<Model>,
+        /// The options it was built with.
+        options: ModelOptions,
+    },
+}
+
+/// One view of a source, owned, ready to hand to a solver or the simulator.
+pub enum Subject {
+    /// A chain.
+    Chain(Chain),
+    /// A training graph.
+    Graph(TrainingGraph),
+}
+
+impl Subject {
+    /// The solver's problem.
+    pub fn problem(&self) -> Problem<'_> {
+        match self {
+            Subject::Chain(c) => Problem::Chain(c),
+            Subject::Graph(g) => Problem::Graph(g),
+        }
+    }
+
+    /// The view.
+    pub fn view(&self) -> View {
+        self.problem().view()
+    }
+
+    /// Memory resident for the whole step: the chain's `static_bytes` (which also holds
+    /// inputs only the loss reads, such as labels) or the graph's static data.
+    pub fn static_bytes(&self) -> u64 {
+        match self {
+            Subject::Chain(c) => c.static_bytes,
+            Subject::Graph(g) => g.static_bytes(),
+        }
+    }
+
+    /// The store-all schedule simulated without a budget: the reference peak and time.
+    pub fn store_all(&self, bandwidth: f64) -> anyhow::Result<SimReport> {
+        let problem = self.problem();
+        let config = SimConfig { budget: None, bandwidth, timeline: false };
+        pebble_solve::simulate(problem, &store_all_schedule(problem), &config)
+            .context("the simulator rejects the store-all schedule")
+    }
+}
+
+/// The name of a view as the CLI spells it.
+pub fn view_name(view: View) -> &'static str {
+    match view {
+        View::Chain => "chain",
+        View::Graph => "graph",
+    }
+}
+
+impl Source {
+    /// Loads the chain file, graph file or model the flags name.
+    pub fn load(args: &SourceArgs, opts: &ModelOpts) -> anyhow::Result<Source> {
+        if args.model.is_none() {
+            if let Some(flag) = opts.given() {
+                return Err(bad(format!("{flag} is a model option: it needs --model, not a chain or graph file")));
+            }
+        }
+        if let Some(path) = &args.chain {
+            let chain = Chain::from_json(&read_file(path, "--chain")?)
+                .map_err(|e| bad(format!("--chain `{}`: {e}", path.display())))?;
+            Ok(Source::Chain { path: path.clone(), chain })
+        } else if let Some(path) = &args.graph {
+            let graph = TrainingGraph::from_json(&read_file(path, "--graph")?)
+                .map_err(|e| bad(format!("--graph `{}`: {e}", path.display())))?;
+            Ok(Source::Graph { path: path.clone(), graph })
+        } else if let Some(name) = &args.model {
+            let (model, options) = build_model(name, opts)?;
+            Ok(Source::Model { model: Box::new(model), options })
+        } else {
+            // clap's group makes one of the three required.
+            Err(bad("give one of --chain, --graph or --model"))
+        }
+    }
+
+    /// Parameters, their gradients and optimizer states: what `--activation-budget`
+    /// leaves out. A model knows them exactly from its graph; a chain file only has its
+    /// `static_bytes`.
+    pub fn param_state_bytes(&self, subject: &Subject) -> u64 {
+        match self {
+            Source::Model { model, .. } => model.graph.static_bytes(),
+            _ => subject.static_bytes(),
+        }
+    }
+
+    /// How sizes and times read.
+    pub fn units(&self) -> Units {
+        match self {
+            Source::Chain { .. } => Units::Plain,
+            _ => Units::Bytes,
+        }
+    }
+
+    /// The bandwidth when `--bandwidth` is not given: the device's link for a model,
+    /// the simulator's default otherwise.
+    pub fn default_bandwidth(&self) -> f64 {
+        match self {
+            Source::Model { options, .. } => options.device.link_bandwidth,
+            _ => SimConfig::default().bandwidth,
+        }
+    }
+
+    /// A title: `resnet50, batch 32, v100`, or the file's name.
+    pub fn label(&self) -> String {
+        match self {
+            Source::Chain { path, chain } => match &chain.name {
+                Some(n) => format!("chain {n}"),
+                None => format!("chain {}", path.display()),
+            },
+            Source::Graph { path, graph } => match &graph.name {
+                Some(n) => format!("graph {n}"),
+                None => format!("graph {}", path.display()),
+            },
+            Source::Model { model, options } => {
+                format!("{}, batch {}, {}", model.spec.name, model.dims.batch, options.device.name)
+            }
+        }
+    }
+
+    /// The source seen in `view`: a chain file only as a chain; a graph file as a graph
+    /// or, through its partition, as a chain.
+    pub fn view(&self, view: View) -> anyhow::Result<Subject> {
+        match (self, view) {
+            (Source::Chain { chain, .. }, View::Chain) => Ok(Subject::Chain(chain.clone())),
+            (Source::Chain { path, .. }, View::Graph) => Err(bad(format!(
+                "--chain `{}`: a chain file has no graph view (give --graph or --model)",
+                path.display()
+            ))),
+            (Source::Graph { graph, .. }, View::Graph) => Ok(Subject::Graph(graph.clone())),
+            (Source::Graph { path, graph }, View::Chain) => partition::to_chain(graph)
+                .map(Subject::Chain)
+                .map_err(|e| bad(format!("--graph `{}`: no chain view: {e}", path.display()))),
+            (Source::Model { model, .. }, View::Chain) => Ok(Subject::Chain(model.chain.clone())),
+            (Source::Model { model, .. }, View::Graph) => Ok(Subject::Graph(model.graph.clone())),
+        }
+    }
+
+    /// The view `solver` plans: for a model, the first of the solver's views; for a file,
+    /// the file's own view if the solver plans it, else a graph file's chain.
+    pub fn view_for(&self, solver: &dyn Solver) -> anyhow::Result<Subject> {
+        let views = solver.views();
+        let view = match self {
+            Source::Model { .. } => views.first().copied(),
+            Source::Chain { .. } => views.iter().copied().find(|v| *v == View::Chain),
+            Source::Graph { .. } => {
+                if views.contains(&View::Graph) {
+                    Some(View::Graph)
+                } else {
+                    views.iter().copied().find(|v| *v == View::Chain)
+                }
+            }
+        };
+        match view {
+            Some(v) => self.view(v),
+            None => {
+                let planned: Vec<&str> = views.iter().map(|v| view_name(*v)).collect();
+                Err(bad(format!(
+                    "--solver `{}` plans only the {} view, which {} does not have",
+                    solver.name(),
+                    planned.join(" and "),
+                    match self {
+                        Source::Chain { .. } => "a chain file",
+                        Source::Graph { .. } => "a graph file",
+                        Source::Model { .. } => "this model",
+                    }
+                )))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn significant_digits() {
+        assert_eq!(significant(0.123456), "0.1235");
+        assert_eq!(significant(12.5), "12.50");
+        assert_eq!(significant(1234.4), "1234");
+        assert_eq!(significant(0.0), "0");
+    }
+}

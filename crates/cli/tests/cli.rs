@@ -1,0 +1,505 @@
+//! The `pebble` command-line contract: flags, JSON fields, messages and exit codes.
+//! Every test runs the binary; models are kept small (ResNet-18 at batch 2 and image 64,
+//! the MLP) so that the debug build stays fast.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+/// What one run of `pebble` did.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// The stdout as JSON.
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", self.stdout))
+    }
+}
+
+fn pebble(args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_pebble")).args(args).output().expect("the binary runs");
+    let run = Run {
+        code: out.status.code().expect("exited, not killed by a signal"),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert!(!run.stderr.contains("panicked"), "pebble {args:?} panicked:\n{}", run.stderr);
+    run
+}
+
+/// Runs and expects success.
+fn ok(args: &[&str]) -> Run {
+    let run = pebble(args);
+    assert_eq!(run.code, 0, "pebble {args:?} failed:\n{}", run.stderr);
+    run
+}
+
+/// A fresh scratch directory for one test, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn join(&self, name: impl AsRef<Path>) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(test: &str) -> Scratch {
+    let dir = std::env::temp_dir().join(format!("pebble-cli-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    Scratch(dir)
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// Writes `text` to `dir/name` and returns the path.
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("write");
+    p
+}
+
+fn chain_text() -> String {
+    std::fs::read_to_string(fixture("chain.json")).expect("fixture")
+}
+
+const SMALL: [&str; 6] = ["--model", "resnet18", "--batch", "2", "--image", "64"];
+
+/// The concatenation of argument lists.
+fn cat<'a>(parts: &[&[&'a str]]) -> Vec<&'a str> {
+    parts.iter().flat_map(|p| p.iter().copied()).collect()
+}
+
+/// Expects exit code 2 and an `error:` message that contains every one of `needles`.
+fn bad_input(args: &[&str], needles: &[&str]) -> Run {
+    let run = pebble(args);
+    assert_eq!(run.code, 2, "pebble {args:?} should exit 2; stderr:\n{}", run.stderr);
+    assert!(run.stderr.starts_with("error: "), "pebble {args:?}: {}", run.stderr);
+    for n in needles {
+        assert!(run.stderr.contains(n), "pebble {args:?}: `{n}` not in:\n{}", run.stderr);
+    }
+    run
+}
+
+/// Like [`bad_input`], and the message is one line (ours, not clap's usage text).
+fn bad_input_one_line(args: &[&str], needles: &[&str]) {
+    let run = bad_input(args, needles);
+    assert_eq!(run.stderr.trim_end().lines().count(), 1, "pebble {args:?}: more than one line:\n{}", run.stderr);
+}
+
+#[test]
+fn malformed_chain_json_is_bad_input() {
+    let dir = scratch("malformed-chain");
+    let p = write(&dir, "c.json", "{\"ftime\": [1,");
+    bad_input_one_line(
+        &["plan", "--chain", s(&p), "--budget", "10", "--solver", "store-all"],
+        &["--chain", "malformed chain"],
+    );
+}
+
+#[test]
+fn negative_size_names_the_field() {
+    let dir = scratch("negative-size");
+    let p = write(&dir, "c.json", &chain_text().replace("\"x\": [4, 5,", "\"x\": [4, -5,"));
+    bad_input_one_line(
+        &["plan", "--chain", s(&p), "--budget", "10", "--solver", "store-all"],
+        &["field `x[1]`", "non-negative"],
+    );
+}
+
+#[test]
+fn wrong_btime_length_names_the_field() {
+    let dir = scratch("btime-length");
+    let p = write(&dir, "c.json", &chain_text().replace("[2, 3, 2, 4, 1]", "[2, 3, 2, 4]"));
+    bad_input_one_line(
+        &["plan", "--chain", s(&p), "--budget", "10", "--solver", "store-all"],
+        &["field `btime` has length 4, expected 5"],
+    );
+}
+
+#[test]
+fn unknown_names_are_bad_input() {
+    bad_input_one_line(&["info", "--model", "resnet9000"], &["unknown model `resnet9000`", "resnet18"]);
+    let chain = fixture("chain.json");
+    bad_input_one_line(
+        &["plan", "--chain", s(&chain), "--budget", "10", "--solver", "magic"],
+        &["--solver", "unknown solver `magic`", "store-all", "recompute-all"],
+    );
+    bad_input_one_line(
+        &["sweep", "--chain", s(&chain), "--solvers", "store-all,magic"],
+        &["--solvers", "unknown solver `magic`", "chen-sqrt"],
+    );
+    bad_input_one_line(
+        &["info", "--model", "resnet18", "--device", "tpu9"],
+        &["--device", "unknown device profile `tpu9`", "v100"],
+    );
+}
+
+#[test]
+fn options_a_model_does_not_take_are_bad_input() {
+    bad_input_one_line(&["info", "--model", "resnet18", "--seq", "128"], &["--seq", "resnet18"]);
+    bad_input_one_line(&["info", "--model", "resnet18", "--batch", "0"], &["--batch", "positive"]);
+    // A model option without a model is a usage error.
+    bad_input_one_line(
+        &["plan", "--chain", s(&fixture("chain.json")), "--budget", "10", "--solver", "store-all", "--batch", "2"],
+        &["--batch", "--model"],
+    );
+    bad_input_one_line(
+        &["simulate", "--chain", s(&fixture("chain.json")), "--schedule", "s.json", "--view", "chain"],
+        &["--view", "--model"],
+    );
+}
+
+#[test]
+fn bad_budgets_are_bad_input() {
+    let chain = fixture("chain.json");
+    for budget in ["lots", "-4GiB", "4XB", "-5%", "%"] {
+        bad_input(&["plan", "--chain", s(&chain), "--solver", "store-all", "--budget", budget], &["--budget", budget]);
+    }
+    bad_input(
+        &["plan", "--chain", s(&chain), "--solver", "store-all", "--activation-budget", "x%"],
+        &["--activation-budget"],
+    );
+    // Exactly one of the two.
+    bad_input(&["plan", "--chain", s(&chain), "--solver", "store-all"], &["--budget"]);
+    bad_input(
+        &["plan", "--chain", s(&chain), "--solver", "store-all", "--budget", "10", "--activation-budget", "10"],
+        &["--activation-budget"],
+    );
+    bad_input(&["plan", "--chain", s(&chain), "--solver", "store-all", "--budget", "10", "--slots", "0"], &["--slots"]);
+    bad_input(
+        &["plan", "--chain", s(&chain), "--solver", "store-all", "--budget", "10", "--bandwidth", "-1"],
+        &["--bandwidth"],
+    );
+    bad_input(&["sweep", "--chain", s(&chain), "--solvers", "store-all", "--points", "0"], &["--points"]);
+}
+
+#[test]
+fn missing_files_are_bad_input() {
+    let dir = scratch("missing");
+    let nowhere = dir.join("nowhere.json");
+    bad_input_one_line(
+        &["plan", "--chain", s(&nowhere), "--budget", "10", "--solver", "store-all"],
+        &["--chain", "nowhere.json", "cannot read"],
+    );
+    bad_input_one_line(
+        &["plan", "--graph", s(&nowhere), "--budget", "10", "--solver", "store-all"],
+        &["--graph", "cannot read"],
+    );
+    bad_input_one_line(
+        &["simulate", "--schedule", s(&nowhere), "--chain", s(&fixture("chain.json"))],
+        &["--schedule", "cannot read"],
+    );
+    bad_input_one_line(
+        &["graph", "--model", "mlp", "-o", s(&dir.join("no/such/dir/g.json"))],
+        &["--output", "cannot write"],
+    );
+}
+
+#[test]
+fn malformed_schedule_is_bad_input() {
+    let dir = scratch("malformed-schedule");
+    let chain = fixture("chain.json");
+    let p =
+        write(&dir, "s.json", "{\"version\": 1, \"view\": \"chain\", \"ops\": [{\"op\": \"forward\", \"stage\": -1}]}");
+    bad_input_one_line(
+        &["simulate", "--schedule", s(&p), "--chain", s(&chain)],
+        &["--schedule", "malformed schedule", "ops[0]"],
+    );
+    let p = write(&dir, "t.json", "not json");
+    bad_input_one_line(&["simulate", "--schedule", s(&p), "--chain", s(&chain)], &["--schedule", "malformed schedule"]);
+}
+
+#[test]
+fn chain_only_solver_on_a_graph_without_stages_is_bad_input() {
+    let dir = scratch("no-stages");
+    let graph = ok(&["graph", "--model", "mlp", "--batch", "2", "--layers", "2"]).json();
+    let mut graph = graph;
+    for node in graph["compute"].as_array_mut().expect("compute") {
+        node.as_object_mut().expect("node").remove("stage");
+    }
+    let p = write(&dir, "g.json", &graph.to_string());
+    bad_input_one_line(
+        &["plan", "--graph", s(&p), "--budget", "100%", "--solver", "chen-sqrt"],
+        &["--graph", "not partitioned"],
+    );
+    // A graph solver still plans it.
+    let run = ok(&["plan", "--graph", s(&p), "--budget", "100%", "--solver", "store-all", "--json"]).json();
+    assert_eq!(run["view"], "graph");
+    assert_eq!(run["overhead"], 0.0);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    assert_eq!(pebble(&[]).code, 2);
+    assert_eq!(pebble(&["plan", "--model", "mlp", "--budget", "1GiB"]).code, 2, "no --solver");
+    assert_eq!(pebble(&["frobnicate"]).code, 2);
+    let help = ok(&["plan", "--help"]);
+    for name in ["store-all", "sequential", "chen-sqrt", "revolve", "recompute-all"] {
+        assert!(help.stdout.contains(name), "plan --help lists {name}");
+    }
+}
+
+#[test]
+fn plan_json_on_a_chain() {
+    let chain = fixture("chain.json");
+    let store_all = ok(&["plan", "--chain", s(&chain), "--budget", "100%", "--solver", "store-all", "--json"]).json();
+    assert_eq!(store_all["solver"], "store-all");
+    assert_eq!(store_all["view"], "chain");
+    assert_eq!(store_all["feasible"], true);
+    assert_eq!(store_all["overhead"], 0.0);
+    assert_eq!(store_all["budget_bytes"], store_all["store_all_peak_bytes"]);
+    assert!(store_all["predicted_peak_bytes"].as_u64() <= store_all["budget_bytes"].as_u64());
+    assert_eq!(store_all["predicted_time"], store_all["baseline_time"]);
+    assert_eq!(store_all["predicted_time"], 19.0, "the chain's ideal time");
+    assert!(store_all["solve_seconds"].as_f64().is_some());
+    assert_eq!(store_all["ops"], 9);
+
+    // recompute-all's peak, then one unit below it.
+    let at_100 = ok(&["plan", "--chain", s(&chain), "--budget", "100%", "--solver", "recompute-all", "--json"]).json();
+    let peak = at_100["predicted_peak_bytes"].as_u64().expect("peak");
+    assert!(at_100["overhead"].as_f64().expect("overhead") > 0.0);
+    let below = (peak - 1).to_string();
+    let run = pebble(&["plan", "--chain", s(&chain), "--budget", &below, "--solver", "recompute-all", "--json"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let j = run.json();
+    assert_eq!(j["feasible"], false);
+    assert_eq!(j["budget_bytes"], peak - 1);
+    assert_eq!(j["min_feasible_budget_bytes"], peak);
+    assert!(j["solve_seconds"].as_f64().is_some());
+    let expected = format!(
+        "infeasible: no schedule of `recompute-all` fits in {}; the minimum feasible budget is {peak} (",
+        peak - 1
+    );
+    assert!(run.stderr.starts_with(&expected), "{}", run.stderr);
+    assert!(run.stderr.contains("% of store-all)"), "{}", run.stderr);
+
+    // The same without --json: the message, nothing on stdout.
+    let run = pebble(&["plan", "--chain", s(&chain), "--budget", &below, "--solver", "recompute-all"]);
+    assert_eq!(run.code, 1);
+    assert!(run.stdout.is_empty());
+    assert!(run.stderr.starts_with(&expected));
+}
+
+#[test]
+fn plan_summary_is_human() {
+    let run = ok(&["plan", "--chain", s(&fixture("chain.json")), "--budget", "80%", "--solver", "chen-sqrt"]);
+    assert!(run.stdout.contains("chen-sqrt"), "{}", run.stdout);
+    assert!(run.stdout.contains("overhead +15.8%"), "{}", run.stdout);
+    let run = ok(&cat(&[&["plan"], &SMALL, &["--budget", "100%", "--solver", "sequential"]]));
+    assert!(run.stdout.contains("MiB"), "{}", run.stdout);
+}
+
+#[test]
+fn activation_budget_adds_static_memory() {
+    let plan = |flag: &str| {
+        let run = pebble(&cat(&[&["plan"], &SMALL, &[flag, "50%", "--solver", "recompute-all", "--json"]]));
+        assert!(run.code == 0 || run.code == 1, "{}", run.stderr);
+        run.json()
+    };
+    let act = plan("--activation-budget");
+    let static_bytes = act["static_bytes"].as_u64().expect("static");
+    let activation_peak = act["activation_peak_bytes"].as_u64().expect("activation peak");
+    let store_all_peak = act["store_all_peak_bytes"].as_u64().expect("store-all peak");
+    // Parameters, their gradients and Adam's two states, in fp32: what `info` reports too.
+    assert_eq!(static_bytes, 4 * 4 * 11_689_512);
+    assert_eq!(activation_peak, store_all_peak - static_bytes);
+    assert_eq!(act["budget_bytes"].as_u64(), Some(static_bytes + activation_peak / 2));
+    let all = plan("--budget");
+    assert_eq!(all["budget_bytes"].as_u64(), Some(store_all_peak / 2));
+    // An absolute activation budget is added to static memory as is.
+    let run = pebble(&cat(&[&["plan"], &SMALL, &["--activation-budget", "1MiB", "--solver", "store-all", "--json"]]));
+    assert_eq!(run.json()["budget_bytes"].as_u64(), Some(static_bytes + (1 << 20)));
+}
+
+#[test]
+fn info_json() {
+    let j = ok(&cat(&[&["info"], &SMALL, &["--json"]])).json();
+    assert_eq!(j["params"], 11_689_512);
+    assert_eq!(j["param_bytes"], 4 * 11_689_512);
+    let peak = j["store_all_peak_bytes"].as_u64().expect("peak");
+    let static_bytes = j["static_bytes"].as_u64().expect("static");
+    // Adam: parameters, their gradients and two moments.
+    assert_eq!(static_bytes, 4 * 4 * 11_689_512);
+    assert_eq!(j["activation_peak_bytes"].as_u64(), Some(peak - static_bytes));
+    assert!(j["flops"].as_f64().expect("flops") > 1e9);
+    assert!(j["chain_length"].as_u64().expect("chain length") > 8);
+    assert!(j["store_all_time"].as_f64().expect("time") > 0.0);
+    // SGD keeps no state: static memory is parameters and gradients.
+    let sgd =
+        ok(&["info", "--model", "resnet18", "--batch", "2", "--image", "64", "--optimizer", "sgd", "--json"]).json();
+    assert_eq!(sgd["static_bytes"], 2 * 4 * 11_689_512);
+    let human = ok(&["info", "--model", "resnet18", "--batch", "2", "--image", "64"]);
+    assert!(human.stdout.contains("11689512"), "{}", human.stdout);
+}
+
+#[test]
+fn models_lists_the_catalog() {
+    let j = ok(&["models", "--json"]).json();
+    let models = j.as_array().expect("array");
+    let r18 = models.iter().find(|m| m["name"] == "resnet18").expect("resnet18 listed");
+    assert_eq!(r18["family"], "resnet");
+    assert_eq!(r18["published_params"], 11_689_512);
+    assert_eq!(r18["defaults"]["image"], 224);
+    assert!(models.iter().any(|m| m["name"] == "mlp"));
+    let table = ok(&["models"]);
+    assert!(table.stdout.lines().count() > models.len(), "a header and one row per model");
+}
+
+#[test]
+fn sweep_writes_a_table_and_an_svg() {
+    let dir = scratch("sweep");
+    let svg = dir.join("sweep.svg");
+    let solvers = ["store-all", "sequential", "chen-sqrt", "revolve", "recompute-all"];
+    let joined = solvers.join(",");
+    let run = ok(&[
+        "sweep",
+        "--model",
+        "resnet18",
+        "--batch",
+        "2",
+        "--image",
+        "64",
+        "--solvers",
+        &joined,
+        "--points",
+        "4",
+        "--svg",
+        s(&svg),
+    ]);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 1 + 4, "a header and 4 rows:\n{}", run.stdout);
+    for name in solvers {
+        assert!(lines[0].contains(name), "{}", lines[0]);
+    }
+    // The last budget is the store-all peak, where store-all costs nothing.
+    assert!(lines[4].contains("100.0"), "{}", lines[4]);
+    assert!(lines[4].contains("+0.0%"), "{}", lines[4]);
+    // The first is recompute-all's peak, where store-all does not fit.
+    assert!(lines[1].contains('—'), "{}", lines[1]);
+    let text = std::fs::read_to_string(&svg).expect("svg written");
+    assert!(text.starts_with("<svg"), "an SVG");
+    for name in solvers {
+        assert!(text.contains(name), "legend names {name}");
+    }
+    assert!(text.contains("resnet18, batch 2, v100"), "the title names model, batch and device");
+
+    // JSON: one point per budget and solver.
+    let j =
+        ok(&["sweep", "--chain", s(&fixture("chain.json")), "--solvers", &joined, "--points", "3", "--json"]).json();
+    assert_eq!(j["budgets"].as_array().expect("budgets").len(), 3);
+    assert_eq!(j["store_all_peak_bytes"], 39);
+    for solver in j["solvers"].as_array().expect("solvers") {
+        assert_eq!(solver["points"].as_array().expect("points").len(), 3);
+    }
+    assert_eq!(j["solvers"][0]["points"][2]["overhead"], 0.0);
+}
+
+#[test]
+fn plan_then_simulate_round_trips() {
+    let dir = scratch("round-trip");
+    let chain = fixture("chain.json");
+    let chain_source = ["--chain", s(&chain)];
+    let cases: [(&[&str], &str); 3] = [(&chain_source, "chen-sqrt"), (&SMALL, "sequential"), (&SMALL, "store-all")];
+    for (i, (source, solver)) in cases.iter().enumerate() {
+        let schedule = dir.join(format!("s{i}.json"));
+        let plan =
+            ok(&cat(&[&["plan"], source, &["--budget", "100%", "--solver", solver, "--json", "-o", s(&schedule)]]))
+                .json();
+        let timeline = dir.join(format!("t{i}.svg"));
+        let sim =
+            ok(&cat(&[&["simulate", "--schedule", s(&schedule), "--json", "--timeline", s(&timeline)], source])).json();
+        assert_eq!(sim["valid"], true);
+        assert_eq!(sim["peak_bytes"], plan["predicted_peak_bytes"], "{solver}");
+        assert_eq!(sim["makespan"], plan["predicted_time"], "{solver}");
+        assert_eq!(sim["view"], plan["view"]);
+        assert!(sim["compute_ops"].as_u64().expect("compute ops") > 0);
+        assert!(std::fs::read_to_string(&timeline).expect("timeline").starts_with("<svg"));
+    }
+}
+
+#[test]
+fn simulate_reports_invalid_schedules() {
+    let dir = scratch("invalid-schedule");
+    let chain = fixture("chain.json");
+    // B0 before anything: the simulator's message, exit 1.
+    let p = write(&dir, "s.json", r#"{"version": 1, "view": "chain", "ops": [{"op": "backward", "stage": 0}]}"#);
+    let run = pebble(&["simulate", "--schedule", s(&p), "--chain", s(&chain)]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.starts_with("error: invalid schedule"), "{}", run.stderr);
+    let run = pebble(&["simulate", "--schedule", s(&p), "--chain", s(&chain), "--json"]);
+    assert_eq!(run.code, 1);
+    let j = run.json();
+    assert_eq!(j["valid"], false);
+    assert!(j["error"].as_str().expect("error").contains("op 0"), "{j}");
+    // A valid schedule over its budget.
+    let schedule = dir.join("store-all.json");
+    ok(&["plan", "--chain", s(&chain), "--budget", "100%", "--solver", "store-all", "-o", s(&schedule)]);
+    let run = pebble(&["simulate", "--schedule", s(&schedule), "--chain", s(&chain), "--budget", "10", "--json"]);
+    assert_eq!(run.code, 1);
+    assert!(run.json()["error"].as_str().expect("error").contains("exceeds the budget 10"));
+}
+
+#[test]
+fn graph_writes_both_views() {
+    let dir = scratch("graph");
+    let chain_path = dir.join("chain.json");
+    ok(&["graph", "--model", "mlp", "--batch", "2", "--view", "chain", "-o", s(&chain_path)]);
+    let chain =
+        pebble_graph::Chain::from_json(&std::fs::read_to_string(&chain_path).expect("written")).expect("a chain");
+    assert_eq!(chain.len(), 4);
+    let graph_path = dir.join("graph.json");
+    ok(&["graph", "--model", "mlp", "--batch", "2", "-o", s(&graph_path)]);
+    pebble_graph::TrainingGraph::from_json(&std::fs::read_to_string(&graph_path).expect("written")).expect("a graph");
+    // Both files plan: a chain solver on the graph file goes through its partition.
+    let on_chain =
+        ok(&["plan", "--chain", s(&chain_path), "--budget", "100%", "--solver", "chen-sqrt", "--json"]).json();
+    let on_graph =
+        ok(&["plan", "--graph", s(&graph_path), "--budget", "100%", "--solver", "chen-sqrt", "--json"]).json();
+    assert_eq!(on_graph["view"], "chain");
+    assert_eq!(on_chain["predicted_peak_bytes"], on_graph["predicted_peak_bytes"]);
+}
+
+#[test]
+fn a_closed_stdout_is_no_failure() {
+    // The graph of ResNet-18 is far larger than a pipe's buffer.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pebble"))
+        .args(["graph", "--model", "resnet18", "--batch", "2", "--image", "64"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut first = [0u8; 16];
+    child.stdout.as_mut().expect("stdout").read_exact(&mut first).expect("some output");
+    drop(child.stdout.take());
+    let mut stderr = String::new();
+    child.stderr.as_mut().expect("stderr").read_to_string(&mut stderr).expect("stderr");
+    let status = child.wait().expect("exits");
+    assert!(status.success(), "exit {status:?}, stderr:\n{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}
