@@ -16,7 +16,12 @@ use pebble_sim::{SimConfig, SimError, SimReport};
 use thiserror::Error;
 
 pub mod baseline;
+pub mod brute;
+pub mod multichain;
+mod discretize;
 pub mod revolve;
+pub mod rotor;
+pub mod rotor_optimal;
 #[cfg(test)]
 pub(crate) mod testkit;
 

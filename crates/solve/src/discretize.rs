@@ -1,0 +1,203 @@
+//! Memory discretization for Rotor's dynamic programs (Shilova, §2.4.2).
+//!
+//! The DPs index their tables by available memory, so sizes must be small integers. The
+//! budget `M` (bytes, everything counted) is cut into slots and every size is expressed
+//! as a whole number of slots:
+//!
+//! * [`Slots::Count`]`(S)`: the memory left after the static bytes, `A = M − static`, is
+//!   split into `S` slots of `slot = ⌈A / S⌉` bytes. Every activation, saved set,
+//!   gradient and temporary size is **rounded up** to whole slots, `⌈size / slot⌉`.
+//! * [`Slots::Exact`]: the chain's integer units are used as they are. The slot is the
+//!   greatest common divisor of the sizes (`x[1..]`, `xbar[1..]`, `ftmp`, `btmp`), which
+//!   divides every size exactly, so the DP sees exactly the same problem as with a slot of
+//!   one unit, only with smaller numbers.
+//!
+//! The memory the DP may use is `m = ⌊(M − static − x[0]) / slot⌋` slots: the static
+//! bytes and the input `a_0` are resident for the whole step and are counted exactly,
+//! outside the DP (Shilova's `M_GPU − a_0`).
+//!
+//! # Why rounding up is safe
+//!
+//! Every memory check of the DPs is "the sum of the sizes resident during an op (its
+//! outputs and temporary memory included, `a_0` and the static bytes excluded) is at most
+//! `m`", in slots. If `Σ ⌈s_i / slot⌉ ≤ m`, then in bytes
+//! `Σ s_i ≤ slot · Σ ⌈s_i / slot⌉ ≤ slot · m ≤ M − static − x[0]`, so the true peak of
+//! the op, `static + x[0] + Σ s_i`, is at most `M`. Every schedule the DP accepts thus fits
+//! the true budget; the price is that some schedules that would fit are rejected (each
+//! size is overestimated by less than one slot, i.e. by at most `A / S` bytes). Times are
+//! not discretized, so the DP's value is the schedule's true time.
+//!
+//! The DP's memory is also capped at what store-all needs (in slots): with that much
+//! memory the DP already reaches the store-all time, which no schedule beats, and a larger
+//! table would change nothing but the cost.
+
+use pebble_graph::Chain;
+
+use crate::{Slots, SolveError};
+
+/// A chain with its sizes in slots, in the 0-based indexing of [`Chain`], padded so that
+/// the DPs never index out of range: the loss (stage `L`) has a zero forward time and no
+/// forward temporary memory, and `x[L+1] = xbar[L+1] = 0` (the loss's "output" and its
+/// "saved set" do not exist).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Discrete {
+    /// Number of stages `L` (the loss is stage `L`).
+    pub l: usize,
+    /// Bytes per slot.
+    pub slot: u64,
+    /// `x[i]` in slots, `L+2` entries, `x[L+1] = 0`.
+    pub x: Vec<usize>,
+    /// `xbar[i]` in slots, `L+2` entries, `xbar[0] = x[0]`, `xbar[L+1] = 0`.
+    pub xbar: Vec<usize>,
+    /// `ftmp[i]` in slots, `L+1` entries, `ftmp[L] = 0`.
+    pub ftmp: Vec<usize>,
+    /// `btmp[i]` in slots, `L+1` entries.
+    pub btmp: Vec<usize>,
+    /// Forward times, `L+1` entries, `ftime[L] = 0` (the loss's whole time is its `btime`).
+    pub ftime: Vec<f64>,
+    /// Backward times, `L+1` entries.
+    pub btime: Vec<f64>,
+    /// Memory available to the DP in slots (`a_0` and the static bytes excluded), capped
+    /// at [`Discrete::store_all_need`].
+    pub memory: usize,
+    /// What store-all needs, in slots, counted like `memory`.
+    pub store_all_need: usize,
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// The memory store-all needs beyond `a_0`, in the DP's accounting (sizes in slots).
+fn store_all_need(x: &[usize], xbar: &[usize], ftmp: &[usize], btmp: &[usize], l: usize) -> usize {
+    let mut need = 0usize;
+    let mut resident = 0usize; // ā_1 .. ā_i
+    for i in 0..l {
+        need = need.max(resident + xbar[i + 1] + ftmp[i]);
+        resident += xbar[i + 1];
+    }
+    // The loss: everything saved, plus δ_L and its temporary memory.
+    need = need.max(resident + x[l] + btmp[l]);
+    // B_i: ā_1..ā_{i+1}, δ_{i+1}, and the output δ_i.
+    for i in (0..l).rev() {
+        need = need.max(resident + x[i + 1] + x[i] + btmp[i]);
+        resident -= xbar[i + 1];
+    }
+    need
+}
+
+/// Discretizes `chain` for a budget of `budget` bytes (everything counted).
+///
+/// Fails with [`SolveError::Infeasible`] when the budget does not even hold the static
+/// bytes and `a_0`.
+pub(crate) fn discretize(chain: &Chain, budget: u64, slots: Slots) -> Result<Discrete, SolveError> {
+    let l = chain.len();
+    let fixed = chain.static_bytes.saturating_add(chain.x[0]);
+    if budget < fixed {
+        return Err(SolveError::Infeasible {
+            budget,
+            reason: format!(
+                "the static memory ({}) and the input a_0 ({}) alone exceed it",
+                chain.static_bytes, chain.x[0]
+            ),
+        });
+    }
+    let slot = match slots {
+        Slots::Count(s) => {
+            let avail = budget - chain.static_bytes;
+            let s = s.max(1) as u64;
+            avail.div_ceil(s).max(1)
+        }
+        Slots::Exact => {
+            let sizes = chain.x.iter().chain(&chain.xbar[1..]).chain(&chain.ftmp).chain(&chain.btmp);
+            let g = sizes.fold(0u64, |g, &v| gcd(g, v));
+            g.max(1)
+        }
+    };
+    let up = |v: u64| -> usize { usize::try_from(v.div_ceil(slot)).unwrap_or(usize::MAX / 4) };
+    let mut x: Vec<usize> = chain.x.iter().map(|&v| up(v)).collect();
+    x.push(0);
+    let mut xbar: Vec<usize> = chain.xbar.iter().map(|&v| up(v)).collect();
+    xbar[0] = x[0];
+    xbar.push(0);
+    let mut ftmp: Vec<usize> = chain.ftmp.iter().map(|&v| up(v)).collect();
+    ftmp.push(0);
+    let btmp: Vec<usize> = chain.btmp.iter().map(|&v| up(v)).collect();
+    let mut ftime = chain.ftime.clone();
+    ftime.push(0.0);
+    let btime = chain.btime.clone();
+    let need = store_all_need(&x, &xbar, &ftmp, &btmp, l);
+    let avail = (budget - fixed) / slot;
+    let memory = usize::try_from(avail).unwrap_or(usize::MAX).min(need);
+    Ok(Discrete { l, slot, x, xbar, ftmp, btmp, ftime, btime, memory, store_all_need: need })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pebble_schedule::{Schedule, View};
+    use pebble_sim::{simulate_chain, SimConfig};
+
+    fn chain() -> Chain {
+        Chain {
+            name: None,
+            ftime: vec![1.0, 2.0, 4.0],
+            btime: vec![10.0, 20.0, 30.0, 40.0],
+            x: vec![4, 3, 5, 2],
+            xbar: vec![4, 6, 9, 7],
+            ftmp: vec![2, 1, 3],
+            btmp: vec![3, 2, 4, 7],
+            w: None,
+            static_bytes: 10,
+        }
+    }
+
+    #[test]
+    fn exact_uses_the_gcd_and_counts_a0_and_static_outside() {
+        let mut c = chain();
+        let d = discretize(&c, 100, Slots::Exact).unwrap();
+        assert_eq!(d.slot, 1);
+        assert_eq!(d.x, vec![4, 3, 5, 2, 0]);
+        assert_eq!(d.xbar, vec![4, 6, 9, 7, 0]);
+        assert_eq!(d.ftmp, vec![2, 1, 3, 0]);
+        assert_eq!(d.ftime, vec![1.0, 2.0, 4.0, 0.0]);
+        // Store-all's peak minus static and a_0.
+        let s = Schedule::new(View::Chain, crate::baseline::store_all_ops(3));
+        let peak = simulate_chain(&c, &s, &SimConfig::default()).unwrap().peak_bytes;
+        assert_eq!(d.store_all_need as u64, peak - 14);
+        assert_eq!(d.memory, d.store_all_need.min(100 - 14));
+        let d = discretize(&c, 30, Slots::Exact).unwrap();
+        assert_eq!(d.memory, 16);
+        assert!(discretize(&c, 13, Slots::Exact).is_err());
+        // Scaled sizes: the gcd is the slot, the problem is the same.
+        for v in c.x.iter_mut().chain(&mut c.xbar).chain(&mut c.ftmp).chain(&mut c.btmp) {
+            *v *= 6;
+        }
+        let d = discretize(&c, 10 + 24 + 6 * 16 + 5, Slots::Exact).unwrap();
+        assert_eq!(d.slot, 6);
+        assert_eq!(d.x, vec![4, 3, 5, 2, 0]);
+        assert_eq!(d.memory, 16);
+    }
+
+    #[test]
+    fn count_rounds_sizes_up_and_memory_down() {
+        let c = chain();
+        // A = 1000 − 10 = 990 bytes in 100 slots of 10 bytes.
+        let d = discretize(&c, 1000, Slots::Count(100)).unwrap();
+        assert_eq!(d.slot, 10);
+        assert_eq!(d.x, vec![1, 1, 1, 1, 0]);
+        assert_eq!(d.btmp, vec![1, 1, 1, 1]);
+        // Tiny budget: one byte per slot.
+        let d = discretize(&c, 40, Slots::Count(500)).unwrap();
+        assert_eq!(d.slot, 1);
+        assert_eq!(d.memory, 26);
+        // 7 slots of ⌈(40 − 10) / 7⌉ = 5 bytes: m = ⌊(40 − 14) / 5⌋ = 5.
+        let d = discretize(&c, 40, Slots::Count(7)).unwrap();
+        assert_eq!((d.slot, d.memory), (5, 5));
+        assert_eq!(d.xbar, vec![1, 2, 2, 2, 0]);
+    }
+}
