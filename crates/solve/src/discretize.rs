@@ -30,8 +30,20 @@
 //! The DP's memory is also capped at what store-all needs (in slots): with that much
 //! memory the DP already reaches the store-all time, which no schedule beats, and a larger
 //! table would change nothing but the cost.
+//!
+//! # Headroom, checked by the simulator
+//!
+//! Rounding up wastes up to one slot per resident tensor, so a schedule that fits the
+//! budget in bytes may not fit in slots: on ResNet-101 it made the DP miss store-all at
+//! exactly store-all's peak, and recompute-all at exactly its own. The DPs therefore fill
+//! a few more memory slices than the guaranteed `base` (`headroom`: 4% plus two, none when
+//! no size was rounded), reconstruct the schedule of the largest slice downward, and keep
+//! the first one the simulator accepts under the true budget ([`first_fitting`]). Slices up
+//! to `base` need no check. And when store-all itself fits in bytes, it is the answer
+//! ([`store_all_if_it_fits`]): no schedule is faster.
 
 use pebble_graph::Chain;
+use pebble_schedule::Op;
 
 use crate::{Slots, SolveError};
 
@@ -57,9 +69,12 @@ pub(crate) struct Discrete {
     pub ftime: Vec<f64>,
     /// Backward times, `L+1` entries.
     pub btime: Vec<f64>,
-    /// Memory available to the DP in slots (`a_0` and the static bytes excluded), capped
-    /// at [`Discrete::store_all_need`].
+    /// The largest memory slice the DP fills: `base` plus the headroom, capped at
+    /// [`Discrete::store_all_need`].
     pub memory: usize,
+    /// Memory guaranteed to fit in slots (`a_0` and the static bytes excluded): every
+    /// schedule the DP finds within it fits the budget.
+    pub base: usize,
     /// What store-all needs, in slots, counted like `memory`.
     pub store_all_need: usize,
 }
@@ -132,8 +147,55 @@ pub(crate) fn discretize(chain: &Chain, budget: u64, slots: Slots) -> Result<Dis
     let btime = chain.btime.clone();
     let need = store_all_need(&x, &xbar, &ftmp, &btmp, l);
     let avail = (budget - fixed) / slot;
-    let memory = usize::try_from(avail).unwrap_or(usize::MAX).min(need);
-    Ok(Discrete { l, slot, x, xbar, ftmp, btmp, ftime, btime, memory, store_all_need: need })
+    let base = usize::try_from(avail).unwrap_or(usize::MAX).min(need);
+    let sizes = chain.x.iter().chain(&chain.xbar[1..]).chain(&chain.ftmp).chain(&chain.btmp);
+    let rounded = sizes.into_iter().any(|&v| v % slot != 0);
+    let headroom = if rounded { base / 25 + 2 } else { 0 };
+    let memory = base.saturating_add(headroom).min(need);
+    Ok(Discrete { l, slot, x, xbar, ftmp, btmp, ftime, btime, memory, base, store_all_need: need })
+}
+
+/// The store-all schedule and its time, if its true peak fits `budget`: no schedule is
+/// faster, so the DPs need not run.
+pub(crate) fn store_all_if_it_fits(chain: &Chain, budget: u64) -> Option<(f64, Vec<Op>)> {
+    let ops = crate::baseline::store_all_ops(chain.len());
+    simulated_time(chain, &ops, budget).map(|t| (t, ops))
+}
+
+/// The first schedule, over memory slices from `d.memory` down to `d.base`, that fits
+/// `budget` in bytes. `reconstruct(m)` gives slice `m`'s schedule (`None` if the slice is
+/// infeasible) and its DP value. A slice above `d.base` is checked with the simulator;
+/// `d.base` and below fit by construction.
+pub(crate) fn first_fitting(
+    chain: &Chain,
+    d: &Discrete,
+    budget: u64,
+    mut reconstruct: impl FnMut(usize) -> Option<(f64, Vec<Op>)>,
+) -> Option<(f64, Vec<Op>)> {
+    for m in (d.base..=d.memory).rev() {
+        let Some((value, ops)) = reconstruct(m) else { continue };
+        if m <= d.base || simulated_time(chain, &ops, budget).is_some() {
+            return Some((value, ops));
+        }
+    }
+    None
+}
+
+/// The time of a chain schedule: the sum of its ops' times (what the DPs' values count).
+pub(crate) fn ops_time(chain: &Chain, ops: &[Op]) -> f64 {
+    ops.iter()
+        .map(|op| match *op {
+            Op::Forward { stage, .. } => chain.ftime[stage],
+            Op::Backward { stage } => chain.btime[stage],
+            _ => 0.0,
+        })
+        .sum()
+}
+
+fn simulated_time(chain: &Chain, ops: &[Op], budget: u64) -> Option<f64> {
+    let schedule = pebble_schedule::Schedule::new(pebble_schedule::View::Chain, ops.to_vec());
+    let config = pebble_sim::SimConfig { budget: Some(budget), ..Default::default() };
+    pebble_sim::simulate_chain(chain, &schedule, &config).ok().map(|r| r.makespan)
 }
 
 #[cfg(test)]
@@ -195,9 +257,10 @@ mod tests {
         let d = discretize(&c, 40, Slots::Count(500)).unwrap();
         assert_eq!(d.slot, 1);
         assert_eq!(d.memory, 26);
-        // 7 slots of ⌈(40 − 10) / 7⌉ = 5 bytes: m = ⌊(40 − 14) / 5⌋ = 5.
+        // 7 slots of ⌈(40 − 10) / 7⌉ = 5 bytes: m = ⌊(40 − 14) / 5⌋ = 5, and sizes were
+        // rounded, so 5/25 + 2 = 2 slices of headroom.
         let d = discretize(&c, 40, Slots::Count(7)).unwrap();
-        assert_eq!((d.slot, d.memory), (5, 5));
+        assert_eq!((d.slot, d.base, d.memory), (5, 5, 7));
         assert_eq!(d.xbar, vec![1, 2, 2, 2, 0]);
     }
 }

@@ -222,6 +222,56 @@ pub fn binomial_revolve_cost(l: usize, m: usize) -> f64 {
     }
 }
 
+/// `revolve-optimal`: `Opt_0` (Shilova, Theorem 1) as a solver. The chain is taken as
+/// homogeneous: every value takes one slot of the largest tensor's size, and each stage
+/// costs the mean forward and backward times in the DP's choice (which only minimizes
+/// the number of forward steps). The budget left after static memory and the largest
+/// temporary buffer gives `k` slots. Ch. 1's operations work in place, with their
+/// working memory outside the slots; under Table 2.1 a backward step also holds the saved
+/// set `ā_{i+1}` (recomputed by `F_i^all` just before `B_i`) and its output `δ_i` while it
+/// runs, so `Opt_0` gets `m = k − 2` slots. With this accounting the schedule always fits.
+///
+/// The `revolve` baseline runs the same schedules but picks the slot count by simulation;
+/// this one is the DP's own answer for the budget.
+pub struct RevolveOptimal;
+
+impl crate::Solver for RevolveOptimal {
+    fn name(&self) -> &'static str {
+        "revolve-optimal"
+    }
+
+    fn description(&self) -> &'static str {
+        "Opt_0, the homogeneous Revolve DP (Shilova Thm 1), with slots from the budget"
+    }
+
+    fn views(&self) -> &'static [pebble_schedule::View] {
+        &[pebble_schedule::View::Chain]
+    }
+
+    fn solve(
+        &self,
+        problem: crate::Problem<'_>,
+        budget: u64,
+        _options: &crate::SolveOptions,
+    ) -> Result<pebble_schedule::Schedule, crate::SolveError> {
+        let chain = crate::baseline::chain_of(problem, self.name())?;
+        let l = chain.len();
+        let slot = chain.x.iter().chain(&chain.xbar[1..]).copied().max().unwrap_or(0).max(1);
+        let tmp = chain.ftmp.iter().chain(&chain.btmp).copied().max().unwrap_or(0);
+        let k = budget.saturating_sub(chain.static_bytes + tmp) / slot;
+        let m = k.saturating_sub(2).min(l as u64 + 2) as usize;
+        let seq = opt0_sequence(l, m).ok_or_else(|| crate::SolveError::Infeasible {
+            budget,
+            reason: format!(
+                "Opt_0 needs 3 slots of {slot} bytes plus 2 for the backward step; the budget leaves {k} after static memory and {tmp} bytes of temporary memory"
+            ),
+        })?;
+        Ok(pebble_schedule::Schedule::new(pebble_schedule::View::Chain, crate::baseline::revolve_ops(l, &seq)))
+    }
+}
+
+inventory::submit!(crate::Registration(&RevolveOptimal));
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -382,5 +432,44 @@ mod tests {
             ]
         );
         assert_eq!(opt0_sequence(3, 2), None);
+    }
+
+    /// On a unit chain the simulated time is `Opt_0(L, m)` plus one `F^all` re-run per
+    /// stage, and `Opt_0` is Griewank's binomial form: `t(L+1, m−2) + (L+1) + L`.
+    #[test]
+    fn revolve_optimal_matches_the_closed_form_in_the_simulator() {
+        use crate::{plan, solver, Problem, SolveOptions};
+        let s = solver("revolve-optimal").expect("registered");
+        for l in 1..25 {
+            let chain = pebble_graph::Chain::homogeneous(l, 1.0, 1.0, 1);
+            for k in 5..(l as u64 + 8) {
+                let m = (k - 2).min(l as u64 + 2) as usize;
+                let p = plan(s, Problem::Chain(&chain), k, &SolveOptions::default()).expect("fits");
+                let t = binomial_forward_steps(l as u64 + 1, m as u64 - 2).expect("feasible") as f64;
+                assert_eq!(p.report.makespan, t + (l + 1) as f64 + l as f64, "L = {l}, k = {k}");
+                assert_eq!(p.report.makespan, opt0(l, m, 1.0, 1.0) + l as f64);
+                assert!(p.report.peak_bytes <= k);
+            }
+            assert!(plan(s, Problem::Chain(&chain), 4, &SolveOptions::default()).is_err());
+        }
+    }
+
+    /// With heterogeneous sizes the slot accounting stays conservative: whatever it
+    /// returns fits.
+    #[test]
+    fn revolve_optimal_schedules_fit_on_random_chains() {
+        use crate::{plan, solver, Problem, SolveOptions, SolveError, PlanError};
+        let s = solver("revolve-optimal").expect("registered");
+        let mut rng = crate::testkit::Rng::new(7);
+        for _ in 0..200 {
+            let l = rng.range(1, 10) as usize;
+            let chain = crate::testkit::random_chain(&mut rng, l);
+            let budget = rng.range(10, 200);
+            match plan(s, Problem::Chain(&chain), budget, &SolveOptions::default()) {
+                Ok(p) => assert!(p.report.peak_bytes <= budget),
+                Err(PlanError::Solve(SolveError::Infeasible { .. })) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
     }
 }

@@ -70,7 +70,7 @@ use pebble_graph::Chain;
 use pebble_schedule::{ForwardMode, Op, Schedule, View};
 
 use crate::baseline::chain_of;
-use crate::discretize::{discretize, Discrete};
+use crate::discretize::{discretize, first_fitting, ops_time, store_all_if_it_fits, Discrete};
 use crate::{Problem, Slots, SolveError, SolveOptions, Solver};
 
 /// Rotor's persistent DP (Shilova, Algorithm 3): optimal among schedules in which an
@@ -121,6 +121,9 @@ pub(crate) fn persistent_with(
     slots: Slots,
     threads: Option<usize>,
 ) -> Result<(f64, Vec<Op>), SolveError> {
+    if let Some(found) = store_all_if_it_fits(chain, budget) {
+        return Ok(found);
+    }
     let d = discretize(chain, budget, slots)?;
     let l = d.l;
     let n = l + 1;
@@ -139,17 +142,24 @@ pub(crate) fn persistent_with(
         });
     }
     let dp = Dp::run(&d, threads);
-    match dp.value(d.memory, l) {
-        Some(v) => Ok((v, dp.reconstruct(&d))),
-        None => {
-            // C is non-increasing in m, so nothing fits below d.memory either.
-            let reason = format!(
-                "the persistent DP finds no schedule within {} slots of {} bytes beyond static memory and a_0",
-                d.memory, d.slot
-            );
-            Err(SolveError::Infeasible { budget, reason })
+    let top = dp.value(d.memory, l);
+    let found = first_fitting(chain, &d, budget, |m| {
+        if dp.arg(0, l, m) == ARG_NONE {
+            return None;
         }
-    }
+        let ops = dp.reconstruct(&d, m);
+        // Only the last slice's values are kept; below it the time is the ops' sum.
+        let value = if m == d.memory { top.expect("a feasible slice has a value") } else { ops_time(chain, &ops) };
+        Some((value, ops))
+    });
+    found.ok_or_else(|| {
+        // C is non-increasing in m, so nothing fits below d.base either.
+        let reason = format!(
+            "the persistent DP finds no schedule within {} slots of {} bytes beyond static memory and a_0",
+            d.base, d.slot
+        );
+        SolveError::Infeasible { budget, reason }
+    })
 }
 
 /// Index of `(s, t)`, `s ≤ t`, in a column-major triangle.
@@ -549,7 +559,7 @@ impl Dp {
     }
 
     /// Algorithm 4 (OptRecP), iteratively.
-    fn reconstruct(&self, d: &Discrete) -> Vec<Op> {
+    fn reconstruct(&self, d: &Discrete, memory: usize) -> Vec<Op> {
         enum Task {
             Solve(usize, usize, usize),
             Emit(Op),
@@ -557,7 +567,7 @@ impl Dp {
         let l = self.n - 1;
         let fwd = |stage, mode| Op::Forward { stage, mode };
         let mut ops = Vec::new();
-        let mut stack = vec![Task::Solve(0, l, d.memory)];
+        let mut stack = vec![Task::Solve(0, l, memory)];
         while let Some(task) = stack.pop() {
             let (s, t, m) = match task {
                 Task::Emit(op) => {

@@ -45,7 +45,7 @@ use pebble_graph::Chain;
 use pebble_schedule::{ForwardMode, Op, Schedule, View};
 
 use crate::baseline::chain_of;
-use crate::discretize::{discretize, Discrete};
+use crate::discretize::{discretize, first_fitting, store_all_if_it_fits, Discrete};
 use crate::{Problem, Slots, SolveError, SolveOptions, Solver};
 
 /// Shilova's floating DP (Algorithm 1) with the missing "move the floating activation"
@@ -81,6 +81,9 @@ const MAX_ENTRIES: usize = 1 << 26;
 /// Solves `C_FL` (with C3) for `chain` within `budget`: the DP's value (the schedule's
 /// time) and the schedule's ops.
 pub(crate) fn floating(chain: &Chain, budget: u64, slots: Slots) -> Result<(f64, Vec<Op>), SolveError> {
+    if let Some(found) = store_all_if_it_fits(chain, budget) {
+        return Ok(found);
+    }
     let d = discretize(chain, budget, slots)?;
     let n = d.l + 1;
     let states = n * (n + 1) * (n + 2) / 6;
@@ -94,17 +97,17 @@ pub(crate) fn floating(chain: &Chain, budget: u64, slots: Slots) -> Result<(f64,
         });
     }
     let dp = Floating::run(&d);
-    let v = dp.get(0, d.l, 0, d.memory);
-    if v == INF {
-        return Err(SolveError::Infeasible {
-            budget,
-            reason: format!(
-                "the optimal DP finds no schedule within {} slots of {} bytes beyond static memory and a_0",
-                d.memory, d.slot
-            ),
-        });
-    }
-    Ok((v, dp.reconstruct()))
+    let found = first_fitting(chain, &d, budget, |m| {
+        let v = dp.get(0, d.l, 0, m);
+        (v < INF).then(|| (v, dp.reconstruct(m)))
+    });
+    found.ok_or_else(|| SolveError::Infeasible {
+        budget,
+        reason: format!(
+            "the optimal DP finds no schedule within {} slots of {} bytes beyond static memory and a_0",
+            d.base, d.slot
+        ),
+    })
 }
 
 /// The value of `C_FL` exactly as the thesis prints it (Eqs. 2.4–2.8): no C3, C2 over
@@ -369,7 +372,7 @@ impl<'a> Floating<'a> {
 
     /// Algorithm 2 (OptRecFL), iteratively, recomputing each visited state's candidates.
     #[allow(clippy::needless_range_loop)] // indices are the DP's stage numbers
-    fn reconstruct(&self) -> Vec<Op> {
+    fn reconstruct(&self, memory: usize) -> Vec<Op> {
         enum Task {
             Solve(usize, usize, usize, usize),
             Emit(Op),
@@ -378,7 +381,7 @@ impl<'a> Floating<'a> {
         let last = self.n - 1;
         let fwd = |stage, mode| Op::Forward { stage, mode };
         let mut ops = Vec::new();
-        let mut stack = vec![Task::Solve(0, last, 0, d.memory)];
+        let mut stack = vec![Task::Solve(0, last, 0, memory)];
         while let Some(task) = stack.pop() {
             let (s, t, l, m) = match task {
                 Task::Emit(op) => {
@@ -527,16 +530,17 @@ mod tests {
                 for slots in [Slots::Count(7), Slots::Count(40), Slots::Count(500)] {
                     let p = persistent(&chain, budget, slots);
                     let o = floating(&chain, budget, slots);
+                    // Each DP keeps the first of its own schedules that fits the bytes
+                    // (the headroom above the rounded memory), so under rounding either
+                    // may find a schedule the other misses; with exact sizes the floating
+                    // DP is never worse (`dps_match_brute_force_on_small_random_chains`).
                     if let Ok((tp, ops)) = &p {
                         check(&chain, budget, ops, *tp, "rotor");
-                        let (to, ops) = o.as_ref().expect("rotor-optimal covers rotor's schedules");
-                        check(&chain, budget, ops, *to, "rotor-optimal");
-                        assert!(*to <= *tp + 1e-9);
-                        let best = best.expect("a schedule fits, so brute finds one");
-                        assert!(*to >= best - 1e-9);
+                        assert!(*tp >= best.expect("a schedule fits, so brute finds one") - 1e-9);
                     }
                     if let Ok((to, ops)) = &o {
                         check(&chain, budget, ops, *to, "rotor-optimal");
+                        assert!(*to >= best.expect("a schedule fits, so brute finds one") - 1e-9);
                     }
                 }
             }
