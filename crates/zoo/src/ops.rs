@@ -232,6 +232,23 @@ pub struct Operand {
     pub elem: Elem,
 }
 
+impl OpDecl {
+    /// An op with a weight (and a bias of `bias` entries) doing `macs` multiply-adds on
+    /// matrix units: forward `2·macs`, backward `4·macs` (input and weight gradients), and
+    /// a backward that reads the input and the weight.
+    fn weighted(&mut self, weight: Shape, bias: Option<usize>, macs: usize) {
+        self.params.push(("weight", weight));
+        if let Some(b) = bias {
+            self.params.push(("bias", vec![b]));
+        }
+        self.forward_flops = 2.0 * macs as f64;
+        self.backward_flops = 4.0 * macs as f64;
+        self.matmul = true;
+        self.saved = vec![Saved::Input(0)];
+        self.backward_reads_params = true;
+    }
+}
+
 fn numel(s: &[usize]) -> usize {
     s.iter().product()
 }
@@ -327,32 +344,16 @@ impl OpKind {
                 let ho = (h + 2 * padding - kernel) / stride + 1;
                 let wo = (w + 2 * padding - kernel) / stride + 1;
                 d.output = vec![n, *out_channels, ho, wo];
-                d.params.push(("weight", vec![*out_channels, c / groups, *kernel, *kernel]));
-                if *bias {
-                    d.params.push(("bias", vec![*out_channels]));
-                }
-                let macs = (n * out_channels * ho * wo * (c / groups) * kernel * kernel) as f64;
-                d.forward_flops = 2.0 * macs;
-                d.backward_flops = 4.0 * macs;
-                d.matmul = true;
-                d.saved = vec![Saved::Input(0)];
-                d.backward_reads_params = true;
+                let macs = n * out_channels * ho * wo * (c / groups) * kernel * kernel;
+                d.weighted(vec![*out_channels, c / groups, *kernel, *kernel], bias.then_some(*out_channels), macs);
             }
             OpKind::ConvTranspose2d { out_channels, kernel, bias } => {
                 arity(1)?;
                 float(0)?;
                 let (n, c, h, w) = image("conv_transpose2d")?;
                 d.output = vec![n, *out_channels, h * kernel, w * kernel];
-                d.params.push(("weight", vec![c, *out_channels, *kernel, *kernel]));
-                if *bias {
-                    d.params.push(("bias", vec![*out_channels]));
-                }
-                let macs = (n * c * h * w * out_channels * kernel * kernel) as f64;
-                d.forward_flops = 2.0 * macs;
-                d.backward_flops = 4.0 * macs;
-                d.matmul = true;
-                d.saved = vec![Saved::Input(0)];
-                d.backward_reads_params = true;
+                let macs = n * c * h * w * out_channels * kernel * kernel;
+                d.weighted(vec![c, *out_channels, *kernel, *kernel], bias.then_some(*out_channels), macs);
             }
             OpKind::Linear { out_features, bias } => {
                 arity(1)?;
@@ -361,16 +362,7 @@ impl OpKind {
                 let mut out = x.clone();
                 *out.last_mut().expect("non-empty") = *out_features;
                 d.output = out;
-                d.params.push(("weight", vec![*out_features, k]));
-                if *bias {
-                    d.params.push(("bias", vec![*out_features]));
-                }
-                let macs = (numel(&x) / k.max(1) * k * out_features) as f64;
-                d.forward_flops = 2.0 * macs;
-                d.backward_flops = 4.0 * macs;
-                d.matmul = true;
-                d.saved = vec![Saved::Input(0)];
-                d.backward_reads_params = true;
+                d.weighted(vec![*out_features, k], bias.then_some(*out_features), numel(&x) / k.max(1) * k * out_features);
             }
             OpKind::BatchNorm2d => {
                 arity(1)?;
@@ -609,16 +601,8 @@ impl OpKind {
                 let ho = (h + 2 * pad_h - kernel_h) / stride + 1;
                 let wo = (w + 2 * pad_w - kernel_w) / stride + 1;
                 d.output = vec![n, *out_channels, ho, wo];
-                d.params.push(("weight", vec![*out_channels, c, *kernel_h, *kernel_w]));
-                if *bias {
-                    d.params.push(("bias", vec![*out_channels]));
-                }
-                let macs = (n * out_channels * ho * wo * c * kernel_h * kernel_w) as f64;
-                d.forward_flops = 2.0 * macs;
-                d.backward_flops = 4.0 * macs;
-                d.matmul = true;
-                d.saved = vec![Saved::Input(0)];
-                d.backward_reads_params = true;
+                let macs = n * out_channels * ho * wo * c * kernel_h * kernel_w;
+                d.weighted(vec![*out_channels, c, *kernel_h, *kernel_w], bias.then_some(*out_channels), macs);
             }
         }
         Ok(d)
