@@ -114,8 +114,8 @@ impl Chain {
     /// Reads a chain from JSON text, naming the field at fault on any error.
     /// Unknown fields are errors too, so that a typo is caught rather than defaulted.
     pub fn from_json(text: &str) -> Result<Chain, GraphError> {
-        let value: Value = serde_json::from_str(text)
-            .map_err(|e| GraphError::Malformed { what: "chain", message: e.to_string() })?;
+        let value: Value =
+            serde_json::from_str(text).map_err(|e| GraphError::Malformed { what: "chain", message: e.to_string() })?;
         let obj = value.as_object().ok_or_else(|| GraphError::Malformed {
             what: "chain",
             message: "expected a JSON object with fields ftime, btime, x, xbar, ftmp, btmp".into(),
@@ -132,7 +132,10 @@ impl Chain {
                 None | Some(Value::Null) => None,
                 Some(Value::String(s)) => Some(s.clone()),
                 Some(_) => {
-                    return Err(GraphError::Malformed { what: "chain", message: "field `name` must be a string".into() })
+                    return Err(GraphError::Malformed {
+                        what: "chain",
+                        message: "field `name` must be a string".into(),
+                    })
                 }
             },
             ftime: times(obj, "ftime")?,
@@ -161,7 +164,10 @@ fn array<'a>(obj: &'a Map<String, Value>, field: &str) -> Result<&'a Vec<Value>,
     match obj.get(field) {
         None => Err(GraphError::MissingField { field: field.into() }),
         Some(Value::Array(a)) => Ok(a),
-        Some(_) => Err(GraphError::Malformed { what: "chain", message: format!("field `{field}` must be an array of numbers") }),
+        Some(_) => Err(GraphError::Malformed {
+            what: "chain",
+            message: format!("field `{field}` must be an array of numbers"),
+        }),
     }
 }
 
@@ -178,11 +184,7 @@ pub(crate) fn size_value(v: &Value, field: &str) -> Result<u64, GraphError> {
 }
 
 fn sizes(obj: &Map<String, Value>, field: &str) -> Result<Vec<u64>, GraphError> {
-    array(obj, field)?
-        .iter()
-        .enumerate()
-        .map(|(i, v)| size_value(v, &format!("{field}[{i}]")))
-        .collect()
+    array(obj, field)?.iter().enumerate().map(|(i, v)| size_value(v, &format!("{field}[{i}]"))).collect()
 }
 
 /// Reads a non-negative finite time, naming `field` on failure.
@@ -194,11 +196,7 @@ pub(crate) fn time_value(v: &Value, field: &str) -> Result<f64, GraphError> {
 }
 
 fn times(obj: &Map<String, Value>, field: &str) -> Result<Vec<f64>, GraphError> {
-    array(obj, field)?
-        .iter()
-        .enumerate()
-        .map(|(i, v)| time_value(v, &format!("{field}[{i}]")))
-        .collect()
+    array(obj, field)?.iter().enumerate().map(|(i, v)| time_value(v, &format!("{field}[{i}]"))).collect()
 }
 
 #[cfg(test)]
@@ -221,18 +219,27 @@ mod tests {
 
     #[test]
     fn bad_inputs_name_the_field() {
-        assert_eq!(err(&GOOD.replace("[4,5,6]", "[4,-5,6]")), "field `x[1]`: a size must be a non-negative integer, got -5");
-        assert_eq!(err(&GOOD.replace("[4,5,6]", "[4,5.5,6]")), "field `x[1]`: a size must be a non-negative integer, got 5.5");
-        assert_eq!(err(&GOOD.replace("[1,2]", "[1,-2]")), "field `ftime[1]`: a time must be a non-negative finite number, got -2");
         assert_eq!(
-            err(&GOOD.replace("[4,7,8]", "[4,7]")),
-            "field `xbar` has length 2, expected 3 (len(ftime) + 1)"
+            err(&GOOD.replace("[4,5,6]", "[4,-5,6]")),
+            "field `x[1]`: a size must be a non-negative integer, got -5"
         );
+        assert_eq!(
+            err(&GOOD.replace("[4,5,6]", "[4,5.5,6]")),
+            "field `x[1]`: a size must be a non-negative integer, got 5.5"
+        );
+        assert_eq!(
+            err(&GOOD.replace("[1,2]", "[1,-2]")),
+            "field `ftime[1]`: a time must be a non-negative finite number, got -2"
+        );
+        assert_eq!(err(&GOOD.replace("[4,7,8]", "[4,7]")), "field `xbar` has length 2, expected 3 (len(ftime) + 1)");
         assert_eq!(err(&GOOD.replace("\"ftmp\":[0,1],", "")), "missing field `ftmp`");
         assert!(err(&GOOD.replace("\"ftmp\"", "\"ftemp\"")).contains("unknown field `ftemp`"));
         assert!(err("{").starts_with("malformed chain"));
         assert!(err("[1]").starts_with("malformed chain"));
-        assert_eq!(err(&GOOD.replace("[4,7,8]", "[4,4,8]")), "field `xbar[1]` = 4 is smaller than `x[1]` = 5; a stage's saved set includes its output");
+        assert_eq!(
+            err(&GOOD.replace("[4,7,8]", "[4,4,8]")),
+            "field `xbar[1]` = 4 is smaller than `x[1]` = 5; a stage's saved set includes its output"
+        );
         assert_eq!(
             err(r#"{"ftime":[],"btime":[1],"x":[1],"xbar":[1],"ftmp":[],"btmp":[0]}"#),
             "a chain needs at least one stage (field `ftime` is empty)"

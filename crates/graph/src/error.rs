@@ -50,7 +50,9 @@ pub enum GraphError {
     #[error("a chain needs at least one stage (field `ftime` is empty)")]
     EmptyChain,
     /// `xbar[i]` must hold at least `x[i]`, since the saved graph of a stage includes its output.
-    #[error("field `xbar[{index}]` = {xbar} is smaller than `x[{index}]` = {x}; a stage's saved set includes its output")]
+    #[error(
+        "field `xbar[{index}]` = {xbar} is smaller than `x[{index}]` = {x}; a stage's saved set includes its output"
+    )]
     XbarBelowX {
         /// The activation index.
         index: usize,

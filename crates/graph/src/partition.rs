@@ -23,9 +23,12 @@ pub fn to_chain(g: &TrainingGraph) -> Result<Chain, GraphError> {
     g.validate()?;
     let nd = g.data.len();
     let stage_of = |c: usize, kind: &str| {
-        g.compute[c]
-            .stage
-            .ok_or_else(|| GraphError::Invalid(format!("compute[{c}] `{}` ({kind}) has no stage: the graph is not partitioned", g.compute[c].name)))
+        g.compute[c].stage.ok_or_else(|| {
+            GraphError::Invalid(format!(
+                "compute[{c}] `{}` ({kind}) has no stage: the graph is not partitioned",
+                g.compute[c].name
+            ))
+        })
     };
     let mut l = 0;
     for (c, node) in g.compute.iter().enumerate() {
@@ -140,7 +143,9 @@ pub fn to_chain(g: &TrainingGraph) -> Result<Chain, GraphError> {
             .filter(|&c| g.compute[c].kind == ComputeKind::Backward && g.compute[c].stage == Some(s))
             .collect();
         // Gradients that leave the block (inputs' gradients) are the chain's δ_s.
-        let keep_b = |d: usize| g.data[d].kind == DataKind::Gradient && producers[d].iter().any(|&p| g.compute[p].stage != Some(s));
+        let keep_b = |d: usize| {
+            g.data[d].kind == DataKind::Gradient && producers[d].iter().any(|&p| g.compute[p].stage != Some(s))
+        };
         let peak_b = replay(g, &bwd, &consumers, &keep_b, &is_static);
         // The chain charges B with x[s] + xbar[s+1] + δ_{s+1} + δ_s + btmp; the replay
         // counts what the block's backward allocates, δ_s included.

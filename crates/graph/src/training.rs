@@ -172,7 +172,10 @@ impl TrainingGraph {
             let p = &producers[i];
             match d.kind {
                 DataKind::Input | DataKind::Parameter | DataKind::OptimizerState if !p.is_empty() => {
-                    return Err(GraphError::Invalid(format!("data[{i}] `{}` is {:?} but has a producer", d.name, d.kind)));
+                    return Err(GraphError::Invalid(format!(
+                        "data[{i}] `{}` is {:?} but has a producer",
+                        d.name, d.kind
+                    )));
                 }
                 DataKind::Activation | DataKind::Saved | DataKind::Gradient | DataKind::ParamGrad if p.is_empty() => {
                     return Err(GraphError::Invalid(format!("data[{i}] `{}` ({:?}) has no producer", d.name, d.kind)));
@@ -187,7 +190,10 @@ impl TrainingGraph {
                 }
                 _ => {}
             }
-            produced[i] = matches!(d.kind, DataKind::Input | DataKind::Parameter | DataKind::OptimizerState | DataKind::ParamGrad);
+            produced[i] = matches!(
+                d.kind,
+                DataKind::Input | DataKind::Parameter | DataKind::OptimizerState | DataKind::ParamGrad
+            );
         }
         // The listed order must be executable: each input produced (completely) before use.
         let mut remaining: Vec<usize> = producers.iter().map(|p| p.len()).collect();

@@ -36,10 +36,7 @@ impl fmt::Display for BudgetSpec {
 pub fn parse_budget(text: &str) -> Result<BudgetSpec, String> {
     let t = text.trim();
     if let Some(p) = t.strip_suffix('%') {
-        let v: f64 = p
-            .trim()
-            .parse()
-            .map_err(|_| format!("`{text}` is not a percentage (expected e.g. `50%`)"))?;
+        let v: f64 = p.trim().parse().map_err(|_| format!("`{text}` is not a percentage (expected e.g. `50%`)"))?;
         if !v.is_finite() || v <= 0.0 {
             return Err(format!("`{text}`: a percentage budget must be positive"));
         }
@@ -67,10 +64,8 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         }
         _ => (num, unit),
     };
-    let value: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{text}` is not a size (expected e.g. `4GiB`, `512MiB` or `1024`)"))?;
+    let value: f64 =
+        num.trim().parse().map_err(|_| format!("`{text}` is not a size (expected e.g. `4GiB`, `512MiB` or `1024`)"))?;
     if !value.is_finite() || value < 0.0 {
         return Err(format!("`{text}`: a size must be non-negative"));
     }
@@ -84,7 +79,9 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "mi" | "mib" => 1024f64.powi(2),
         "gi" | "gib" => 1024f64.powi(3),
         "ti" | "tib" => 1024f64.powi(4),
-        other => return Err(format!("`{text}`: unknown size unit `{other}` (use B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)")),
+        other => {
+            return Err(format!("`{text}`: unknown size unit `{other}` (use B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)"))
+        }
     };
     let bytes = value * mult;
     if bytes > u64::MAX as f64 {
@@ -121,7 +118,10 @@ mod tests {
         assert_eq!(parse_size("1.5GB"), Ok(1_500_000_000));
         assert_eq!(parse_size("1024"), Ok(1024));
         assert_eq!(parse_size("2e3"), Ok(2000));
-        assert_eq!(parse_size("1EiB").unwrap_err(), "`1EiB`: unknown size unit `eib` (use B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)");
+        assert_eq!(
+            parse_size("1EiB").unwrap_err(),
+            "`1EiB`: unknown size unit `eib` (use B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)"
+        );
         assert!(parse_size("-4GiB").is_err());
         assert!(parse_size("four").is_err());
         assert!(parse_size("").is_err());

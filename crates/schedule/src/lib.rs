@@ -303,7 +303,9 @@ mod tests {
         assert!(e.unwrap_err().to_string().contains("unknown variant `jump`"));
         let e = Schedule::from_json(r#"{"version":9,"view":"chain","ops":[]}"#);
         assert_eq!(e.unwrap_err(), ScheduleError::Version { found: 9 });
-        let e = Schedule::from_json(r#"{"version":1,"view":"chain","ops":[{"op":"offload","tensor":{"grad":1},"fraction":1.5}]}"#);
+        let e = Schedule::from_json(
+            r#"{"version":1,"view":"chain","ops":[{"op":"offload","tensor":{"grad":1},"fraction":1.5}]}"#,
+        );
         assert_eq!(e.unwrap_err().to_string(), "field `ops[0].fraction`: 1.5 is not in (0, 1]");
     }
 

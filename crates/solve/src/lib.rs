@@ -17,8 +17,8 @@ use thiserror::Error;
 
 pub mod baseline;
 pub mod brute;
-pub mod multichain;
 mod discretize;
+pub mod multichain;
 pub mod revolve;
 pub mod rotor;
 pub mod rotor_optimal;
@@ -162,7 +162,8 @@ pub fn plan(solver: &dyn Solver, problem: Problem<'_>, budget: u64, options: &So
     let schedule = solver.solve(problem, budget, options)?.with_solver(solver.name());
     let solve_seconds = start.elapsed().as_secs_f64();
     let config = SimConfig { budget: Some(budget), bandwidth: options.bandwidth, timeline: false };
-    let report = simulate(problem, &schedule, &config).map_err(|error| PlanError::Invalid { solver: solver.name(), error })?;
+    let report =
+        simulate(problem, &schedule, &config).map_err(|error| PlanError::Invalid { solver: solver.name(), error })?;
     Ok(Plan { schedule, report, solve_seconds })
 }
 

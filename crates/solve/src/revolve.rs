@@ -458,7 +458,7 @@ mod tests {
     /// returns fits.
     #[test]
     fn revolve_optimal_schedules_fit_on_random_chains() {
-        use crate::{plan, solver, Problem, SolveOptions, SolveError, PlanError};
+        use crate::{plan, solver, PlanError, Problem, SolveError, SolveOptions};
         let s = solver("revolve-optimal").expect("registered");
         let mut rng = crate::testkit::Rng::new(7);
         for _ in 0..200 {

@@ -64,11 +64,15 @@ impl DeviceProfile {
             return Ok(p);
         }
         if name.ends_with(".json") || std::path::Path::new(name).exists() {
-            let text = std::fs::read_to_string(name).map_err(|e| ZooError::Device(format!("cannot read `{name}`: {e}")))?;
+            let text =
+                std::fs::read_to_string(name).map_err(|e| ZooError::Device(format!("cannot read `{name}`: {e}")))?;
             return Self::from_json(&text).map_err(|e| ZooError::Device(format!("`{name}`: {e}")));
         }
         let names: Vec<String> = Self::builtin().into_iter().map(|p| p.name).collect();
-        Err(ZooError::Device(format!("unknown device profile `{name}` (built-in: {}; or a JSON file)", names.join(", "))))
+        Err(ZooError::Device(format!(
+            "unknown device profile `{name}` (built-in: {}; or a JSON file)",
+            names.join(", ")
+        )))
     }
 
     /// Reads a profile from JSON, rejecting non-positive rates.

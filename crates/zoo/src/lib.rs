@@ -193,7 +193,12 @@ pub struct Model {
 
 impl Model {
     /// Lowers a network to both views.
-    pub fn from_network(spec: &'static ModelSpec, dims: Dims, network: Network, options: &ModelOptions) -> Result<Model, ZooError> {
+    pub fn from_network(
+        spec: &'static ModelSpec,
+        dims: Dims,
+        network: Network,
+        options: &ModelOptions,
+    ) -> Result<Model, ZooError> {
         let cost = CostModel { device: options.device.clone() };
         let graph = network.training_graph(&cost, options.optimizer);
         let err = |error| ZooError::Graph { model: spec.name.to_string(), error };

@@ -108,7 +108,14 @@ impl NetBuilder {
 
     /// An input of the step (images, token ids, labels). Inputs take no gradient.
     pub fn input(&mut self, name: &str, shape: Shape, elem: Elem) -> TensorId {
-        self.net.tensors.push(NetTensor { name: name.into(), shape, elem, producer: None, requires_grad: false, view_of: None });
+        self.net.tensors.push(NetTensor {
+            name: name.into(),
+            shape,
+            elem,
+            producer: None,
+            requires_grad: false,
+            view_of: None,
+        });
         self.net.tensors.len() - 1
     }
 
@@ -138,16 +145,30 @@ impl NetBuilder {
 
     /// Adds an op whose parameters are existing ones (tied weights, e.g. GPT-2's lm_head
     /// reusing the token embedding). Shapes must match the declaration.
-    pub fn op_tied(&mut self, name: &str, kind: OpKind, inputs: &[TensorId], params: &[ParamId]) -> Result<TensorId, ZooError> {
+    pub fn op_tied(
+        &mut self,
+        name: &str,
+        kind: OpKind,
+        inputs: &[TensorId],
+        params: &[ParamId],
+    ) -> Result<TensorId, ZooError> {
         self.add(name, kind, inputs, Some(params))
     }
 
-    fn add(&mut self, name: &str, kind: OpKind, inputs: &[TensorId], tied: Option<&[ParamId]>) -> Result<TensorId, ZooError> {
+    fn add(
+        &mut self,
+        name: &str,
+        kind: OpKind,
+        inputs: &[TensorId],
+        tied: Option<&[ParamId]>,
+    ) -> Result<TensorId, ZooError> {
         if let Some(&t) = inputs.iter().find(|&&t| t >= self.net.tensors.len()) {
             return Err(ZooError::Shape { op: kind.name(), why: format!("`{name}`: unknown input tensor {t}") });
         }
-        let operands: Vec<Operand> =
-            inputs.iter().map(|&t| Operand { shape: self.net.tensors[t].shape.clone(), elem: self.net.tensors[t].elem }).collect();
+        let operands: Vec<Operand> = inputs
+            .iter()
+            .map(|&t| Operand { shape: self.net.tensors[t].shape.clone(), elem: self.net.tensors[t].elem })
+            .collect();
         let decl = kind.declare(&operands).map_err(|e| match e {
             ZooError::Shape { op, why } => ZooError::Shape { op, why: format!("`{name}`: {why}") },
             other => other,
@@ -157,7 +178,10 @@ impl NetBuilder {
                 let shapes: Vec<&Shape> = p.iter().map(|&i| &self.net.params[i].shape).collect();
                 let want: Vec<&Shape> = decl.params.iter().map(|(_, s)| s).collect();
                 if shapes != want {
-                    return Err(ZooError::Shape { op: kind.name(), why: format!("`{name}`: tied parameters {shapes:?} do not match {want:?}") });
+                    return Err(ZooError::Shape {
+                        op: kind.name(),
+                        why: format!("`{name}`: tied parameters {shapes:?} do not match {want:?}"),
+                    });
                 }
                 p.to_vec()
             }
@@ -185,7 +209,15 @@ impl NetBuilder {
         if !decl.view {
             self.stage_used = true;
         }
-        self.net.ops.push(NetOp { name: name.into(), kind, inputs: inputs.to_vec(), output, params, stage: self.stage, decl });
+        self.net.ops.push(NetOp {
+            name: name.into(),
+            kind,
+            inputs: inputs.to_vec(),
+            output,
+            params,
+            stage: self.stage,
+            decl,
+        });
         Ok(output)
     }
 
@@ -200,7 +232,10 @@ impl NetBuilder {
     pub fn loss(&mut self, name: &str, kind: OpKind, inputs: &[TensorId]) -> Result<(), ZooError> {
         let t = self.add(name, kind, inputs, None)?;
         if !self.net.ops.last().expect("just added").decl.loss {
-            return Err(ZooError::Shape { op: self.net.ops[self.net.tensors[t].producer.expect("op")].kind.name(), why: format!("`{name}` is not a loss") });
+            return Err(ZooError::Shape {
+                op: self.net.ops[self.net.tensors[t].producer.expect("op")].kind.name(),
+                why: format!("`{name}` is not a loss"),
+            });
         }
         Ok(())
     }
@@ -209,7 +244,10 @@ impl NetBuilder {
     pub fn finish(self) -> Result<Network, ZooError> {
         let losses = self.net.ops.iter().filter(|o| o.decl.loss).count();
         if losses != 1 || !self.net.ops.last().is_some_and(|o| o.decl.loss) {
-            return Err(ZooError::Shape { op: "loss", why: format!("network `{}` must end with exactly one loss", self.net.name) });
+            return Err(ZooError::Shape {
+                op: "loss",
+                why: format!("network `{}` must end with exactly one loss", self.net.name),
+            });
         }
         Ok(self.net)
     }
@@ -278,7 +316,12 @@ impl Network {
         let mut grad_node = vec![usize::MAX; self.tensors.len()];
         for (t, tensor) in self.tensors.iter().enumerate() {
             if tensor.view_of.is_none() && tensor.requires_grad && !self.is_loss_output(t) {
-                grad_node[t] = push(&mut data, format!("{}.grad", tensor.name), DataKind::Gradient, self.bytes(&tensor.shape, tensor.elem));
+                grad_node[t] = push(
+                    &mut data,
+                    format!("{}.grad", tensor.name),
+                    DataKind::Gradient,
+                    self.bytes(&tensor.shape, tensor.elem),
+                );
             }
         }
         for t in 0..self.tensors.len() {

@@ -336,7 +336,9 @@ impl OpKind {
                 float(0)?;
                 let (n, c, h, w) = image("conv2d")?;
                 if *stride == 0 || *groups == 0 || c % groups != 0 || out_channels % groups != 0 {
-                    return Err(bad(format!("channels {c} → {out_channels} do not divide into {groups} groups (or stride 0)")));
+                    return Err(bad(format!(
+                        "channels {c} → {out_channels} do not divide into {groups} groups (or stride 0)"
+                    )));
                 }
                 if h + 2 * padding < *kernel || w + 2 * padding < *kernel {
                     return Err(bad(format!("kernel {kernel} larger than the padded input {h}×{w}")));
@@ -362,7 +364,11 @@ impl OpKind {
                 let mut out = x.clone();
                 *out.last_mut().expect("non-empty") = *out_features;
                 d.output = out;
-                d.weighted(vec![*out_features, k], bias.then_some(*out_features), numel(&x) / k.max(1) * k * out_features);
+                d.weighted(
+                    vec![*out_features, k],
+                    bias.then_some(*out_features),
+                    numel(&x) / k.max(1) * k * out_features,
+                );
             }
             OpKind::BatchNorm2d => {
                 arity(1)?;
@@ -444,8 +450,15 @@ impl OpKind {
                     }
                     n => return Err(bad(format!("expects 1 (packed) or 3 (q, k, v) inputs, got {n}"))),
                 };
-                if *heads == 0 || *kv_heads == 0 || e % heads != 0 || heads % kv_heads != 0 || kv_e * heads != e * kv_heads {
-                    return Err(bad(format!("width {e} (kv {kv_e}) does not split into {heads} heads / {kv_heads} kv heads")));
+                if *heads == 0
+                    || *kv_heads == 0
+                    || e % heads != 0
+                    || heads % kv_heads != 0
+                    || kv_e * heads != e * kv_heads
+                {
+                    return Err(bad(format!(
+                        "width {e} (kv {kv_e}) does not split into {heads} heads / {kv_heads} kv heads"
+                    )));
                 }
                 d.output = vec![b, s, e];
                 let scores = b * heads * s * s;
@@ -511,7 +524,10 @@ impl OpKind {
                     float(k)?;
                     let same = o.shape.len() == x.len() && (0..x.len()).all(|i| i == *dim || o.shape[i] == x[i]);
                     if !same {
-                        return Err(bad(format!("input {k} shape {:?} does not match {x:?} outside dim {dim}", o.shape)));
+                        return Err(bad(format!(
+                            "input {k} shape {:?} does not match {x:?} outside dim {dim}",
+                            o.shape
+                        )));
                     }
                     out[*dim] += o.shape[*dim];
                 }
@@ -531,7 +547,10 @@ impl OpKind {
                 d.forward_flops = out * (kernel * kernel) as f64;
                 d.backward_flops = out * (kernel * kernel) as f64;
                 if matches!(self, OpKind::MaxPool2d { .. }) {
-                    d.saved = vec![Saved::Input(0), Saved::Extra { name: "indices", shape: d.output.clone(), elem: Elem::Int }];
+                    d.saved = vec![
+                        Saved::Input(0),
+                        Saved::Extra { name: "indices", shape: d.output.clone(), elem: Elem::Int },
+                    ];
                 }
             }
             OpKind::AdaptiveAvgPool2d { out } => {

@@ -22,11 +22,22 @@ use crate::{Dims, NetBuilder, Network, TensorId, ZooError};
 const BN_SIZE: usize = 4;
 
 fn conv(b: &mut NetBuilder, name: &str, x: TensorId, out: usize, kernel: usize) -> Result<TensorId, ZooError> {
-    b.op(name, OpKind::Conv2d { out_channels: out, kernel, stride: 1, padding: kernel / 2, groups: 1, bias: false }, &[x])
+    b.op(
+        name,
+        OpKind::Conv2d { out_channels: out, kernel, stride: 1, padding: kernel / 2, groups: 1, bias: false },
+        &[x],
+    )
 }
 
 /// BN → ReLU → convolution, named as torchvision's `norm{k}`, `relu{k}`, `conv{k}`.
-fn bn_relu_conv(b: &mut NetBuilder, pre: &str, k: &str, x: TensorId, out: usize, kernel: usize) -> Result<TensorId, ZooError> {
+fn bn_relu_conv(
+    b: &mut NetBuilder,
+    pre: &str,
+    k: &str,
+    x: TensorId,
+    out: usize,
+    kernel: usize,
+) -> Result<TensorId, ZooError> {
     let h = b.op(&format!("{pre}.norm{k}"), OpKind::BatchNorm2d, &[x])?;
     let h = b.op(&format!("{pre}.relu{k}"), OpKind::Relu, &[h])?;
     conv(b, &format!("{pre}.conv{k}"), h, out, kernel)
@@ -37,7 +48,11 @@ fn densenet(name: &str, d: &Dims, growth: usize, blocks: &[usize], init: usize) 
     let mut b = NetBuilder::new(name, d.dtype);
     let x = b.input("images", vec![d.batch, 3, d.image, d.image], Elem::Float);
     let labels = b.input("labels", vec![d.batch], Elem::Int);
-    let h = b.op("features.conv0", OpKind::Conv2d { out_channels: init, kernel: 7, stride: 2, padding: 3, groups: 1, bias: false }, &[x])?;
+    let h = b.op(
+        "features.conv0",
+        OpKind::Conv2d { out_channels: init, kernel: 7, stride: 2, padding: 3, groups: 1, bias: false },
+        &[x],
+    )?;
     b.next_stage();
     let h = b.op("features.norm0", OpKind::BatchNorm2d, &[h])?;
     b.next_stage();
@@ -95,7 +110,8 @@ pub fn densenet201(d: &Dims) -> Result<Network, ZooError> {
 mod tests {
     use crate::{build, ModelOptions, ZooError};
 
-    const ALL: [(&str, usize); 4] = [("densenet121", 58), ("densenet161", 78), ("densenet169", 82), ("densenet201", 98)];
+    const ALL: [(&str, usize); 4] =
+        [("densenet121", 58), ("densenet161", 78), ("densenet169", 82), ("densenet201", 98)];
 
     fn small(name: &str) -> crate::Model {
         build(name, &ModelOptions { batch: Some(2), image: Some(32), ..Default::default() }).unwrap()
@@ -128,7 +144,8 @@ mod tests {
 
     #[test]
     fn too_small_images_are_an_error() {
-        let e = build("densenet121", &ModelOptions { batch: Some(1), image: Some(16), ..Default::default() }).unwrap_err();
+        let e =
+            build("densenet121", &ModelOptions { batch: Some(1), image: Some(16), ..Default::default() }).unwrap_err();
         assert!(matches!(e, ZooError::Shape { .. }), "{e}");
     }
 }

@@ -20,7 +20,11 @@ const DROPOUT: f64 = 0.1;
 fn block(b: &mut NetBuilder, pre: &str, x: TensorId, width: usize, heads: usize) -> Result<TensorId, ZooError> {
     let h = b.op(&format!("{pre}.ln_1"), OpKind::LayerNorm { bias: true }, &[x])?;
     let qkv = b.op(&format!("{pre}.attn.c_attn"), OpKind::Linear { out_features: 3 * width, bias: true }, &[h])?;
-    let a = b.op(&format!("{pre}.attn"), OpKind::Attention { heads, kv_heads: heads, causal: true, dropout: DROPOUT }, &[qkv])?;
+    let a = b.op(
+        &format!("{pre}.attn"),
+        OpKind::Attention { heads, kv_heads: heads, causal: true, dropout: DROPOUT },
+        &[qkv],
+    )?;
     let a = b.op(&format!("{pre}.attn.c_proj"), OpKind::Linear { out_features: width, bias: true }, &[a])?;
     let a = b.op(&format!("{pre}.attn.resid_dropout"), OpKind::Dropout { p: DROPOUT }, &[a])?;
     let x = b.op(&format!("{pre}.add_1"), OpKind::Add, &[a, x])?;
@@ -112,9 +116,14 @@ mod tests {
 
     #[test]
     fn sequence_beyond_the_positions_is_an_error() {
-        let err = build("gpt2-small", &ModelOptions { batch: Some(1), seq: Some(1025), ..Default::default() }).unwrap_err();
+        let err =
+            build("gpt2-small", &ModelOptions { batch: Some(1), seq: Some(1025), ..Default::default() }).unwrap_err();
         assert!(matches!(err, ZooError::BadOption { option: "seq", .. }), "{err}");
-        assert!(build("gpt2-small", &ModelOptions { batch: Some(1), seq: Some(1024), layers: Some(1), ..Default::default() }).is_ok());
+        assert!(build(
+            "gpt2-small",
+            &ModelOptions { batch: Some(1), seq: Some(1024), layers: Some(1), ..Default::default() }
+        )
+        .is_ok());
     }
 
     /// Store-all activation memory of GPT-2 small, batch 4, seq 1024, fp32. By hand, with

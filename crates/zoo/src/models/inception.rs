@@ -182,7 +182,13 @@ mod tests {
         let bc = |i: u64, o: u64, kh: u64, kw: u64| i * o * kh * kw + 2 * o;
         let stem = bc(3, 32, 3, 3) + bc(32, 32, 3, 3) + bc(32, 64, 3, 3) + bc(64, 80, 1, 1) + bc(80, 192, 3, 3);
         let a = |i: u64, pf: u64| {
-            bc(i, 64, 1, 1) + bc(i, 48, 1, 1) + bc(48, 64, 5, 5) + bc(i, 64, 1, 1) + bc(64, 96, 3, 3) + bc(96, 96, 3, 3) + bc(i, pf, 1, 1)
+            bc(i, 64, 1, 1)
+                + bc(i, 48, 1, 1)
+                + bc(48, 64, 5, 5)
+                + bc(i, 64, 1, 1)
+                + bc(64, 96, 3, 3)
+                + bc(96, 96, 3, 3)
+                + bc(i, pf, 1, 1)
         };
         let b = |i: u64| bc(i, 384, 3, 3) + bc(i, 64, 1, 1) + bc(64, 96, 3, 3) + bc(96, 96, 3, 3);
         let c = |c7: u64| {
@@ -195,9 +201,16 @@ mod tests {
                 + bc(c7, 192, 1, 7)
                 + bc(768, 192, 1, 1)
         };
-        let d = bc(768, 192, 1, 1) + bc(192, 320, 3, 3) + bc(768, 192, 1, 1) + 2 * bc(192, 192, 1, 7) + bc(192, 192, 3, 3);
+        let d =
+            bc(768, 192, 1, 1) + bc(192, 320, 3, 3) + bc(768, 192, 1, 1) + 2 * bc(192, 192, 1, 7) + bc(192, 192, 3, 3);
         let e = |i: u64| {
-            bc(i, 320, 1, 1) + bc(i, 384, 1, 1) + 2 * bc(384, 384, 1, 3) + bc(i, 448, 1, 1) + bc(448, 384, 3, 3) + 2 * bc(384, 384, 1, 3) + bc(i, 192, 1, 1)
+            bc(i, 320, 1, 1)
+                + bc(i, 384, 1, 1)
+                + 2 * bc(384, 384, 1, 3)
+                + bc(i, 448, 1, 1)
+                + bc(448, 384, 3, 3)
+                + 2 * bc(384, 384, 1, 3)
+                + bc(i, 192, 1, 1)
         };
         let fc = 2048 * 1000 + 1000;
         stem + a(192, 32) + a(256, 64) + a(288, 64) + b(288) + c(128) + 2 * c(160) + c(192) + d + e(1280) + e(2048) + fc
@@ -233,7 +246,8 @@ mod tests {
 
     #[test]
     fn too_small_images_are_an_error() {
-        let e = build("inception_v3", &ModelOptions { batch: Some(1), image: Some(64), ..Default::default() }).unwrap_err();
+        let e =
+            build("inception_v3", &ModelOptions { batch: Some(1), image: Some(64), ..Default::default() }).unwrap_err();
         assert!(matches!(e, ZooError::Shape { .. }), "{e}");
     }
 }

@@ -18,7 +18,14 @@ const MAX_SEQ: usize = 4096;
 
 /// One `LlamaDecoderLayer`: `x + o(attn(rope(q), rope(k), v))` on `norm(x)`, then
 /// `h + down(silu(gate(n)) * up(n))` on `n = norm(h)`.
-fn layer(b: &mut NetBuilder, pre: &str, x: TensorId, width: usize, heads: usize, inter: usize) -> Result<TensorId, ZooError> {
+fn layer(
+    b: &mut NetBuilder,
+    pre: &str,
+    x: TensorId,
+    width: usize,
+    heads: usize,
+    inter: usize,
+) -> Result<TensorId, ZooError> {
     let linear = |out_features| OpKind::Linear { out_features, bias: false };
     let rope = OpKind::Rope { heads, rotary_dim: width / heads };
     let h = b.op(&format!("{pre}.input_layernorm"), OpKind::RmsNorm, &[x])?;
@@ -27,7 +34,11 @@ fn layer(b: &mut NetBuilder, pre: &str, x: TensorId, width: usize, heads: usize,
     let v = b.op(&format!("{pre}.self_attn.v_proj"), linear(width), &[h])?;
     let q = b.op(&format!("{pre}.self_attn.rope_q"), rope.clone(), &[q])?;
     let k = b.op(&format!("{pre}.self_attn.rope_k"), rope, &[k])?;
-    let a = b.op(&format!("{pre}.self_attn"), OpKind::Attention { heads, kv_heads: heads, causal: true, dropout: 0.0 }, &[q, k, v])?;
+    let a = b.op(
+        &format!("{pre}.self_attn"),
+        OpKind::Attention { heads, kv_heads: heads, causal: true, dropout: 0.0 },
+        &[q, k, v],
+    )?;
     let a = b.op(&format!("{pre}.self_attn.o_proj"), linear(width), &[a])?;
     let x = b.op(&format!("{pre}.add_1"), OpKind::Add, &[x, a])?;
     let h = b.op(&format!("{pre}.post_attention_layernorm"), OpKind::RmsNorm, &[x])?;
@@ -106,7 +117,8 @@ mod tests {
 
     #[test]
     fn sequence_beyond_the_context_is_an_error() {
-        let err = build("llama2-7b", &ModelOptions { batch: Some(1), seq: Some(4097), ..Default::default() }).unwrap_err();
+        let err =
+            build("llama2-7b", &ModelOptions { batch: Some(1), seq: Some(4097), ..Default::default() }).unwrap_err();
         assert!(matches!(err, ZooError::BadOption { option: "seq", .. }), "{err}");
     }
 }

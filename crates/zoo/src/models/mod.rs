@@ -46,7 +46,17 @@ const HF: &str = "Hugging Face";
 
 macro_rules! spec {
     ($name:expr, $family:expr, $desc:expr, $params:expr, batch $b:expr, image $i:expr, seq $s:expr, layers $l:expr, $build:expr) => {
-        ModelSpec { name: $name, family: $family, description: $desc, published_params: $params, batch: $b, image: $i, seq: $s, layers: $l, build: $build }
+        ModelSpec {
+            name: $name,
+            family: $family,
+            description: $desc,
+            published_params: $params,
+            batch: $b,
+            image: $i,
+            seq: $s,
+            layers: $l,
+            build: $build,
+        }
     };
 }
 

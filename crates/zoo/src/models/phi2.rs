@@ -33,7 +33,11 @@ fn layer(b: &mut NetBuilder, pre: &str, x: TensorId) -> Result<TensorId, ZooErro
     let v = b.op(&format!("{pre}.self_attn.v_proj"), linear(WIDTH), &[n])?;
     let q = b.op(&format!("{pre}.self_attn.rope_q"), rope.clone(), &[q])?;
     let k = b.op(&format!("{pre}.self_attn.rope_k"), rope, &[k])?;
-    let a = b.op(&format!("{pre}.self_attn"), OpKind::Attention { heads: HEADS, kv_heads: HEADS, causal: true, dropout: 0.0 }, &[q, k, v])?;
+    let a = b.op(
+        &format!("{pre}.self_attn"),
+        OpKind::Attention { heads: HEADS, kv_heads: HEADS, causal: true, dropout: 0.0 },
+        &[q, k, v],
+    )?;
     let a = b.op(&format!("{pre}.self_attn.dense"), linear(WIDTH), &[a])?;
     let a = b.op(&format!("{pre}.resid_dropout_attn"), OpKind::Dropout { p: DROPOUT }, &[a])?;
     let m = b.op(&format!("{pre}.mlp.fc1"), linear(INTER), &[n])?;

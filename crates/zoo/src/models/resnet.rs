@@ -17,11 +17,26 @@ enum Block {
     Bottleneck,
 }
 
-fn conv(b: &mut NetBuilder, name: &str, x: TensorId, out: usize, kernel: usize, stride: usize) -> Result<TensorId, ZooError> {
+fn conv(
+    b: &mut NetBuilder,
+    name: &str,
+    x: TensorId,
+    out: usize,
+    kernel: usize,
+    stride: usize,
+) -> Result<TensorId, ZooError> {
     b.op(name, OpKind::Conv2d { out_channels: out, kernel, stride, padding: kernel / 2, groups: 1, bias: false }, &[x])
 }
 
-fn conv_bn(b: &mut NetBuilder, name: &str, x: TensorId, out: usize, kernel: usize, stride: usize, relu: bool) -> Result<TensorId, ZooError> {
+fn conv_bn(
+    b: &mut NetBuilder,
+    name: &str,
+    x: TensorId,
+    out: usize,
+    kernel: usize,
+    stride: usize,
+    relu: bool,
+) -> Result<TensorId, ZooError> {
     let h = conv(b, &format!("{name}.conv"), x, out, kernel, stride)?;
     let h = b.op(&format!("{name}.bn"), OpKind::BatchNorm2d, &[h])?;
     if relu {
@@ -36,7 +51,11 @@ fn resnet(name: &str, d: &Dims, block: Block, layers: &[usize], planes: &[usize]
     let mut b = NetBuilder::new(name, d.dtype);
     let x = b.input("images", vec![d.batch, 3, d.image, d.image], Elem::Float);
     let labels = b.input("labels", vec![d.batch], Elem::Int);
-    let h = b.op("conv1", OpKind::Conv2d { out_channels: 64, kernel: 7, stride: 2, padding: 3, groups: 1, bias: false }, &[x])?;
+    let h = b.op(
+        "conv1",
+        OpKind::Conv2d { out_channels: 64, kernel: 7, stride: 2, padding: 3, groups: 1, bias: false },
+        &[x],
+    )?;
     b.next_stage();
     let h = b.op("bn1", OpKind::BatchNorm2d, &[h])?;
     b.next_stage();

@@ -47,7 +47,8 @@ impl Branch<'_> {
             h = self.op(b, &format!("block{}.conv", i + 1), conv, h)?;
             h = self.op(b, &format!("block{}.bn", i + 1), OpKind::BatchNorm2d, h)?;
             h = self.op(b, &format!("block{}.relu", i + 1), OpKind::Relu, h)?;
-            h = self.op(b, &format!("block{}.pool", i + 1), OpKind::MaxPool2d { kernel: 2, stride: 2, padding: 0 }, h)?;
+            h =
+                self.op(b, &format!("block{}.pool", i + 1), OpKind::MaxPool2d { kernel: 2, stride: 2, padding: 0 }, h)?;
         }
         b.next_stage();
         h = self.op(b, "avgpool", OpKind::AdaptiveAvgPool2d { out: 1 }, h)?;

@@ -160,7 +160,11 @@ mod tests {
 
     #[test]
     fn encoder_output_crosses_every_decoder_cut() {
-        let m = build("transformer", &ModelOptions { batch: Some(2), seq: Some(16), layers: Some(3), ..Default::default() }).unwrap();
+        let m = build(
+            "transformer",
+            &ModelOptions { batch: Some(2), seq: Some(16), layers: Some(3), ..Default::default() },
+        )
+        .unwrap();
         let act = 2 * 16 * 512 * 4;
         // Cuts into decoder layers 1 and 2 carry the decoder stream and the memory.
         for i in [1 + 3 + 1 + 1, 1 + 3 + 1 + 2] {

@@ -66,7 +66,8 @@ pub fn unet(d: &Dims) -> Result<Network, ZooError> {
         b.next_stage();
         let name = format!("up{}", i + 1);
         let skip = skips.pop().expect("one skip per level");
-        let up = b.op(&format!("{name}.up"), OpKind::ConvTranspose2d { out_channels: out, kernel: 2, bias: true }, &[h])?;
+        let up =
+            b.op(&format!("{name}.up"), OpKind::ConvTranspose2d { out_channels: out, kernel: 2, bias: true }, &[h])?;
         // milesial: torch.cat([x2, x1], dim=1), the skip first.
         let cat = b.op(&format!("{name}.concat"), OpKind::Concat { dim: 1 }, &[skip, up])?;
         h = double_conv(&mut b, &format!("{name}.conv"), cat, out)?;
@@ -74,7 +75,8 @@ pub fn unet(d: &Dims) -> Result<Network, ZooError> {
     b.next_stage();
     let conv = OpKind::Conv2d { out_channels: CLASSES, kernel: 1, stride: 1, padding: 0, groups: 1, bias: true };
     let logits = b.op("outc.conv", conv, &[h])?;
-    let logits = b.op("logits_classes_last", OpKind::Reshape { shape: vec![d.batch, d.image, d.image, CLASSES] }, &[logits])?;
+    let logits =
+        b.op("logits_classes_last", OpKind::Reshape { shape: vec![d.batch, d.image, d.image, CLASSES] }, &[logits])?;
     b.loss("loss", OpKind::CrossEntropy, &[logits, labels])?;
     b.finish()
 }
@@ -89,7 +91,17 @@ mod tests {
     fn milesial_count() -> u64 {
         let dc = |i: u64, o: u64| 9 * i * o + 9 * o * o + 4 * o;
         let up = |i: u64| 4 * i * (i / 2) + i / 2 + dc(i, i / 2);
-        dc(3, 64) + dc(64, 128) + dc(128, 256) + dc(256, 512) + dc(512, 1024) + up(1024) + up(512) + up(256) + up(128) + 64 * 2 + 2
+        dc(3, 64)
+            + dc(64, 128)
+            + dc(128, 256)
+            + dc(256, 512)
+            + dc(512, 1024)
+            + up(1024)
+            + up(512)
+            + up(256)
+            + up(128)
+            + 64 * 2
+            + 2
     }
 
     #[test]
@@ -118,7 +130,8 @@ mod tests {
     #[test]
     fn bad_image_sizes_are_errors() {
         for image in [8, 20, 100] {
-            let e = build("unet", &ModelOptions { batch: Some(1), image: Some(image), ..Default::default() }).unwrap_err();
+            let e =
+                build("unet", &ModelOptions { batch: Some(1), image: Some(image), ..Default::default() }).unwrap_err();
             assert!(matches!(e, ZooError::BadOption { option: "image", .. }), "{image}: {e}");
         }
     }
