@@ -83,7 +83,7 @@ pub fn to_chain(g: &TrainingGraph) -> Result<Chain, GraphError> {
                 if first_fwd_use[d] == Some(0) {
                     // An input of the first block crosses every cut up to its last reader.
                     for i in 0..=last_fwd_use[d].unwrap_or(0).min(l) {
-                        if i == 0 || last_fwd_use[d].map_or(false, |u| u >= i) {
+                        if i == 0 || last_fwd_use[d].is_some_and(|u| u >= i) {
                             chain.x[i] += node.size;
                         }
                     }
@@ -103,7 +103,7 @@ pub fn to_chain(g: &TrainingGraph) -> Result<Chain, GraphError> {
     }
     for (d, node) in g.data.iter().enumerate() {
         if let Some(p) = made_in[d] {
-            let crosses_next = last_fwd_use[d].map_or(false, |u| u > p);
+            let crosses_next = last_fwd_use[d].is_some_and(|u| u > p);
             if read_by_backward[d] && !crosses_next {
                 chain.xbar[p + 1] += node.size;
             }
@@ -135,7 +135,7 @@ pub fn to_chain(g: &TrainingGraph) -> Result<Chain, GraphError> {
         let fwd: Vec<usize> = (0..g.compute.len())
             .filter(|&c| g.compute[c].kind == ComputeKind::Forward && g.compute[c].stage == Some(s))
             .collect();
-        let keep = |d: usize| read_by_backward[d] || last_fwd_use[d].map_or(false, |u| u > s);
+        let keep = |d: usize| read_by_backward[d] || last_fwd_use[d].is_some_and(|u| u > s);
         let peak = replay(g, &fwd, &consumers, &keep, &is_static);
         // The chain charges F_all with x[s] + xbar[s+1] + ftmp; the replay counts above x[s].
         chain.ftmp[s] = peak.saturating_sub(chain.xbar[s + 1]);

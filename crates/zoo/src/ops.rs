@@ -431,16 +431,16 @@ impl OpKind {
                 let (b, s, e, kv_e) = match inputs.len() {
                     1 => {
                         float(0)?;
-                        if x.len() != 3 || x[2] % 3 != 0 {
+                        if x.len() != 3 || !x[2].is_multiple_of(3) {
                             return Err(bad(format!("packed attention expects [B, S, 3E], got {x:?}")));
                         }
                         (x[0], x[1], x[2] / 3, x[2] / 3)
                     }
                     3 => {
-                        for k in 0..3 {
+                        for (k, input) in inputs.iter().enumerate() {
                             float(k)?;
-                            if inputs[k].shape.len() != 3 {
-                                return Err(bad(format!("input {k} must be [B, S, E], got {:?}", inputs[k].shape)));
+                            if input.shape.len() != 3 {
+                                return Err(bad(format!("input {k} must be [B, S, E], got {:?}", input.shape)));
                             }
                         }
                         if inputs[1].shape != inputs[2].shape || inputs[1].shape[..2] != x[..2] {

@@ -43,7 +43,7 @@ fn double_conv(b: &mut NetBuilder, name: &str, x: TensorId, out: usize) -> Resul
 
 /// U-Net with 3 input channels and 2 classes, transposed convolutions up.
 pub fn unet(d: &Dims) -> Result<Network, ZooError> {
-    if d.image % 16 != 0 {
+    if !d.image.is_multiple_of(16) {
         return Err(ZooError::BadOption {
             model: "unet".into(),
             option: "image",
