@@ -180,13 +180,12 @@ impl TrainingGraph {
                 DataKind::Activation | DataKind::Saved | DataKind::Gradient | DataKind::ParamGrad if p.is_empty() => {
                     return Err(GraphError::Invalid(format!("data[{i}] `{}` ({:?}) has no producer", d.name, d.kind)));
                 }
-                DataKind::Saved
-                    if (p.len() != 1 || self.compute[p[0]].kind != ComputeKind::Forward) => {
-                        return Err(GraphError::Invalid(format!(
-                            "data[{i}] `{}` is a saved tensor but is not produced by exactly one forward node",
-                            d.name
-                        )));
-                    }
+                DataKind::Saved if (p.len() != 1 || self.compute[p[0]].kind != ComputeKind::Forward) => {
+                    return Err(GraphError::Invalid(format!(
+                        "data[{i}] `{}` is a saved tensor but is not produced by exactly one forward node",
+                        d.name
+                    )));
+                }
                 _ => {}
             }
             produced[i] = matches!(

@@ -204,19 +204,7 @@ mod tests {
     use pebble_schedule::{Schedule, View};
     use pebble_sim::{simulate_chain, SimConfig};
 
-    fn chain() -> Chain {
-        Chain {
-            name: None,
-            ftime: vec![1.0, 2.0, 4.0],
-            btime: vec![10.0, 20.0, 30.0, 40.0],
-            x: vec![4, 3, 5, 2],
-            xbar: vec![4, 6, 9, 7],
-            ftmp: vec![2, 1, 3],
-            btmp: vec![3, 2, 4, 7],
-            w: None,
-            static_bytes: 10,
-        }
-    }
+    use crate::testkit::hand_chain as chain;
 
     #[test]
     fn exact_uses_the_gcd_and_counts_a0_and_static_outside() {

@@ -99,3 +99,19 @@ pub(crate) fn tiny_graph() -> TrainingGraph {
     g.validate().expect("the tiny graph is valid");
     g
 }
+
+/// A hand-made 3-stage chain with distinct times and sizes, temporary memory and static
+/// bytes: the fixture whose figures the baseline and discretization tests work out by hand.
+pub(crate) fn hand_chain() -> Chain {
+    Chain {
+        name: Some("hand".into()),
+        ftime: vec![1.0, 2.0, 4.0],
+        btime: vec![10.0, 20.0, 30.0, 40.0],
+        x: vec![4, 3, 5, 2],
+        xbar: vec![4, 6, 9, 7],
+        ftmp: vec![2, 1, 3],
+        btmp: vec![3, 2, 4, 7],
+        w: None,
+        static_bytes: 10,
+    }
+}

@@ -25,19 +25,7 @@ fn sum(v: &[f64]) -> f64 {
 }
 
 /// A chain with distinct times and sizes, L = 3.
-fn hand_chain() -> Chain {
-    Chain {
-        name: Some("hand".into()),
-        ftime: vec![1.0, 2.0, 4.0],
-        btime: vec![10.0, 20.0, 30.0, 40.0],
-        x: vec![4, 3, 5, 2],
-        xbar: vec![4, 6, 9, 7],
-        ftmp: vec![2, 1, 3],
-        btmp: vec![3, 2, 4, 7],
-        w: None,
-        static_bytes: 10,
-    }
-}
+use crate::testkit::hand_chain;
 
 #[test]
 fn registry_lists_the_baselines() {
