@@ -5,6 +5,7 @@ use std::path::Path;
 
 use anyhow::anyhow;
 use pebble_sim::MemoryPoint;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::source::{write_file, Units};
@@ -24,6 +25,23 @@ const COLORS: [RGBColor; 10] = [
 ];
 
 const SIZE: (u32, u32) = (960, 600);
+
+/// Draws the legend at `position` and renders the figure into its string.
+fn legend_and_present<'a, 'b: 'a>(
+    chart: &mut ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    root: &DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    position: SeriesLabelPosition,
+    draw_err: &dyn Fn(&dyn std::fmt::Display) -> anyhow::Error,
+) -> anyhow::Result<()> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| draw_err(&e))?;
+    root.present().map_err(|e| draw_err(&e))
+}
 
 /// Divisor and axis name of sizes.
 fn size_axis(units: Units, what: &str) -> (f64, String) {
@@ -110,14 +128,7 @@ pub fn sweep(path: &Path, title: &str, units: Units, budgets: (u64, u64), curves
                 _ => markers!(move |c| Cross::new(c, 5, color.stroke_width(2))),
             }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| draw_err(&e))?;
-        root.present().map_err(|e| draw_err(&e))?;
+        legend_and_present(&mut chart, &root, SeriesLabelPosition::UpperRight, &draw_err)?;
     }
     write_file(path, "--svg", &svg)
 }
@@ -177,14 +188,7 @@ pub fn timeline(
                 .label("budget")
                 .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], COLORS[3].stroke_width(1)));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| draw_err(&e))?;
-        root.present().map_err(|e| draw_err(&e))?;
+        legend_and_present(&mut chart, &root, SeriesLabelPosition::LowerRight, &draw_err)?;
     }
     write_file(path, "--timeline", &svg)
 }
