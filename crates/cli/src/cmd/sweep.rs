@@ -209,9 +209,7 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
 /// The peak of `recompute-all` on this view, if that solver is registered and plans it.
 fn least_memory(subject: &Subject, options: &SolveOptions) -> Option<u64> {
     let solver = pebble_solve::solver("recompute-all")?;
-    let schedule = solver.solve(subject.problem(), u64::MAX, options).ok()?;
-    let config = pebble_sim::SimConfig { budget: None, bandwidth: options.bandwidth, timeline: false };
-    Some(pebble_solve::simulate(subject.problem(), &schedule, &config).ok()?.peak_bytes)
+    Some(pebble_solve::plan(solver, subject.problem(), u64::MAX, options).ok()?.report.peak_bytes)
 }
 
 fn solve(solver: &dyn Solver, view: &Reference, budget: u64, options: &SolveOptions) -> Cell {
