@@ -12,7 +12,7 @@ use crate::{Dims, NetBuilder, Network, TensorId, ZooError};
 /// GPT-2's vocabulary.
 const VOCAB: usize = 50257;
 /// GPT-2's `n_positions`: the longest sequence it embeds.
-const POSITIONS: usize = 1024;
+pub(super) const POSITIONS: usize = 1024;
 /// `embd_pdrop`, `attn_pdrop`, `resid_pdrop`.
 const DROPOUT: f64 = 0.1;
 
@@ -38,13 +38,6 @@ fn block(b: &mut NetBuilder, pre: &str, x: TensorId, width: usize, heads: usize)
 
 /// A GPT-2 of `d.layers` blocks of the given width and heads.
 fn gpt2(name: &str, d: &Dims, width: usize, heads: usize) -> Result<Network, ZooError> {
-    if d.seq > POSITIONS {
-        return Err(ZooError::BadOption {
-            model: name.to_string(),
-            option: "seq",
-            why: format!("{} exceeds GPT-2's {POSITIONS} positions", d.seq),
-        });
-    }
     let mut b = NetBuilder::new(name, d.dtype);
     let tokens = b.input("tokens", vec![d.batch, d.seq], Elem::Int);
     let positions = b.input("positions", vec![d.seq], Elem::Int);

@@ -14,7 +14,7 @@ use crate::{Dims, NetBuilder, Network, TensorId, ZooError};
 /// Llama-2's vocabulary.
 const VOCAB: usize = 32000;
 /// Llama-2's `max_position_embeddings`.
-const MAX_SEQ: usize = 4096;
+pub(super) const MAX_SEQ: usize = 4096;
 
 /// One `LlamaDecoderLayer`: `x + o(attn(rope(q), rope(k), v))` on `norm(x)`, then
 /// `h + down(silu(gate(n)) * up(n))` on `n = norm(h)`.
@@ -52,13 +52,6 @@ fn layer(
 
 /// A Llama-2 of `d.layers` decoder layers.
 fn llama(name: &str, d: &Dims, width: usize, heads: usize, inter: usize) -> Result<Network, ZooError> {
-    if d.seq > MAX_SEQ {
-        return Err(ZooError::BadOption {
-            model: name.to_string(),
-            option: "seq",
-            why: format!("{} exceeds Llama-2's context of {MAX_SEQ} tokens", d.seq),
-        });
-    }
     let mut b = NetBuilder::new(name, d.dtype);
     let tokens = b.input("tokens", vec![d.batch, d.seq], Elem::Int);
     let labels = b.input("labels", vec![d.batch, d.seq], Elem::Int);

@@ -37,6 +37,8 @@ pub struct ModelSpec {
     pub seq: Option<usize>,
     /// Default layer count, for models whose depth `--layers` may change.
     pub layers: Option<usize>,
+    /// The longest sequence the model takes (its learned positions or its context).
+    pub max_seq: Option<usize>,
     /// The builder.
     pub build: BuildFn,
 }
@@ -45,18 +47,12 @@ const TV: &str = "torchvision";
 const HF: &str = "Hugging Face";
 
 macro_rules! spec {
+    // The arm naming `max_seq` comes first: an `expr` fragment, once parsed, is not retried.
+    ($name:expr, $family:expr, $desc:expr, $params:expr, batch $b:expr, image $i:expr, seq $s:expr, max_seq $ms:expr, layers $l:expr, $build:expr) => {
+        ModelSpec { name: $name, family: $family, description: $desc, published_params: $params, batch: $b, image: $i, seq: $s, max_seq: $ms, layers: $l, build: $build }
+    };
     ($name:expr, $family:expr, $desc:expr, $params:expr, batch $b:expr, image $i:expr, seq $s:expr, layers $l:expr, $build:expr) => {
-        ModelSpec {
-            name: $name,
-            family: $family,
-            description: $desc,
-            published_params: $params,
-            batch: $b,
-            image: $i,
-            seq: $s,
-            layers: $l,
-            build: $build,
-        }
+        spec!($name, $family, $desc, $params, batch $b, image $i, seq $s, max_seq None, layers $l, $build)
     };
 }
 
@@ -75,16 +71,16 @@ static CATALOG: &[ModelSpec] = &[
     spec!("densenet169", "densenet", "DenseNet-169", Some((14_149_480, TV)), batch 32, image Some(224), seq None, layers None, densenet::densenet169),
     spec!("densenet201", "densenet", "DenseNet-201", Some((20_013_928, TV)), batch 32, image Some(224), seq None, layers None, densenet::densenet201),
     spec!("inception_v3", "inception", "Inception-v3", inception::INCEPTION_V3_PARAMS, batch 32, image Some(299), seq None, layers None, inception::inception_v3),
-    spec!("gpt2-small", "gpt2", "GPT-2 small (12 layers, 768 wide)", Some((124_439_808, HF)), batch 4, image None, seq Some(1024), layers Some(12), gpt2::small),
-    spec!("gpt2-medium", "gpt2", "GPT-2 medium (24 layers, 1024 wide)", Some((354_823_168, HF)), batch 4, image None, seq Some(1024), layers Some(24), gpt2::medium),
-    spec!("gpt2-large", "gpt2", "GPT-2 large (36 layers, 1280 wide)", Some((774_030_080, HF)), batch 4, image None, seq Some(1024), layers Some(36), gpt2::large),
-    spec!("gpt2-xl", "gpt2", "GPT-2 xl (48 layers, 1600 wide)", Some((1_557_611_200, HF)), batch 4, image None, seq Some(1024), layers Some(48), gpt2::xl),
+    spec!("gpt2-small", "gpt2", "GPT-2 small (12 layers, 768 wide)", Some((124_439_808, HF)), batch 4, image None, seq Some(1024), max_seq Some(gpt2::POSITIONS), layers Some(12), gpt2::small),
+    spec!("gpt2-medium", "gpt2", "GPT-2 medium (24 layers, 1024 wide)", Some((354_823_168, HF)), batch 4, image None, seq Some(1024), max_seq Some(gpt2::POSITIONS), layers Some(24), gpt2::medium),
+    spec!("gpt2-large", "gpt2", "GPT-2 large (36 layers, 1280 wide)", Some((774_030_080, HF)), batch 4, image None, seq Some(1024), max_seq Some(gpt2::POSITIONS), layers Some(36), gpt2::large),
+    spec!("gpt2-xl", "gpt2", "GPT-2 xl (48 layers, 1600 wide)", Some((1_557_611_200, HF)), batch 4, image None, seq Some(1024), max_seq Some(gpt2::POSITIONS), layers Some(48), gpt2::xl),
     spec!("transformer", "transformer", "Encoder-decoder Transformer (Vaswani et al. 2017, base)", transformer::TRANSFORMER_PARAMS, batch 8, image None, seq Some(512), layers Some(6), transformer::transformer),
     spec!("unet", "unet", "U-Net (Ronneberger et al. 2015)", unet::UNET_PARAMS, batch 8, image Some(256), seq None, layers None, unet::unet),
     spec!("siamese", "siamese", "Siamese two-branch network with shared weights", None, batch 32, image Some(128), seq None, layers None, siamese::siamese),
-    spec!("llama2-7b", "llama", "Llama-2-7B", Some((6_738_415_616, HF)), batch 1, image None, seq Some(512), layers Some(32), llama::llama2_7b),
-    spec!("llama2-13b", "llama", "Llama-2-13B", Some((13_015_864_320, HF)), batch 1, image None, seq Some(512), layers Some(40), llama::llama2_13b),
-    spec!("phi2", "phi", "Phi-2", Some((2_779_683_840, HF)), batch 1, image None, seq Some(512), layers Some(32), phi2::phi2),
+    spec!("llama2-7b", "llama", "Llama-2-7B", Some((6_738_415_616, HF)), batch 1, image None, seq Some(512), max_seq Some(llama::MAX_SEQ), layers Some(32), llama::llama2_7b),
+    spec!("llama2-13b", "llama", "Llama-2-13B", Some((13_015_864_320, HF)), batch 1, image None, seq Some(512), max_seq Some(llama::MAX_SEQ), layers Some(40), llama::llama2_13b),
+    spec!("phi2", "phi", "Phi-2", Some((2_779_683_840, HF)), batch 1, image None, seq Some(512), max_seq Some(phi2::MAX_SEQ), layers Some(32), phi2::phi2),
 ];
 
 /// Every model, in catalog order.
@@ -114,6 +110,9 @@ pub fn build(name: &str, options: &ModelOptions) -> Result<Model, ZooError> {
         layers: pick("layers", options.layers, spec.layers)?,
         dtype: options.dtype,
     };
+    if let Some(max) = spec.max_seq.filter(|&max| dims.seq > max) {
+        return Err(bad("seq", format!("{} exceeds the model's {max} positions", dims.seq)));
+    }
     let network = (spec.build)(&dims)?;
     Model::from_network(spec, dims, network, options)
 }

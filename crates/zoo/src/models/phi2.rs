@@ -19,7 +19,7 @@ const INTER: usize = 10240;
 /// `partial_rotary_factor` 0.4 of the head width 80.
 const ROTARY_DIM: usize = 32;
 /// `max_position_embeddings`.
-const MAX_SEQ: usize = 2048;
+pub(super) const MAX_SEQ: usize = 2048;
 /// `resid_pdrop`.
 const DROPOUT: f64 = 0.1;
 
@@ -50,13 +50,6 @@ fn layer(b: &mut NetBuilder, pre: &str, x: TensorId) -> Result<TensorId, ZooErro
 
 /// Phi-2 (32 decoder layers by default).
 pub fn phi2(d: &Dims) -> Result<Network, ZooError> {
-    if d.seq > MAX_SEQ {
-        return Err(ZooError::BadOption {
-            model: "phi2".to_string(),
-            option: "seq",
-            why: format!("{} exceeds Phi-2's context of {MAX_SEQ} tokens", d.seq),
-        });
-    }
     let mut b = NetBuilder::new("phi2", d.dtype);
     let tokens = b.input("tokens", vec![d.batch, d.seq], Elem::Int);
     let labels = b.input("labels", vec![d.batch, d.seq], Elem::Int);
