@@ -33,6 +33,12 @@ pub enum Command {
     Simulate(SimulateArgs),
     /// Trade-off of time overhead against memory for several solvers.
     Sweep(SweepArgs),
+    /// Train a zoo model for real under a memory budget: plan, run, measure.
+    Train(TrainArgs),
+    /// Measure each op's time and temporary memory on a device; write the graph or chain.
+    Profile(ProfileArgs),
+    /// Compare Burn's autodiff (with and without checkpointing) with pebble's store-all and rotor.
+    Bench(BenchArgs),
 }
 
 /// `pebble models`.
@@ -61,6 +67,12 @@ pub struct ModelOpts {
     /// Layer count, for models of variable depth.
     #[arg(long, value_name = "N")]
     pub layers: Option<usize>,
+    /// Width (channels or embedding size), for models of variable width (`gpt`, `resnet`).
+    #[arg(long, value_name = "N")]
+    pub width: Option<usize>,
+    /// Attention heads, for models with a variable head count (`gpt`).
+    #[arg(long, value_name = "N")]
+    pub heads: Option<usize>,
     /// Float type of parameters and activations [default: f32].
     #[arg(long, value_enum)]
     pub dtype: Option<DTypeArg>,
@@ -80,6 +92,8 @@ impl ModelOpts {
             (self.image.is_some(), "--image"),
             (self.seq.is_some(), "--seq"),
             (self.layers.is_some(), "--layers"),
+            (self.width.is_some(), "--width"),
+            (self.heads.is_some(), "--heads"),
             (self.dtype.is_some(), "--dtype"),
             (self.optimizer.is_some(), "--optimizer"),
             (self.device.is_some(), "--device"),
@@ -263,6 +277,128 @@ pub struct SweepArgs {
     pub json: bool,
     #[command(flatten)]
     pub solve: SolveArgs,
+}
+
+/// The model options of the executor's commands. Their `--device` names the hardware to
+/// run on, so the planner's cost profile is not among them.
+#[derive(Debug, Args)]
+pub struct RunModelOpts {
+    /// A zoo model (see `pebble models`); `gpt`, `resnet` and `mlp` are small enough for a CPU.
+    #[arg(long, value_name = "NAME")]
+    pub model: String,
+    /// Batch size (default: the model's).
+    #[arg(long, value_name = "N")]
+    pub batch: Option<usize>,
+    /// Image side, for vision models.
+    #[arg(long, value_name = "PIXELS")]
+    pub image: Option<usize>,
+    /// Sequence length, for sequence models.
+    #[arg(long, value_name = "TOKENS")]
+    pub seq: Option<usize>,
+    /// Layer count, for models of variable depth.
+    #[arg(long, value_name = "N")]
+    pub layers: Option<usize>,
+    /// Width, for models of variable width (`gpt`, `resnet`).
+    #[arg(long, value_name = "N")]
+    pub width: Option<usize>,
+    /// Attention heads, for models with a variable head count (`gpt`).
+    #[arg(long, value_name = "N")]
+    pub heads: Option<usize>,
+    /// Where to run.
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub device: DeviceArg,
+    /// Seed of the parameters, the synthetic batch and dropout.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// `--device` of the executor's commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DeviceArg {
+    /// burn-flex on the CPU.
+    Cpu,
+    /// burn-cuda on the first NVIDIA GPU (needs a binary built with `--features cuda`).
+    Cuda,
+}
+
+/// `--optimizer` of `pebble train`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TrainOptimizerArg {
+    /// Plain SGD.
+    Sgd,
+    /// AdamW (weight decay 0.01).
+    Adamw,
+}
+
+/// `--costs` of `pebble train`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CostsArg {
+    /// Profile every op on the device first, and plan on the measured costs.
+    Profiled,
+    /// Plan on the zoo's roofline times and declared temporaries.
+    Analytic,
+}
+
+/// `pebble train`.
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    #[command(flatten)]
+    pub model: RunModelOpts,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
+    /// The solver (see `pebble plan --help`).
+    #[arg(long, value_name = "NAME")]
+    pub solver: String,
+    /// Training steps.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub steps: u32,
+    /// The optimizer (its state counts as static memory).
+    #[arg(long, value_enum, default_value = "adamw")]
+    pub optimizer: TrainOptimizerArg,
+    /// Learning rate.
+    #[arg(long, value_name = "LR", default_value_t = 1e-3, value_parser = positive_value, allow_hyphen_values = true)]
+    pub lr: f64,
+    /// Where the planner's op costs come from.
+    #[arg(long, value_enum, default_value = "profiled")]
+    pub costs: CostsArg,
+    /// Memory discretization of the dynamic programs [default: 500].
+    #[arg(long, value_name = "N|exact", value_parser = slots_value, allow_hyphen_values = true)]
+    pub slots: Option<Slots>,
+    /// Wall-clock limit of MILP solvers, in seconds.
+    #[arg(long, value_name = "SECONDS", value_parser = positive_value, allow_hyphen_values = true)]
+    pub time_limit: Option<f64>,
+    /// Print one JSON object instead of a summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `pebble profile`.
+#[derive(Debug, Args)]
+pub struct ProfileArgs {
+    #[command(flatten)]
+    pub model: RunModelOpts,
+    /// Which view to write.
+    #[arg(long, value_enum, default_value = "graph")]
+    pub view: ViewArg,
+    /// Optimizer whose state the graph counts [default: adam].
+    #[arg(long, value_enum)]
+    pub optimizer: Option<OptimizerArg>,
+    /// Where to write it (default: standard output).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// `pebble bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: RunModelOpts,
+    /// Steps per contender (the first is a warm-up for the step time).
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub steps: u32,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 fn budget_value(text: &str) -> Result<BudgetSpec, String> {

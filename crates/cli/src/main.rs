@@ -22,6 +22,10 @@ use clap::{CommandFactory, FromArgMatches};
 
 use crate::flags::{Cli, Command};
 
+/// Counts heap bytes, so that `pebble train` measures the true peak of a CPU step.
+#[global_allocator]
+static ALLOC: pebble_runtime::memory::CountingAlloc = pebble_runtime::memory::CountingAlloc;
+
 fn main() -> ExitCode {
     match run() {
         Ok(code) => code,
@@ -54,6 +58,9 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Plan(args) => cmd::plan::run(args),
         Command::Simulate(args) => cmd::simulate::run(args),
         Command::Sweep(args) => cmd::sweep::run(args),
+        Command::Train(args) => cmd::train::run(args),
+        Command::Profile(args) => cmd::profile::run(args),
+        Command::Bench(args) => cmd::bench::run(args),
     }
 }
 
@@ -65,7 +72,8 @@ fn parse() -> Result<Cli, clap::Error> {
     let after = format!("Solvers:\n{solvers}");
     let command = Cli::command()
         .mut_subcommand("plan", |c| c.after_help(after.clone()))
-        .mut_subcommand("sweep", |c| c.after_help(after.clone()));
+        .mut_subcommand("sweep", |c| c.after_help(after.clone()))
+        .mut_subcommand("train", |c| c.after_help(after.clone()));
     let matches = command.try_get_matches()?;
     Cli::from_arg_matches(&matches)
 }

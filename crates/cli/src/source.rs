@@ -50,6 +50,8 @@ pub fn model_options(opts: &ModelOpts) -> anyhow::Result<ModelOptions> {
         image: opts.image,
         seq: opts.seq,
         layers: opts.layers,
+        width: opts.width,
+        heads: opts.heads,
         dtype: match opts.dtype {
             Some(DTypeArg::Bf16) => DType::Bf16,
             Some(DTypeArg::F32) | None => DType::F32,

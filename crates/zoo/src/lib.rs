@@ -28,7 +28,7 @@ use thiserror::Error;
 
 pub use cost::{CostModel, DeviceProfile};
 pub use models::{build, catalog, ModelSpec};
-pub use network::{NetBuilder, NetOp, NetParam, NetTensor, Network, ParamId, TensorId};
+pub use network::{GraphIndex, NetBuilder, NetOp, NetParam, NetTensor, Network, OpCosts, ParamId, TensorId};
 pub use ops::{Elem, OpKind};
 
 /// Why a model could not be built.
@@ -139,6 +139,10 @@ pub struct ModelOptions {
     pub seq: Option<usize>,
     /// Layer count, for models of variable depth (GPT-2, Transformer, Llama, ...).
     pub layers: Option<usize>,
+    /// Width (channels or embedding size), for models of variable width.
+    pub width: Option<usize>,
+    /// Attention heads, for models with a variable head count.
+    pub heads: Option<usize>,
     /// Float type.
     pub dtype: DType,
     /// Optimizer (for the static memory it keeps).
@@ -154,6 +158,8 @@ impl Default for ModelOptions {
             image: None,
             seq: None,
             layers: None,
+            width: None,
+            heads: None,
             dtype: DType::F32,
             optimizer: Optimizer::Adam,
             device: DeviceProfile::lookup("v100").expect("built-in"),
@@ -172,6 +178,10 @@ pub struct Dims {
     pub seq: usize,
     /// Layer count (models of variable depth).
     pub layers: usize,
+    /// Width (models of variable width).
+    pub width: usize,
+    /// Attention heads (models with a variable head count).
+    pub heads: usize,
     /// Float type.
     pub dtype: DType,
 }

@@ -72,6 +72,59 @@ pub struct Network {
     pub params: Vec<NetParam>,
     /// Ops, in execution order; the last is the loss.
     pub ops: Vec<NetOp>,
+    /// Bytes of an integer element: 8 (PyTorch's int64) unless an executor with narrower
+    /// integers (burn-flex's i32) says otherwise before lowering.
+    pub int_bytes: u64,
+}
+
+/// Where each tensor of a [`Network`] lands in its [`TrainingGraph`]: the numbering
+/// [`Network::training_graph_indexed`] used, so that an executor can run a graph
+/// schedule op by op.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GraphIndex {
+    /// Data node of each forward tensor (a view maps to its root's node); `usize::MAX`
+    /// for the loss's output.
+    pub tensor: Vec<usize>,
+    /// Data node of each tensor's gradient (`usize::MAX` where none flows).
+    pub grad: Vec<usize>,
+    /// Data node of each parameter.
+    pub param: Vec<usize>,
+    /// Data node of each parameter's gradient.
+    pub param_grad: Vec<usize>,
+    /// Data nodes of each op's saved extras, in declaration order.
+    pub extras: Vec<Vec<usize>>,
+    /// Forward compute node of each op (`usize::MAX` for views and the loss).
+    pub forward: Vec<usize>,
+    /// Backward compute node of each op (`usize::MAX` where it has none).
+    pub backward: Vec<usize>,
+    /// The loss's compute node.
+    pub loss: usize,
+    /// Number of data nodes.
+    pub data: usize,
+}
+
+/// The cost of each op's forward and backward: time in seconds and temporary bytes.
+/// The roofline [`CostModel`] is one; an executor's profiler is another.
+pub trait OpCosts {
+    /// Forward of `net.ops[op]`: (seconds, temporary bytes).
+    fn forward(&self, net: &Network, op: usize) -> (f64, u64);
+    /// Backward of `net.ops[op]` (for the loss: forward and backward at once).
+    fn backward(&self, net: &Network, op: usize) -> (f64, u64);
+}
+
+impl OpCosts for CostModel {
+    fn forward(&self, net: &Network, op: usize) -> (f64, u64) {
+        let o = &net.ops[op];
+        (self.forward_time(net, o), o.decl.forward_tmp as u64 * net.dtype.bytes())
+    }
+    fn backward(&self, net: &Network, op: usize) -> (f64, u64) {
+        let o = &net.ops[op];
+        if o.decl.loss {
+            let tmp = o.decl.forward_tmp.max(o.decl.backward_tmp) as u64 * net.dtype.bytes();
+            return (self.forward_time(net, o) + self.backward_time(net, o), tmp);
+        }
+        (self.backward_time(net, o), o.decl.backward_tmp as u64 * net.dtype.bytes())
+    }
 }
 
 /// Builds a [`Network`] op by op.
@@ -100,7 +153,14 @@ impl NetBuilder {
     /// An empty network.
     pub fn new(name: &str, dtype: DType) -> NetBuilder {
         NetBuilder {
-            net: Network { name: name.to_string(), dtype, tensors: Vec::new(), params: Vec::new(), ops: Vec::new() },
+            net: Network {
+                name: name.to_string(),
+                dtype,
+                tensors: Vec::new(),
+                params: Vec::new(),
+                ops: Vec::new(),
+                int_bytes: 8,
+            },
             stage: 0,
             stage_used: false,
         }
@@ -268,7 +328,7 @@ impl Network {
     pub fn elem_bytes(&self, elem: Elem) -> u64 {
         match elem {
             Elem::Float => self.dtype.bytes(),
-            Elem::Int => 8,
+            Elem::Int => self.int_bytes,
             Elem::Byte => 1,
         }
     }
@@ -294,6 +354,11 @@ impl Network {
     /// Lowers the network to the forward+backward training graph, timing each node with
     /// `cost` and counting `optimizer`'s state.
     pub fn training_graph(&self, cost: &CostModel, optimizer: Optimizer) -> TrainingGraph {
+        self.training_graph_indexed(cost, optimizer).0
+    }
+
+    /// Lowers the network with any [`OpCosts`], and says where each tensor landed.
+    pub fn training_graph_indexed(&self, cost: &dyn OpCosts, optimizer: Optimizer) -> (TrainingGraph, GraphIndex) {
         let mut data: Vec<DataNode> = Vec::new();
         let push = |data: &mut Vec<DataNode>, name: String, kind: DataKind, size: u64| {
             data.push(DataNode { name, kind, size });
@@ -340,7 +405,6 @@ impl Network {
                 push(&mut data, format!("{}.{}", p.name, optimizer.name()), DataKind::OptimizerState, states * size);
             }
         }
-        let float = self.dtype.bytes();
         let mut compute: Vec<ComputeNode> = Vec::new();
         let mut forward_node = vec![usize::MAX; self.ops.len()];
         let mut extra_nodes: Vec<Vec<usize>> = vec![Vec::new(); self.ops.len()];
@@ -360,11 +424,12 @@ impl Network {
             inputs.extend(op.params.iter().map(|&p| param_node[p]));
             dedup(&mut inputs);
             forward_node[o] = compute.len();
+            let (time, tmp) = cost.forward(self, o);
             compute.push(ComputeNode {
                 name: op.name.clone(),
                 kind: ComputeKind::Forward,
-                time: cost.forward_time(self, op),
-                tmp: op.decl.forward_tmp as u64 * float,
+                time,
+                tmp,
                 inputs,
                 outputs,
                 op: Some(op.kind.name().to_string()),
@@ -378,17 +443,20 @@ impl Network {
         let mut loss_outputs: Vec<usize> =
             loss.inputs.iter().filter(|&&t| self.tensors[t].requires_grad).map(|&t| grad_node[t]).collect();
         dedup(&mut loss_outputs);
+        let loss_node = compute.len();
+        let (time, tmp) = cost.backward(self, self.ops.len() - 1);
         compute.push(ComputeNode {
             name: loss.name.clone(),
             kind: ComputeKind::Loss,
-            time: cost.forward_time(self, loss) + cost.backward_time(self, loss),
-            tmp: (loss.decl.forward_tmp.max(loss.decl.backward_tmp)) as u64 * float,
+            time,
+            tmp,
             inputs: loss_inputs,
             outputs: loss_outputs,
             op: Some(loss.kind.name().to_string()),
             forward: None,
             stage: None,
         });
+        let mut backward_node = vec![usize::MAX; self.ops.len()];
         for (o, op) in self.ops.iter().enumerate().rev() {
             if op.decl.view || op.decl.loss || !self.tensors[op.output].requires_grad {
                 continue;
@@ -410,11 +478,13 @@ impl Network {
                 op.inputs.iter().filter(|&&t| self.tensors[t].requires_grad).map(|&t| grad_node[t]).collect();
             outputs.extend(op.params.iter().map(|&p| pgrad_node[p]));
             dedup(&mut outputs);
+            backward_node[o] = compute.len();
+            let (time, tmp) = cost.backward(self, o);
             compute.push(ComputeNode {
                 name: format!("{}.bwd", op.name),
                 kind: ComputeKind::Backward,
-                time: cost.backward_time(self, op),
-                tmp: op.decl.backward_tmp as u64 * float,
+                time,
+                tmp,
                 inputs,
                 outputs,
                 op: Some(op.kind.name().to_string()),
@@ -422,7 +492,18 @@ impl Network {
                 stage: Some(op.stage),
             });
         }
-        TrainingGraph { name: Some(self.name.clone()), compute, data }
+        let index = GraphIndex {
+            tensor: tensor_node,
+            grad: grad_node,
+            param: param_node,
+            param_grad: pgrad_node,
+            extras: extra_nodes,
+            forward: forward_node,
+            backward: backward_node,
+            loss: loss_node,
+            data: data.len(),
+        };
+        (TrainingGraph { name: Some(self.name.clone()), compute, data }, index)
     }
 
     fn is_loss_output(&self, t: TensorId) -> bool {

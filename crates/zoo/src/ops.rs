@@ -1,6 +1,6 @@
 //! The op library: each op declares its output shape, its parameters, what its backward
 //! saves, its temporary memory and its FLOPs. This one declaration feeds the planner's
-//! training graph (here) and the executor (`pebble-exec`), so that plan and run agree.
+//! training graph (here) and the executor (`pebble-runtime`), so that plan and run agree.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,11 +1,14 @@
 //! One module per subcommand: each turns its parsed flags into output and an exit code.
 
+pub mod bench;
 pub mod graph;
 pub mod info;
 pub mod models;
 pub mod plan;
+pub mod profile;
 pub mod simulate;
 pub mod sweep;
+pub mod train;
 
 /// `predicted / baseline − 1`, or 0 when the baseline takes no time.
 pub fn overhead(predicted: f64, baseline: f64) -> f64 {

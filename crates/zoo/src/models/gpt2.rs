@@ -36,13 +36,26 @@ fn block(b: &mut NetBuilder, pre: &str, x: TensorId, width: usize, heads: usize)
     b.op(&format!("{pre}.add_2"), OpKind::Add, &[h, x])
 }
 
+/// The vocabulary of the `gpt` model of any size.
+const SMALL_VOCAB: usize = 1024;
+
+/// A GPT-2 of `d.layers` blocks, `d.width` wide with `d.heads` heads, on a 1,024-token
+/// vocabulary: small enough to train for real on a CPU.
+pub fn custom(d: &Dims) -> Result<Network, ZooError> {
+    gpt2_vocab("gpt", d, d.width, d.heads, SMALL_VOCAB)
+}
+
 /// A GPT-2 of `d.layers` blocks of the given width and heads.
 fn gpt2(name: &str, d: &Dims, width: usize, heads: usize) -> Result<Network, ZooError> {
+    gpt2_vocab(name, d, width, heads, VOCAB)
+}
+
+fn gpt2_vocab(name: &str, d: &Dims, width: usize, heads: usize, vocab: usize) -> Result<Network, ZooError> {
     let mut b = NetBuilder::new(name, d.dtype);
     let tokens = b.input("tokens", vec![d.batch, d.seq], Elem::Int);
     let positions = b.input("positions", vec![d.seq], Elem::Int);
     let labels = b.input("labels", vec![d.batch, d.seq], Elem::Int);
-    let tok = b.op("wte", OpKind::Embedding { vocab: VOCAB, dim: width }, &[tokens])?;
+    let tok = b.op("wte", OpKind::Embedding { vocab, dim: width }, &[tokens])?;
     let pos = b.op("wpe", OpKind::Embedding { vocab: POSITIONS, dim: width }, &[positions])?;
     let h = b.op("embed.add", OpKind::Add, &[tok, pos])?;
     let mut h = b.op("drop", OpKind::Dropout { p: DROPOUT }, &[h])?;
@@ -53,7 +66,7 @@ fn gpt2(name: &str, d: &Dims, width: usize, heads: usize) -> Result<Network, Zoo
     b.next_stage();
     let h = b.op("ln_f", OpKind::LayerNorm { bias: true }, &[h])?;
     let wte = b.params_of(tok);
-    let logits = b.op_tied("lm_head", OpKind::Linear { out_features: VOCAB, bias: false }, &[h], &wte)?;
+    let logits = b.op_tied("lm_head", OpKind::Linear { out_features: vocab, bias: false }, &[h], &wte)?;
     b.loss("loss", OpKind::CrossEntropy, &[logits, labels])?;
     b.finish()
 }

@@ -39,6 +39,10 @@ pub struct ModelSpec {
     pub layers: Option<usize>,
     /// The longest sequence the model takes (its learned positions or its context).
     pub max_seq: Option<usize>,
+    /// Default width (channels or embedding size), for models whose width `--width` may change.
+    pub width: Option<usize>,
+    /// Default attention heads, for models whose head count `--heads` may change.
+    pub heads: Option<usize>,
     /// The builder.
     pub build: BuildFn,
 }
@@ -47,9 +51,12 @@ const TV: &str = "torchvision";
 const HF: &str = "Hugging Face";
 
 macro_rules! spec {
-    // The arm naming `max_seq` comes first: an `expr` fragment, once parsed, is not retried.
+    // The most specific arms come first: an `expr` fragment, once parsed, is not retried.
+    ($name:expr, $family:expr, $desc:expr, $params:expr, batch $b:expr, image $i:expr, seq $s:expr, max_seq $ms:expr, layers $l:expr, width $w:expr, heads $h:expr, $build:expr) => {
+        ModelSpec { name: $name, family: $family, description: $desc, published_params: $params, batch: $b, image: $i, seq: $s, max_seq: $ms, layers: $l, width: $w, heads: $h, build: $build }
+    };
     ($name:expr, $family:expr, $desc:expr, $params:expr, batch $b:expr, image $i:expr, seq $s:expr, max_seq $ms:expr, layers $l:expr, $build:expr) => {
-        ModelSpec { name: $name, family: $family, description: $desc, published_params: $params, batch: $b, image: $i, seq: $s, max_seq: $ms, layers: $l, build: $build }
+        spec!($name, $family, $desc, $params, batch $b, image $i, seq $s, max_seq $ms, layers $l, width None, heads None, $build)
     };
     ($name:expr, $family:expr, $desc:expr, $params:expr, batch $b:expr, image $i:expr, seq $s:expr, layers $l:expr, $build:expr) => {
         spec!($name, $family, $desc, $params, batch $b, image $i, seq $s, max_seq None, layers $l, $build)
@@ -58,6 +65,7 @@ macro_rules! spec {
 
 static CATALOG: &[ModelSpec] = &[
     spec!("mlp", "mlp", "A 4-layer perceptron (tests and examples)", None, batch 32, image None, seq None, layers Some(4), mlp::mlp),
+    spec!("resnet", "resnet", "A ResNet of basic blocks: `--layers` blocks per stage, `--width` channels in the first", None, batch 8, image Some(64), seq None, max_seq None, layers Some(2), width Some(64), heads None, resnet::resnet_custom),
     spec!("resnet18", "resnet", "ResNet-18 (He et al. 2016)", Some((11_689_512, TV)), batch 32, image Some(224), seq None, layers None, resnet::resnet18),
     spec!("resnet34", "resnet", "ResNet-34", Some((21_797_672, TV)), batch 32, image Some(224), seq None, layers None, resnet::resnet34),
     spec!("resnet50", "resnet", "ResNet-50", Some((25_557_032, TV)), batch 32, image Some(224), seq None, layers None, resnet::resnet50),
@@ -71,6 +79,7 @@ static CATALOG: &[ModelSpec] = &[
     spec!("densenet169", "densenet", "DenseNet-169", Some((14_149_480, TV)), batch 32, image Some(224), seq None, layers None, densenet::densenet169),
     spec!("densenet201", "densenet", "DenseNet-201", Some((20_013_928, TV)), batch 32, image Some(224), seq None, layers None, densenet::densenet201),
     spec!("inception_v3", "inception", "Inception-v3", inception::INCEPTION_V3_PARAMS, batch 32, image Some(299), seq None, layers None, inception::inception_v3),
+    spec!("gpt", "gpt2", "A GPT-2 of any depth (`--layers`), width (`--width`) and heads (`--heads`), 1,024-token vocabulary", None, batch 4, image None, seq Some(128), max_seq Some(gpt2::POSITIONS), layers Some(4), width Some(256), heads Some(4), gpt2::custom),
     spec!("gpt2-small", "gpt2", "GPT-2 small (12 layers, 768 wide)", Some((124_439_808, HF)), batch 4, image None, seq Some(1024), max_seq Some(gpt2::POSITIONS), layers Some(12), gpt2::small),
     spec!("gpt2-medium", "gpt2", "GPT-2 medium (24 layers, 1024 wide)", Some((354_823_168, HF)), batch 4, image None, seq Some(1024), max_seq Some(gpt2::POSITIONS), layers Some(24), gpt2::medium),
     spec!("gpt2-large", "gpt2", "GPT-2 large (36 layers, 1280 wide)", Some((774_030_080, HF)), batch 4, image None, seq Some(1024), max_seq Some(gpt2::POSITIONS), layers Some(36), gpt2::large),
@@ -108,6 +117,8 @@ pub fn build(name: &str, options: &ModelOptions) -> Result<Model, ZooError> {
         image: pick("image", options.image, spec.image)?,
         seq: pick("seq", options.seq, spec.seq)?,
         layers: pick("layers", options.layers, spec.layers)?,
+        width: pick("width", options.width, spec.width)?,
+        heads: pick("heads", options.heads, spec.heads)?,
         dtype: options.dtype,
     };
     if let Some(max) = spec.max_seq.filter(|&max| dims.seq > max) {

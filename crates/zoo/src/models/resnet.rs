@@ -48,12 +48,30 @@ fn conv_bn(
 
 /// A ResNet with the given block type, blocks per layer and planes per layer.
 fn resnet(name: &str, d: &Dims, block: Block, layers: &[usize], planes: &[usize]) -> Result<Network, ZooError> {
+    resnet_with_stem(name, d, block, layers, planes, 64)
+}
+
+/// A ResNet of basic blocks, `d.layers` per stage, `d.width` channels in the stem and
+/// the first stage, doubling at each of the other three.
+pub fn resnet_custom(d: &Dims) -> Result<Network, ZooError> {
+    let w = d.width;
+    resnet_with_stem("resnet", d, Block::Basic, &[d.layers; 4], &[w, 2 * w, 4 * w, 8 * w], w)
+}
+
+fn resnet_with_stem(
+    name: &str,
+    d: &Dims,
+    block: Block,
+    layers: &[usize],
+    planes: &[usize],
+    stem: usize,
+) -> Result<Network, ZooError> {
     let mut b = NetBuilder::new(name, d.dtype);
     let x = b.input("images", vec![d.batch, 3, d.image, d.image], Elem::Float);
     let labels = b.input("labels", vec![d.batch], Elem::Int);
     let h = b.op(
         "conv1",
-        OpKind::Conv2d { out_channels: 64, kernel: 7, stride: 2, padding: 3, groups: 1, bias: false },
+        OpKind::Conv2d { out_channels: stem, kernel: 7, stride: 2, padding: 3, groups: 1, bias: false },
         &[x],
     )?;
     b.next_stage();
@@ -63,7 +81,7 @@ fn resnet(name: &str, d: &Dims, block: Block, layers: &[usize], planes: &[usize]
     b.next_stage();
     let mut h = b.op("maxpool", OpKind::MaxPool2d { kernel: 3, stride: 2, padding: 1 }, &[h])?;
     let expansion = if block == Block::Basic { 1 } else { 4 };
-    let mut inplanes = 64;
+    let mut inplanes = stem;
     for (li, (&n, &p)) in layers.iter().zip(planes).enumerate() {
         for bi in 0..n {
             b.next_stage();

@@ -1,0 +1,81 @@
+//! Burn's own autodiff running the same network: the reference pebble's executor is
+//! measured against. The forward is the op library's, run on an
+//! [`Autodiff`](burn_autodiff::Autodiff) backend, which records it and differentiates
+//! it itself, with Burn's checkpointing strategy (`NoCheckpointing` keeps everything,
+//! `BalancedCheckpointing` recomputes cheap ops).
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use burn_backend::tensor::FloatTensor;
+use burn_backend::AutodiffBackend;
+use pebble_zoo::TensorId;
+
+use crate::exec::op_seed;
+use crate::ops::{self, OpCtx};
+use crate::session::{read_floats, Session, StepReport};
+use crate::{memory, RuntimeError, Value};
+
+impl<B: AutodiffBackend> Session<B> {
+    /// One training step under Burn's autodiff: forward through every op, backward by
+    /// Burn, then the same optimizer update as [`Session::step`].
+    pub fn autodiff_step(&mut self) -> Result<StepReport, RuntimeError> {
+        let sync = |d: &B::Device| B::sync(d).map_err(|e| RuntimeError::Other(format!("device: {e:?}")));
+        sync(&self.device)?;
+        let before = memory::live();
+        memory::reset_peak();
+        let start = Instant::now();
+        let params: Vec<FloatTensor<B>> =
+            self.params.iter().map(|p| B::float_set_require_grad(B::float_detach(p.clone()), true)).collect();
+        let net = &self.program.net;
+        let seed = self.step_seed();
+        // Last reader of each tensor, to drop our handle when Burn alone needs it.
+        let mut last: HashMap<TensorId, usize> = HashMap::new();
+        for (o, op) in net.ops.iter().enumerate() {
+            for &t in &op.inputs {
+                last.insert(t, o);
+            }
+        }
+        let mut env: HashMap<TensorId, Value<B>> = self.inputs.clone();
+        let loss_op = net.ops.len() - 1;
+        let mut loss = None;
+        for (o, op) in net.ops.iter().enumerate() {
+            let inputs = op
+                .inputs
+                .iter()
+                .map(|t| env.get(t).cloned().ok_or_else(|| RuntimeError::Other(format!("tensor {t} is missing"))))
+                .collect::<Result<Vec<_>, _>>()?;
+            let ctx = OpCtx { device: &self.device, grad: false, seed: op_seed(seed, o) };
+            if o == loss_op {
+                loss = Some(ops::loss_value(op, inputs, &ctx)?);
+                break;
+            }
+            let op_params: Vec<FloatTensor<B>> = op.params.iter().map(|&p| params[p].clone()).collect();
+            let out = ops::forward(op, inputs, &op_params, &ctx)?;
+            env.insert(op.output, out.output);
+            for &t in &op.inputs {
+                if last.get(&t) == Some(&o) && !self.inputs.contains_key(&t) {
+                    env.remove(&t);
+                }
+            }
+        }
+        drop(env);
+        let loss = loss.ok_or_else(|| RuntimeError::Other("the network has no loss".into()))?;
+        let grads = B::backward(loss.clone());
+        let inner: Vec<Option<FloatTensor<B>>> =
+            params.iter().map(|p| B::grad(p, &grads).map(B::from_inner)).collect();
+        drop(grads);
+        sync(&self.device)?;
+        let seconds = start.elapsed().as_secs_f64();
+        let peak_bytes = self.measured_peak(before);
+        let loss = read_floats::<B>(B::float_detach(loss))?.first().copied().unwrap_or(f32::NAN);
+        drop(params);
+        let detached: Vec<Option<FloatTensor<B>>> = inner.into_iter().map(|g| g.map(B::float_detach)).collect();
+        self.update(detached);
+        for p in self.params.iter_mut() {
+            *p = B::float_detach(p.clone());
+        }
+        self.steps += 1;
+        Ok(StepReport { loss, seconds, peak_bytes })
+    }
+}

@@ -1,0 +1,77 @@
+//! The backends pebble runs on, chosen at run time: burn-flex on the CPU, and burn-cuda
+//! when built with the `cuda` feature. The CUDA backend loads the driver and compiles its
+//! kernels with NVRTC when it starts, so the binary builds without CUDA installed.
+
+use pebble_zoo::ModelOptions;
+
+use crate::train::{self, Lowered, TrainConfig, TrainError, TrainReport};
+
+/// burn-flex, on the CPU.
+pub type Cpu = burn_flex::Flex;
+
+/// burn-cuda, on an NVIDIA GPU.
+#[cfg(feature = "cuda")]
+pub type Gpu = burn_cuda::Cuda;
+
+/// Where to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// The CPU.
+    Cpu,
+    /// The first CUDA device.
+    Cuda,
+}
+
+#[cfg(not(feature = "cuda"))]
+fn no_cuda() -> TrainError {
+    TrainError::Input("--device cuda: this binary was built without the `cuda` feature (cargo build --features cuda)".into())
+}
+
+/// [`train::train`] on the chosen device.
+pub fn train_on(kind: DeviceKind, config: &TrainConfig) -> Result<TrainReport, TrainError> {
+    match kind {
+        DeviceKind::Cpu => train::train::<Cpu>(config, burn_flex::FlexDevice),
+        #[cfg(feature = "cuda")]
+        DeviceKind::Cuda => train::train::<Gpu>(config, burn_cuda::CudaDevice::default()),
+        #[cfg(not(feature = "cuda"))]
+        DeviceKind::Cuda => Err(no_cuda()),
+    }
+}
+
+/// Builds `name`, profiles its ops on the chosen device, and lowers it with the measured costs.
+pub fn profile_on(kind: DeviceKind, name: &str, options: &ModelOptions, seed: u64) -> Result<Lowered, TrainError> {
+    fn go<B: burn_backend::Backend>(
+        name: &str,
+        options: &ModelOptions,
+        seed: u64,
+        device: B::Device,
+    ) -> Result<Lowered, TrainError> {
+        let first = train::lower::<B>(name, options, None)?;
+        let profile = crate::profile::profile::<B>(&first.network, &device, seed)?;
+        train::lower::<B>(name, options, Some(&profile))
+    }
+    match kind {
+        DeviceKind::Cpu => go::<Cpu>(name, options, seed, burn_flex::FlexDevice),
+        #[cfg(feature = "cuda")]
+        DeviceKind::Cuda => go::<Gpu>(name, options, seed, burn_cuda::CudaDevice::default()),
+        #[cfg(not(feature = "cuda"))]
+        DeviceKind::Cuda => Err(no_cuda()),
+    }
+}
+
+/// [`bench::compare`](crate::bench::compare) on the chosen device.
+pub fn bench_on(
+    kind: DeviceKind,
+    name: &str,
+    options: &ModelOptions,
+    steps: usize,
+    seed: u64,
+) -> Result<crate::bench::BenchReport, TrainError> {
+    match kind {
+        DeviceKind::Cpu => crate::bench::compare::<Cpu>(name, options, steps, seed, burn_flex::FlexDevice),
+        #[cfg(feature = "cuda")]
+        DeviceKind::Cuda => crate::bench::compare::<Gpu>(name, options, steps, seed, burn_cuda::CudaDevice::default()),
+        #[cfg(not(feature = "cuda"))]
+        DeviceKind::Cuda => Err(no_cuda()),
+    }
+}

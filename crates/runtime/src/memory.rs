@@ -1,0 +1,93 @@
+//! Measuring memory.
+//!
+//! On the CPU every tensor buffer of burn-flex comes from the global allocator, so a
+//! counting allocator gives the true peak of live heap bytes during a step. A binary (or
+//! test) opts in with
+//!
+//! ```ignore
+//! #[global_allocator]
+//! static ALLOC: pebble_runtime::memory::CountingAlloc = pebble_runtime::memory::CountingAlloc;
+//! ```
+//!
+//! and [`counting`] then says so. Without it the counters stay at zero.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+static LIVE: AtomicU64 = AtomicU64::new(0);
+static PEAK: AtomicU64 = AtomicU64::new(0);
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// The system allocator, counting live bytes and their peak.
+pub struct CountingAlloc;
+
+impl CountingAlloc {
+    #[inline]
+    fn grew(size: usize) {
+        let now = LIVE.fetch_add(size as u64, Ordering::Relaxed) + size as u64;
+        PEAK.fetch_max(now, Ordering::Relaxed);
+    }
+    #[inline]
+    fn shrank(size: usize) {
+        LIVE.fetch_sub(size as u64, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every call forwards to `System` with the caller's layout; the counters do not
+// touch the memory.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ACTIVE.store(true, Ordering::Relaxed);
+        // SAFETY: forwarded as is.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            Self::grew(layout.size());
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded as is.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            Self::grew(layout.size());
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded as is.
+        unsafe { System.dealloc(ptr, layout) };
+        Self::shrank(layout.size());
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded as is.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            if new_size >= layout.size() {
+                Self::grew(new_size - layout.size());
+            } else {
+                Self::shrank(layout.size() - new_size);
+            }
+        }
+        p
+    }
+}
+
+/// Whether the process counts its allocations ([`CountingAlloc`] is its global allocator).
+pub fn counting() -> bool {
+    ACTIVE.load(Ordering::Relaxed)
+}
+
+/// Live heap bytes now.
+pub fn live() -> u64 {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// The peak of live heap bytes since the last [`reset_peak`].
+pub fn peak() -> u64 {
+    PEAK.load(Ordering::Relaxed)
+}
+
+/// Starts a new peak from the live bytes now.
+pub fn reset_peak() {
+    PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+}

@@ -1,0 +1,194 @@
+//! The profiler: each op's time and temporary memory, measured on the device it runs on,
+//! the way Rockmate's graph builder measures them (Zhao §2.10): run the op alone on
+//! random operands of its shapes, synchronize, and read the clock and the allocator.
+//!
+//! Temporary memory is the peak above what was live before the op plus what it leaves
+//! (its outputs); it is measured where allocations are counted (the CPU with
+//! [`CountingAlloc`](crate::memory::CountingAlloc)), and taken from the declaration
+//! elsewhere. Ops of the same kind on the same shapes are measured once.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use burn_backend::tensor::FloatTensor;
+use burn_backend::{Backend, TensorData, TensorMetadata};
+use pebble_zoo::ops::Saved;
+use pebble_zoo::{Elem, Network, OpCosts, OpKind};
+
+use crate::ops::{self, OpCtx};
+use crate::session::SplitMix;
+use crate::{memory, RuntimeError, Value};
+
+/// Measured costs of every op of a network.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profile {
+    /// Forward of each op: (seconds, temporary bytes).
+    pub forward: Vec<(f64, u64)>,
+    /// Backward of each op (for the loss: forward and backward at once).
+    pub backward: Vec<(f64, u64)>,
+}
+
+impl OpCosts for Profile {
+    fn forward(&self, _net: &Network, op: usize) -> (f64, u64) {
+        self.forward[op]
+    }
+    fn backward(&self, _net: &Network, op: usize) -> (f64, u64) {
+        self.backward[op]
+    }
+}
+
+/// Bytes a value holds on its device.
+pub fn value_bytes<B: Backend>(v: &Value<B>) -> u64 {
+    let (n, size) = match v {
+        Value::Float(t) => (t.shape().num_elements(), t.dtype().size()),
+        Value::Int(t) => (t.shape().num_elements(), t.dtype().size()),
+        Value::Bool(t) => (t.shape().num_elements(), t.dtype().size()),
+    };
+    (n * size) as u64
+}
+
+fn float_bytes<B: Backend>(t: &FloatTensor<B>) -> u64 {
+    (t.shape().num_elements() * t.dtype().size()) as u64
+}
+
+/// Repetitions of each measurement after one warm-up; the median counts.
+const REPEATS: usize = 3;
+
+fn sync<B: Backend>(device: &B::Device) -> Result<(), RuntimeError> {
+    B::sync(device).map_err(|e| RuntimeError::Other(format!("device: {e:?}")))
+}
+
+/// A random operand of `shape`: floats in `[-1, 1)`, integers below `range`.
+fn operand<B: Backend>(shape: &[usize], elem: Elem, range: u64, rng: &mut SplitMix, device: &B::Device) -> Value<B> {
+    let n: usize = shape.iter().product();
+    match elem {
+        Elem::Float => Value::Float(B::float_from_data(
+            TensorData::new((0..n).map(|_| 2.0 * rng.unit() - 1.0).collect::<Vec<f32>>(), shape.to_vec()),
+            device,
+        )),
+        Elem::Int | Elem::Byte => {
+            let ids: Vec<i64> = (0..n).map(|_| rng.below(range) as i64).collect();
+            Value::Int(B::int_from_data(TensorData::new(ids, shape.to_vec()).convert::<B::IntElem>(), device))
+        }
+    }
+}
+
+/// Times `f` (median of [`REPEATS`] after a warm-up) and measures its temporary bytes:
+/// the peak above `live before + kept(result)`.
+fn measure<B: Backend, T>(
+    device: &B::Device,
+    mut f: impl FnMut() -> Result<T, RuntimeError>,
+    kept: impl Fn(&T) -> u64,
+) -> Result<(f64, Option<u64>), RuntimeError> {
+    drop(f()?);
+    let mut times = Vec::with_capacity(REPEATS);
+    let mut tmp = 0u64;
+    for _ in 0..REPEATS {
+        sync::<B>(device)?;
+        let before = memory::live();
+        memory::reset_peak();
+        let start = Instant::now();
+        let out = f()?;
+        sync::<B>(device)?;
+        times.push(start.elapsed().as_secs_f64());
+        tmp = tmp.max(memory::peak().saturating_sub(before + kept(&out)));
+        drop(out);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok((times[REPEATS / 2], memory::counting().then_some(tmp)))
+}
+
+/// Profiles every op of `net` on `device`.
+pub fn profile<B: Backend>(net: &Network, device: &B::Device, seed: u64) -> Result<Profile, RuntimeError> {
+    let float = net.dtype.bytes();
+    let mut rng = SplitMix(seed ^ 0x9F0F);
+    let mut seen: HashMap<String, ((f64, u64), (f64, u64))> = HashMap::new();
+    let mut forward = vec![(0.0, 0); net.ops.len()];
+    let mut backward = vec![(0.0, 0); net.ops.len()];
+    for (o, op) in net.ops.iter().enumerate() {
+        if op.decl.view {
+            continue;
+        }
+        let shapes: Vec<&Vec<usize>> = op.inputs.iter().map(|&t| &net.tensors[t].shape).collect();
+        let key = format!("{:?}{:?}", op.kind, shapes);
+        if let Some(&(f, b)) = seen.get(&key) {
+            forward[o] = f;
+            backward[o] = b;
+            continue;
+        }
+        let range = |k: usize| -> u64 {
+            match (&op.kind, k) {
+                (OpKind::Embedding { vocab, .. }, 0) => *vocab as u64,
+                (OpKind::CrossEntropy, 1) => net.tensors[op.inputs[0]].shape.last().copied().unwrap_or(2) as u64,
+                _ => 2,
+            }
+        };
+        let inputs: Vec<Value<B>> = op
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(k, &t)| operand::<B>(&net.tensors[t].shape, net.tensors[t].elem, range(k), &mut rng, device))
+            .collect();
+        let params: Vec<FloatTensor<B>> = op
+            .params
+            .iter()
+            .map(|&p| operand::<B>(&net.params[p].shape, Elem::Float, 2, &mut rng, device).float().expect("float"))
+            .collect();
+        let needs: Vec<bool> = op.inputs.iter().map(|&t| net.tensors[t].requires_grad).collect();
+        let ctx = OpCtx { device, grad: true, seed: 1 };
+        let declared_f = op.decl.forward_tmp as u64 * float;
+        let declared_b = op.decl.forward_tmp.max(op.decl.backward_tmp) as u64 * float;
+        if op.decl.loss {
+            let (t, tmp) = measure::<B, _>(
+                device,
+                || ops::loss(op, inputs.clone(), &needs, &ctx),
+                |out| out.inputs.iter().flatten().map(float_bytes::<B>).sum::<u64>() + float_bytes::<B>(&out.value),
+            )?;
+            backward[o] = (t, tmp.unwrap_or(declared_b));
+            continue;
+        }
+        let (tf, tmp_f) = measure::<B, _>(
+            device,
+            || ops::forward(op, inputs.clone(), &params, &ctx),
+            |out| value_bytes(&out.output) + out.extras.iter().map(value_bytes).sum::<u64>(),
+        )?;
+        forward[o] = (tf, tmp_f.unwrap_or(declared_f));
+        if net.tensors[op.output].requires_grad {
+            let out = ops::forward(op, inputs.clone(), &params, &ctx)?;
+            let grad_out = operand::<B>(&net.tensors[op.output].shape, Elem::Float, 2, &mut rng, device)
+                .float()
+                .expect("float");
+            let mut extras = out.extras.into_iter();
+            let saved: Vec<Value<B>> = op
+                .decl
+                .saved
+                .iter()
+                .map(|s| match s {
+                    Saved::Input(k) => inputs[*k].clone(),
+                    Saved::Output => out.output.clone(),
+                    Saved::Extra { .. } => extras.next().expect("one extra per declaration"),
+                })
+                .collect();
+            let dims: Vec<Vec<usize>> = op.inputs.iter().map(|&t| net.tensors[t].shape.clone()).collect();
+            // Parameter gradients are accumulated into resident buffers, as the executor
+            // does: what the backward allocates for them is temporary.
+            let mut acc: Vec<Option<FloatTensor<B>>> =
+                params.iter().map(|p| Some(B::float_zeros(p.shape(), device, p.dtype().into()))).collect();
+            let (tb, tmp_b) = measure::<B, _>(
+                device,
+                || {
+                    let g = ops::backward(op, &dims, grad_out.clone(), saved.clone(), &params, &needs, &ctx)?;
+                    for (slot, pg) in acc.iter_mut().zip(g.params) {
+                        *slot = slot.take().map(|a| B::float_add(a, pg));
+                    }
+                    Ok(g.inputs)
+                },
+                |inputs| inputs.iter().flatten().map(float_bytes::<B>).sum::<u64>(),
+            )?;
+            drop(acc);
+            backward[o] = (tb, tmp_b.unwrap_or(op.decl.backward_tmp as u64 * float));
+        }
+        seen.insert(key, (forward[o], backward[o]));
+    }
+    Ok(Profile { forward, backward })
+}

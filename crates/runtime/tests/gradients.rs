@@ -1,0 +1,74 @@
+//! A plan changes nothing in the numbers: under every solver, the loss and every
+//! parameter gradient of a step equal the store-all run's, bit for bit on the CPU
+//! (the executor runs the same kernels in the same order; recomputation replays dropout).
+
+use burn_flex::{Flex, FlexDevice};
+use pebble_runtime::session::read_floats;
+use pebble_runtime::train::lower;
+use pebble_runtime::{OptimizerKind, Session};
+use pebble_schedule::{Schedule, View};
+use pebble_solve::{Problem, SolveOptions};
+use pebble_zoo::ModelOptions;
+
+const SOLVERS: [&str; 6] = ["sequential", "chen-sqrt", "revolve", "recompute-all", "rotor", "rotor-optimal"];
+
+fn opts(batch: usize, image: Option<usize>, seq: Option<usize>, layers: usize, width: Option<usize>, heads: Option<usize>) -> ModelOptions {
+    ModelOptions { batch: Some(batch), image, seq, layers: Some(layers), width, heads, ..ModelOptions::default() }
+}
+
+fn grads_of(session: &Session<Flex>, schedule: &Schedule) -> (Vec<f32>, Vec<Vec<f32>>) {
+    let out = session.gradients(schedule).unwrap_or_else(|e| panic!("{:?}: {e}", schedule.solver));
+    let loss = read_floats::<Flex>(out.loss).expect("loss");
+    let grads = out.grads.into_iter().map(|g| g.map(|g| read_floats::<Flex>(g).expect("grad")).unwrap_or_default()).collect();
+    (loss, grads)
+}
+
+fn check(model: &str, options: ModelOptions) {
+    let lowered = lower::<Flex>(model, &options, None).expect("model");
+    let chain = lowered.chain.clone();
+    let graph = lowered.graph.clone();
+    let session = Session::<Flex>::new(lowered.network, lowered.index, OptimizerKind::Sgd { lr: 0.1 }, 7, FlexDevice);
+    let reference = grads_of(&session, &pebble_solve::baseline::store_all::store_all_schedule(Problem::Chain(&chain)));
+    assert!(reference.0[0].is_finite(), "{model}: loss {}", reference.0[0]);
+    assert!(reference.1.iter().any(|g| g.iter().any(|&x| x != 0.0)), "{model}: all gradients are zero");
+    let graph_store_all = pebble_solve::baseline::store_all::store_all_schedule(Problem::Graph(&graph));
+    assert_eq!(graph_store_all.view, View::Graph);
+    assert!(grads_of(&session, &graph_store_all) == reference, "{model}: graph store-all differs from chain store-all");
+    let options = SolveOptions::default();
+    for name in SOLVERS {
+        let solver = pebble_solve::solver(name).expect("registered");
+        let problem = Problem::Chain(&chain);
+        let min = pebble_solve::min_feasible_budget(solver, problem, &options).expect("some budget fits");
+        let top = pebble_solve::simulate(
+            problem,
+            &pebble_solve::baseline::store_all::store_all_schedule(problem),
+            &pebble_sim::SimConfig { budget: None, bandwidth: 1e10, timeline: false },
+        )
+        .expect("store-all")
+        .peak_bytes;
+        // Tight budgets force recomputation.
+        for budget in [min, min + (top.saturating_sub(min)) / 3] {
+            let plan = pebble_solve::plan(solver, problem, budget, &options).expect("plan");
+            let got = grads_of(&session, &plan.schedule);
+            assert_eq!(got.0, reference.0, "{model} {name} at {budget}: loss");
+            for (p, (a, b)) in got.1.iter().zip(&reference.1).enumerate() {
+                assert!(a == b, "{model} {name} at {budget}: gradient of parameter {p} differs");
+            }
+        }
+    }
+}
+
+#[test]
+fn mlp_gradients_do_not_depend_on_the_plan() {
+    check("mlp", ModelOptions { batch: Some(4), layers: Some(4), ..ModelOptions::default() });
+}
+
+#[test]
+fn resnet_gradients_do_not_depend_on_the_plan() {
+    check("resnet", opts(2, Some(32), None, 1, Some(8), None));
+}
+
+#[test]
+fn gpt_gradients_do_not_depend_on_the_plan() {
+    check("gpt", opts(2, None, Some(16), 3, Some(32), Some(4)));
+}
