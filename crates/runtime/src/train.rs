@@ -188,9 +188,11 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     };
     let store_all = sim(&pebble_solve::baseline::store_all::store_all_schedule(problem))?;
     let static_bytes = lowered.graph.static_bytes();
+    // Percentages are of what store-all needs to run: its simulated peak plus the reserve.
+    let reference = budget_for(store_all.peak_bytes);
     let budget = match config.budget {
-        Budget::Total(b) => b.resolve(store_all.peak_bytes),
-        Budget::Activation(a) => a.resolve(store_all.peak_bytes.saturating_sub(static_bytes)).saturating_add(static_bytes),
+        Budget::Total(b) => b.resolve(reference),
+        Budget::Activation(a) => a.resolve(reference.saturating_sub(static_bytes)).saturating_add(static_bytes),
     };
     let plan = match pebble_solve::plan(solver, problem, budget.saturating_sub(reserve(budget)), &config.solve) {
         Ok(plan) => plan,

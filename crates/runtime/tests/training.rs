@@ -1,0 +1,41 @@
+//! Training under a plan is training: 50 steps of a GPT under `rotor` at 50% of
+//! store-all's peak give the same losses as store-all, step for step, and the loss falls.
+
+use burn_flex::{Flex, FlexDevice};
+use pebble_graph::units::BudgetSpec;
+use pebble_runtime::train::{train, Budget, Costs, TrainConfig};
+use pebble_runtime::OptimizerKind;
+use pebble_solve::SolveOptions;
+use pebble_zoo::ModelOptions;
+
+fn config(solver: &str, budget: Budget) -> TrainConfig {
+    TrainConfig {
+        model: "gpt".into(),
+        options: ModelOptions {
+            batch: Some(2),
+            seq: Some(256),
+            layers: Some(6),
+            width: Some(32),
+            heads: Some(4),
+            ..ModelOptions::default()
+        },
+        budget,
+        solver: solver.into(),
+        steps: 50,
+        seed: 11,
+        optimizer: OptimizerKind::AdamW { lr: 3e-3, weight_decay: 0.01 },
+        costs: Costs::Analytic,
+        solve: SolveOptions::default(),
+    }
+}
+
+#[test]
+fn rotor_at_half_the_peak_trains_as_store_all_does() {
+    let store_all = train::<Flex>(&config("store-all", Budget::Total(BudgetSpec::Percent(100.0))), FlexDevice)
+        .expect("store-all");
+    let rotor = train::<Flex>(&config("rotor", Budget::Total(BudgetSpec::Percent(50.0))), FlexDevice).expect("rotor");
+    assert!(rotor.predicted_peak_bytes <= store_all.store_all_predicted_peak_bytes / 2);
+    assert_eq!(rotor.losses, store_all.losses, "same seed, same losses");
+    let (first, last) = (store_all.losses[0], store_all.losses[49]);
+    assert!(last < 0.8 * first, "the loss falls: {first} → {last}");
+}
