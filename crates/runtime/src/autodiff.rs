@@ -24,6 +24,7 @@ impl<B: AutodiffBackend> Session<B> {
         sync(&self.device)?;
         let before = memory::live();
         memory::reset_peak();
+        memory::reset_device_peak();
         let start = Instant::now();
         let params: Vec<FloatTensor<B>> =
             self.params.iter().map(|p| B::float_set_require_grad(B::float_detach(p.clone()), true)).collect();
@@ -52,6 +53,7 @@ impl<B: AutodiffBackend> Session<B> {
             }
             let op_params: Vec<FloatTensor<B>> = op.params.iter().map(|&p| params[p].clone()).collect();
             let out = ops::forward(op, inputs, &op_params, &ctx)?;
+            memory::sample();
             env.insert(op.output, out.output);
             for &t in &op.inputs {
                 if last.get(&t) == Some(&o) && !self.inputs.contains_key(&t) {
@@ -62,6 +64,7 @@ impl<B: AutodiffBackend> Session<B> {
         drop(env);
         let loss = loss.ok_or_else(|| RuntimeError::Other("the network has no loss".into()))?;
         let grads = B::backward(loss.clone());
+        memory::sample();
         let inner: Vec<Option<FloatTensor<B>>> =
             params.iter().map(|p| B::grad(p, &grads).map(B::from_inner)).collect();
         drop(grads);

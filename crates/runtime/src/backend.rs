@@ -13,6 +13,25 @@ pub type Cpu = burn_flex::Flex;
 #[cfg(feature = "cuda")]
 pub type Gpu = burn_cuda::Cuda;
 
+/// Device memory in use on the first CUDA device, as CubeCL's memory manager reports it.
+#[cfg(feature = "cuda")]
+fn cuda_bytes_in_use() -> u64 {
+    use cubecl::Runtime;
+    let client = cubecl::cuda::CudaRuntime::client(&burn_cuda::CudaDevice::default());
+    client.memory_usage().map(|u| u.bytes_in_use).unwrap_or(0)
+}
+
+/// Prepares measurement on `kind`: on CUDA, the device-memory probe.
+fn setup(kind: DeviceKind) {
+    match kind {
+        DeviceKind::Cpu => crate::memory::set_probe(None),
+        #[cfg(feature = "cuda")]
+        DeviceKind::Cuda => crate::memory::set_probe(Some(cuda_bytes_in_use)),
+        #[cfg(not(feature = "cuda"))]
+        DeviceKind::Cuda => {}
+    }
+}
+
 /// Where to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeviceKind {
@@ -29,6 +48,7 @@ fn no_cuda() -> TrainError {
 
 /// [`train::train`] on the chosen device.
 pub fn train_on(kind: DeviceKind, config: &TrainConfig) -> Result<TrainReport, TrainError> {
+    setup(kind);
     match kind {
         DeviceKind::Cpu => train::train::<Cpu>(config, burn_flex::FlexDevice),
         #[cfg(feature = "cuda")]
@@ -67,6 +87,7 @@ pub fn bench_on(
     steps: usize,
     seed: u64,
 ) -> Result<crate::bench::BenchReport, TrainError> {
+    setup(kind);
     match kind {
         DeviceKind::Cpu => crate::bench::compare::<Cpu>(name, options, steps, seed, burn_flex::FlexDevice),
         #[cfg(feature = "cuda")]

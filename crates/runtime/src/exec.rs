@@ -163,6 +163,7 @@ impl<B: Backend> Runner<'_, B> {
                 inputs.push(v);
             }
             let out = ops::forward(op, inputs, &self.params_of(o), &self.ctx(o, grad))?;
+            crate::memory::sample();
             for (j, x) in out.extras.into_iter().enumerate() {
                 inner.insert(Key::Extra(o, j), x);
             }
@@ -247,6 +248,7 @@ impl<B: Backend> Runner<'_, B> {
             }
             let params = self.params_of(o);
             let out = ops::backward(op, &self.input_dims(o), g, values, &params, &self.needs(o), &self.ctx(o, true))?;
+            crate::memory::sample();
             for (k, g) in out.inputs.into_iter().enumerate() {
                 if let Some(g) = g {
                     add_grad::<B>(&mut grads, op.inputs[k], g);
@@ -289,6 +291,7 @@ impl<B: Backend> Runner<'_, B> {
             });
         }
         let out = ops::loss(op, inputs, &self.needs(loss_op), &self.ctx(loss_op, true))?;
+            crate::memory::sample();
         self.loss = Some(out.value);
         for (k, g) in out.inputs.into_iter().enumerate() {
             if let Some(g) = g {
@@ -443,6 +446,7 @@ impl<B: Backend> Runner<'_, B> {
                         let inputs =
                             op.inputs.iter().map(|&t| self.graph_value(index, &data, t)).collect::<Result<Vec<_>, _>>()?;
                         let out = ops::loss(op, inputs, &self.needs(loss_op), &self.ctx(loss_op, true))?;
+            crate::memory::sample();
                         self.loss = Some(out.value);
                         for (j, g) in out.inputs.into_iter().enumerate() {
                             if let Some(g) = g {

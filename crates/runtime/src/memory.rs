@@ -91,3 +91,39 @@ pub fn peak() -> u64 {
 pub fn reset_peak() {
     PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
 }
+
+/// A reading of device memory in use, for backends whose memory the global allocator
+/// does not see (CUDA). The executor samples it after every op; the step's peak is the
+/// largest sample, so a peak inside one op's kernels is missed.
+pub type Probe = fn() -> u64;
+
+static PROBE: std::sync::RwLock<Option<Probe>> = std::sync::RwLock::new(None);
+static DEVICE_PEAK: AtomicU64 = AtomicU64::new(0);
+
+/// Installs (or removes) the device-memory probe.
+pub fn set_probe(probe: Option<Probe>) {
+    *PROBE.write().unwrap_or_else(|e| e.into_inner()) = probe;
+}
+
+/// Whether a device-memory probe is installed.
+pub fn probing() -> bool {
+    PROBE.read().map(|p| p.is_some()).unwrap_or(false)
+}
+
+/// Samples the device probe, if any, into the device peak.
+pub fn sample() {
+    if let Some(probe) = *PROBE.read().unwrap_or_else(|e| e.into_inner()) {
+        DEVICE_PEAK.fetch_max(probe(), Ordering::Relaxed);
+    }
+}
+
+/// Starts a new device peak from a fresh sample.
+pub fn reset_device_peak() {
+    DEVICE_PEAK.store(0, Ordering::Relaxed);
+    sample();
+}
+
+/// The largest device sample since [`reset_device_peak`].
+pub fn device_peak() -> u64 {
+    DEVICE_PEAK.load(Ordering::Relaxed)
+}

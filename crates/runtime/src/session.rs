@@ -173,6 +173,10 @@ impl<B: Backend> Session<B> {
     /// bytes above what was live then, plus the tensors resident then. What else was
     /// live (the program, the allocator's and the kernels' own state) is not the step's.
     pub(crate) fn measured_peak(&self, before: u64) -> Option<u64> {
+        if memory::probing() {
+            // The device's own report counts every live tensor, resident ones included.
+            return Some(memory::device_peak());
+        }
         memory::counting().then(|| memory::peak().saturating_sub(before) + self.resident_bytes())
     }
 
@@ -185,6 +189,7 @@ impl<B: Backend> Session<B> {
         B::sync(&self.device).map_err(|e| RuntimeError::Other(format!("device: {e:?}")))?;
         let before = memory::live();
         memory::reset_peak();
+        memory::reset_device_peak();
         let start = Instant::now();
         let out = self.gradients(schedule)?;
         B::sync(&self.device).map_err(|e| RuntimeError::Other(format!("device: {e:?}")))?;
