@@ -26,6 +26,8 @@ use crate::{RuntimeError, Value};
 
 type Env<B> = HashMap<TensorId, Value<B>>;
 type GradMap<B> = HashMap<TensorId, FloatTensor<B>>;
+/// What a stage's forward leaves: the output boundary and the saved tensors.
+type StageOut<B> = (Env<B>, HashMap<Key, Value<B>>);
 
 /// `ā_i`: the boundary `a_i` and what stage `i-1`'s backward reads.
 struct SavedSet<B: Backend> {
@@ -147,7 +149,7 @@ impl<B: Backend> Runner<'_, B> {
         s: usize,
         mut env: Env<B>,
         grad: bool,
-    ) -> Result<(Env<B>, HashMap<Key, Value<B>>), RuntimeError> {
+    ) -> Result<StageOut<B>, RuntimeError> {
         let stage = &self.p.stages[s];
         let keep_out = &self.p.boundary[s + 1];
         let mut inner: HashMap<Key, Value<B>> = HashMap::new();
@@ -391,7 +393,7 @@ impl<B: Backend> Runner<'_, B> {
     fn graph_value(&self, index: &GraphIndex, data: &[Option<Value<B>>], t: TensorId) -> Result<Value<B>, RuntimeError> {
         let tensor = &self.p.net.tensors[t];
         if tensor.view_of.is_none() {
-            if tensor.producer.is_none() && !data[index.tensor[t]].is_some() {
+            if tensor.producer.is_none() && data[index.tensor[t]].is_none() {
                 return self.static_value(t);
             }
             return data[index.tensor[t]]

@@ -102,7 +102,9 @@ fn measure<B: Backend, T>(
 pub fn profile<B: Backend>(net: &Network, device: &B::Device, seed: u64) -> Result<Profile, RuntimeError> {
     let float = net.dtype.bytes();
     let mut rng = SplitMix(seed ^ 0x9F0F);
-    let mut seen: HashMap<String, ((f64, u64), (f64, u64))> = HashMap::new();
+    // Ops of one kind on the same shapes: (forward, backward) costs, measured once.
+    type Costs = ((f64, u64), (f64, u64));
+    let mut seen: HashMap<String, Costs> = HashMap::new();
     let mut forward = vec![(0.0, 0); net.ops.len()];
     let mut backward = vec![(0.0, 0); net.ops.len()];
     for (o, op) in net.ops.iter().enumerate() {
