@@ -65,8 +65,7 @@ impl<B: AutodiffBackend> Session<B> {
         let loss = loss.ok_or_else(|| RuntimeError::Other("the network has no loss".into()))?;
         let grads = B::backward(loss.clone());
         memory::sample();
-        let inner: Vec<Option<FloatTensor<B>>> =
-            params.iter().map(|p| B::grad(p, &grads).map(B::from_inner)).collect();
+        let inner: Vec<Option<FloatTensor<B>>> = params.iter().map(|p| B::grad(p, &grads).map(B::from_inner)).collect();
         drop(grads);
         sync(&self.device)?;
         let seconds = start.elapsed().as_secs_f64();

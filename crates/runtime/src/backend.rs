@@ -43,7 +43,9 @@ pub enum DeviceKind {
 
 #[cfg(not(feature = "cuda"))]
 fn no_cuda() -> TrainError {
-    TrainError::Input("--device cuda: this binary was built without the `cuda` feature (cargo build --features cuda)".into())
+    TrainError::Input(
+        "--device cuda: this binary was built without the `cuda` feature (cargo build --features cuda)".into(),
+    )
 }
 
 /// [`train::train`] on the chosen device.

@@ -71,11 +71,7 @@ pub fn run<B: Backend>(
 ) -> Result<StepOutput<B>, RuntimeError> {
     // Parameter gradients are resident for the whole step, as the planners count them
     // (gradient-accumulation accounting, Zhao §1.1): zeroed at the start, accumulated into.
-    let grads = step
-        .params
-        .iter()
-        .map(|p| Some(B::float_zeros(p.shape(), device, p.dtype().into())))
-        .collect();
+    let grads = step.params.iter().map(|p| Some(B::float_zeros(p.shape(), device, p.dtype().into()))).collect();
     let mut runner = Runner { p: program, step, device, grads, loss: None };
     match schedule.view {
         View::Chain => runner.chain(schedule)?,
@@ -144,12 +140,7 @@ impl<B: Backend> Runner<'_, B> {
 
     /// Runs stage `s`'s forward on its input boundary. Returns the output boundary and,
     /// with grad, the saved tensors of its backward.
-    fn forward_stage(
-        &self,
-        s: usize,
-        mut env: Env<B>,
-        grad: bool,
-    ) -> Result<StageOut<B>, RuntimeError> {
+    fn forward_stage(&self, s: usize, mut env: Env<B>, grad: bool) -> Result<StageOut<B>, RuntimeError> {
         let stage = &self.p.stages[s];
         let keep_out = &self.p.boundary[s + 1];
         let mut inner: HashMap<Key, Value<B>> = HashMap::new();
@@ -293,7 +284,7 @@ impl<B: Backend> Runner<'_, B> {
             });
         }
         let out = ops::loss(op, inputs, &self.needs(loss_op), &self.ctx(loss_op, true))?;
-            crate::memory::sample();
+        crate::memory::sample();
         self.loss = Some(out.value);
         for (k, g) in out.inputs.into_iter().enumerate() {
             if let Some(g) = g {
@@ -390,7 +381,12 @@ impl<B: Backend> Runner<'_, B> {
     // ---------------------------------------------------------------- graph view
 
     /// The value of forward tensor `t`, rebuilding a view from its root.
-    fn graph_value(&self, index: &GraphIndex, data: &[Option<Value<B>>], t: TensorId) -> Result<Value<B>, RuntimeError> {
+    fn graph_value(
+        &self,
+        index: &GraphIndex,
+        data: &[Option<Value<B>>],
+        t: TensorId,
+    ) -> Result<Value<B>, RuntimeError> {
         let tensor = &self.p.net.tensors[t];
         if tensor.view_of.is_none() {
             if tensor.producer.is_none() && data[index.tensor[t]].is_none() {
@@ -407,10 +403,29 @@ impl<B: Backend> Runner<'_, B> {
     }
 
     /// Adds `g`, the gradient of forward tensor `t`, to its gradient node (through views).
-    fn graph_grad(&self, index: &GraphIndex, data: &mut [Option<Value<B>>], mut t: TensorId, mut g: FloatTensor<B>) -> Result<(), RuntimeError> {
+    fn graph_grad(
+        &self,
+        index: &GraphIndex,
+        data: &mut [Option<Value<B>>],
+        mut t: TensorId,
+        mut g: FloatTensor<B>,
+    ) -> Result<(), RuntimeError> {
         while let Some(o) = self.p.net.tensors[t].view_of.and(self.p.net.tensors[t].producer) {
-            let out = ops::backward(&self.p.net.ops[o], &self.input_dims(o), g, Vec::new(), &[], &[true], &self.ctx(o, true))?;
-            g = out.inputs.into_iter().next().flatten().ok_or_else(|| RuntimeError::Other("view backward gave nothing".into()))?;
+            let out = ops::backward(
+                &self.p.net.ops[o],
+                &self.input_dims(o),
+                g,
+                Vec::new(),
+                &[],
+                &[true],
+                &self.ctx(o, true),
+            )?;
+            g = out
+                .inputs
+                .into_iter()
+                .next()
+                .flatten()
+                .ok_or_else(|| RuntimeError::Other("view backward gave nothing".into()))?;
             t = self.p.net.ops[o].inputs[0];
         }
         let slot = &mut data[index.grad[t]];
@@ -445,10 +460,13 @@ impl<B: Backend> Runner<'_, B> {
                 Op::Compute { node, no_grad } => {
                     if node == index.loss {
                         let op = &net.ops[loss_op];
-                        let inputs =
-                            op.inputs.iter().map(|&t| self.graph_value(index, &data, t)).collect::<Result<Vec<_>, _>>()?;
+                        let inputs = op
+                            .inputs
+                            .iter()
+                            .map(|&t| self.graph_value(index, &data, t))
+                            .collect::<Result<Vec<_>, _>>()?;
                         let out = ops::loss(op, inputs, &self.needs(loss_op), &self.ctx(loss_op, true))?;
-            crate::memory::sample();
+                        crate::memory::sample();
                         self.loss = Some(out.value);
                         for (j, g) in out.inputs.into_iter().enumerate() {
                             if let Some(g) = g {
@@ -462,8 +480,11 @@ impl<B: Backend> Runner<'_, B> {
                     };
                     let op = &net.ops[o];
                     if !is_backward {
-                        let inputs =
-                            op.inputs.iter().map(|&t| self.graph_value(index, &data, t)).collect::<Result<Vec<_>, _>>()?;
+                        let inputs = op
+                            .inputs
+                            .iter()
+                            .map(|&t| self.graph_value(index, &data, t))
+                            .collect::<Result<Vec<_>, _>>()?;
                         let out = ops::forward(op, inputs, &self.params_of(o), &self.ctx(o, !no_grad))?;
                         data[index.tensor[op.output]] = Some(out.output);
                         for (j, x) in out.extras.into_iter().enumerate() {

@@ -157,9 +157,8 @@ pub fn profile<B: Backend>(net: &Network, device: &B::Device, seed: u64) -> Resu
         forward[o] = (tf, tmp_f.unwrap_or(declared_f));
         if net.tensors[op.output].requires_grad {
             let out = ops::forward(op, inputs.clone(), &params, &ctx)?;
-            let grad_out = operand::<B>(&net.tensors[op.output].shape, Elem::Float, 2, &mut rng, device)
-                .float()
-                .expect("float");
+            let grad_out =
+                operand::<B>(&net.tensors[op.output].shape, Elem::Float, 2, &mut rng, device).float().expect("float");
             let mut extras = out.extras.into_iter();
             let saved: Vec<Value<B>> = op
                 .decl

@@ -134,7 +134,10 @@ impl<B: Backend> Session<B> {
                 .iter()
                 .map(|p| {
                     let n: usize = p.shape.iter().product();
-                    (float_tensor::<B>(vec![0.0; n], &p.shape, &device), float_tensor::<B>(vec![0.0; n], &p.shape, &device))
+                    (
+                        float_tensor::<B>(vec![0.0; n], &p.shape, &device),
+                        float_tensor::<B>(vec![0.0; n], &p.shape, &device),
+                    )
                 })
                 .collect(),
         };
@@ -211,7 +214,10 @@ impl<B: Backend> Session<B> {
                 OptimizerKind::AdamW { lr, weight_decay } => {
                     let (b1, b2, eps) = (0.9f32, 0.999f32, 1e-8f32);
                     let (m, v) = self.moments[i].clone();
-                    let m = B::float_add(B::float_mul_scalar(m, b1.into()), B::float_mul_scalar(g.clone(), (1.0 - b1).into()));
+                    let m = B::float_add(
+                        B::float_mul_scalar(m, b1.into()),
+                        B::float_mul_scalar(g.clone(), (1.0 - b1).into()),
+                    );
                     let v = B::float_add(
                         B::float_mul_scalar(v, b2.into()),
                         B::float_mul_scalar(B::float_mul(g.clone(), g), (1.0 - b2).into()),
@@ -244,7 +250,9 @@ fn synthetic_batch<B: Backend>(net: &Network, rng: &mut SplitMix, device: &B::De
         }
         let n: usize = tensor.shape.iter().product();
         let value = match tensor.elem {
-            Elem::Float => Value::Float(float_tensor::<B>((0..n).map(|_| 2.0 * rng.unit() - 1.0).collect(), &tensor.shape, device)),
+            Elem::Float => {
+                Value::Float(float_tensor::<B>((0..n).map(|_| 2.0 * rng.unit() - 1.0).collect(), &tensor.shape, device))
+            }
             Elem::Int | Elem::Byte => {
                 let mut range = 2u64;
                 for op in net.ops.iter().filter(|o| o.inputs.contains(&t)) {

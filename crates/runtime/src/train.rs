@@ -198,8 +198,7 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
         Ok(plan) => plan,
         Err(pebble_solve::PlanError::Solve(pebble_solve::SolveError::Infeasible { .. })) => {
             // The least budget whose share left to the solver fits.
-            let min = pebble_solve::min_feasible_budget(solver, problem, &config.solve)
-                .map(budget_for);
+            let min = pebble_solve::min_feasible_budget(solver, problem, &config.solve).map(budget_for);
             let message = match min {
                 Some(m) => format!(
                     "infeasible: no schedule of `{}` fits in {} bytes; the minimum feasible budget is {} bytes",

@@ -12,14 +12,22 @@ use pebble_zoo::ModelOptions;
 
 const SOLVERS: [&str; 6] = ["sequential", "chen-sqrt", "revolve", "recompute-all", "rotor", "rotor-optimal"];
 
-fn opts(batch: usize, image: Option<usize>, seq: Option<usize>, layers: usize, width: Option<usize>, heads: Option<usize>) -> ModelOptions {
+fn opts(
+    batch: usize,
+    image: Option<usize>,
+    seq: Option<usize>,
+    layers: usize,
+    width: Option<usize>,
+    heads: Option<usize>,
+) -> ModelOptions {
     ModelOptions { batch: Some(batch), image, seq, layers: Some(layers), width, heads, ..ModelOptions::default() }
 }
 
 fn grads_of(session: &Session<Flex>, schedule: &Schedule) -> (Vec<f32>, Vec<Vec<f32>>) {
     let out = session.gradients(schedule).unwrap_or_else(|e| panic!("{:?}: {e}", schedule.solver));
     let loss = read_floats::<Flex>(out.loss).expect("loss");
-    let grads = out.grads.into_iter().map(|g| g.map(|g| read_floats::<Flex>(g).expect("grad")).unwrap_or_default()).collect();
+    let grads =
+        out.grads.into_iter().map(|g| g.map(|g| read_floats::<Flex>(g).expect("grad")).unwrap_or_default()).collect();
     (loss, grads)
 }
 

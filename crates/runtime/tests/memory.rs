@@ -15,7 +15,8 @@ use pebble_zoo::ModelOptions;
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
 
-const SOLVERS: [&str; 7] = ["store-all", "sequential", "chen-sqrt", "revolve", "recompute-all", "rotor", "rotor-optimal"];
+const SOLVERS: [&str; 7] =
+    ["store-all", "sequential", "chen-sqrt", "revolve", "recompute-all", "rotor", "rotor-optimal"];
 
 fn check(model: &str, options: ModelOptions, report: &mut Vec<String>) {
     let optimizer = OptimizerKind::AdamW { lr: 1e-3, weight_decay: 0.01 };
@@ -63,8 +64,23 @@ fn check(model: &str, options: ModelOptions, report: &mut Vec<String>) {
 #[test]
 fn measured_peaks_follow_the_simulator() {
     let mut report = Vec::new();
-    check("gpt", ModelOptions { batch: Some(2), seq: Some(32), layers: Some(3), width: Some(64), heads: Some(4), ..ModelOptions::default() }, &mut report);
-    check("resnet", ModelOptions { batch: Some(2), image: Some(32), layers: Some(1), width: Some(8), ..ModelOptions::default() }, &mut report);
+    check(
+        "gpt",
+        ModelOptions {
+            batch: Some(2),
+            seq: Some(32),
+            layers: Some(3),
+            width: Some(64),
+            heads: Some(4),
+            ..ModelOptions::default()
+        },
+        &mut report,
+    );
+    check(
+        "resnet",
+        ModelOptions { batch: Some(2), image: Some(32), layers: Some(1), width: Some(8), ..ModelOptions::default() },
+        &mut report,
+    );
     check("mlp", ModelOptions { batch: Some(8), layers: Some(4), ..ModelOptions::default() }, &mut report);
     println!("{}", report.join("\n"));
     assert!(report.iter().all(|l| l.starts_with("ok")), "measured peaks off:\n{}", report.join("\n"));

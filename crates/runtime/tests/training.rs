@@ -31,8 +31,8 @@ fn config(solver: &str, budget: Budget) -> TrainConfig {
 
 #[test]
 fn rotor_at_half_the_peak_trains_as_store_all_does() {
-    let store_all = train::<Flex>(&config("store-all", Budget::Total(BudgetSpec::Percent(100.0))), FlexDevice)
-        .expect("store-all");
+    let store_all =
+        train::<Flex>(&config("store-all", Budget::Total(BudgetSpec::Percent(100.0))), FlexDevice).expect("store-all");
     let rotor = train::<Flex>(&config("rotor", Budget::Total(BudgetSpec::Percent(50.0))), FlexDevice).expect("rotor");
     assert!(rotor.predicted_peak_bytes <= store_all.store_all_predicted_peak_bytes / 2);
     assert_eq!(rotor.losses, store_all.losses, "same seed, same losses");

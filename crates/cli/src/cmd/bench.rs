@@ -25,8 +25,10 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let mib = |b: Option<u64>| b.map_or("-".to_string(), |b| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64));
-    let header: Vec<String> =
-        ["contender", "step time", "measured peak", "predicted peak", "last loss"].iter().map(|s| s.to_string()).collect();
+    let header: Vec<String> = ["contender", "step time", "measured peak", "predicted peak", "last loss"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     let rows: Vec<Vec<String>> = report
         .contenders
         .iter()

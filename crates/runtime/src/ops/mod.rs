@@ -88,8 +88,13 @@ pub fn forward<B: Backend>(
     }
     util::check_forward(op, &inputs, params)?;
     let out = match &op.kind {
-        OpKind::Linear { .. } | OpKind::Reshape { .. } | OpKind::Slice { .. } | OpKind::Add | OpKind::Mul
-        | OpKind::Concat { .. } | OpKind::Embedding { .. } => basic::forward(op, inputs, params, ctx)?,
+        OpKind::Linear { .. }
+        | OpKind::Reshape { .. }
+        | OpKind::Slice { .. }
+        | OpKind::Add
+        | OpKind::Mul
+        | OpKind::Concat { .. }
+        | OpKind::Embedding { .. } => basic::forward(op, inputs, params, ctx)?,
         OpKind::Relu | OpKind::Gelu | OpKind::Silu | OpKind::Softmax | OpKind::Dropout { .. } => {
             activation::forward(op, inputs, ctx)?
         }
@@ -121,14 +126,20 @@ pub fn backward<B: Backend>(
     ctx: &OpCtx<'_, B>,
 ) -> Result<Grads<B>, RuntimeError> {
     if saved.len() != op.decl.saved.len() {
-        return Err(unsupported(op, &format!("backward got {} saved tensors, declared {}", saved.len(), op.decl.saved.len())));
+        return Err(unsupported(
+            op,
+            &format!("backward got {} saved tensors, declared {}", saved.len(), op.decl.saved.len()),
+        ));
     }
     util::check_backward(op, input_dims, &grad_out, &saved, params, needs)?;
     match &op.kind {
-        OpKind::Linear { .. } | OpKind::Reshape { .. } | OpKind::Slice { .. } | OpKind::Add | OpKind::Mul
-        | OpKind::Concat { .. } | OpKind::Embedding { .. } => {
-            basic::backward(op, input_dims, grad_out, saved, params, needs, ctx)
-        }
+        OpKind::Linear { .. }
+        | OpKind::Reshape { .. }
+        | OpKind::Slice { .. }
+        | OpKind::Add
+        | OpKind::Mul
+        | OpKind::Concat { .. }
+        | OpKind::Embedding { .. } => basic::backward(op, input_dims, grad_out, saved, params, needs, ctx),
         OpKind::Relu | OpKind::Gelu | OpKind::Silu | OpKind::Softmax | OpKind::Dropout { .. } => {
             activation::backward(op, grad_out, saved, needs)
         }
@@ -141,7 +152,9 @@ pub fn backward<B: Backend>(
         OpKind::MaxPool2d { .. } | OpKind::AvgPool2d { .. } | OpKind::AdaptiveAvgPool2d { .. } => {
             pool::backward(op, input_dims, grad_out, saved, needs)
         }
-        OpKind::Attention { .. } | OpKind::Rope { .. } => attention::backward(op, input_dims, grad_out, saved, needs, ctx),
+        OpKind::Attention { .. } | OpKind::Rope { .. } => {
+            attention::backward(op, input_dims, grad_out, saved, needs, ctx)
+        }
         OpKind::CrossEntropy | OpKind::Mse => Err(unsupported(op, "a loss runs through `loss`, not `backward`")),
     }
 }
