@@ -503,3 +503,45 @@ fn a_closed_stdout_is_no_failure() {
     assert!(status.success(), "exit {status:?}, stderr:\n{stderr}");
     assert!(stderr.is_empty(), "{stderr}");
 }
+
+const TINY_GPT: [&str; 12] =
+    ["--model", "gpt", "--layers", "2", "--width", "32", "--heads", "4", "--seq", "32", "--batch", "2"];
+
+#[test]
+fn train_json_has_the_contract_fields() {
+    let args = cat(&[&["train"], &TINY_GPT, &["--budget", "100%", "--solver", "rotor", "--steps", "3", "--json"]]);
+    let j = ok(&args).json();
+    for field in [
+        "losses",
+        "step_seconds",
+        "budget_bytes",
+        "measured_peak_bytes",
+        "predicted_peak_bytes",
+        "store_all_predicted_peak_bytes",
+        "store_all_predicted_time",
+    ] {
+        assert!(j.get(field).is_some(), "train --json lacks `{field}`: {j}");
+    }
+    assert_eq!(j["losses"].as_array().expect("losses").len(), 3);
+    let measured = j["measured_peak_bytes"].as_u64().expect("the binary counts its allocations");
+    assert!(measured <= j["budget_bytes"].as_u64().expect("budget"), "{j}");
+}
+
+#[test]
+fn train_reports_bad_input_and_infeasible_budgets() {
+    bad_input(&cat(&[&["train"], &TINY_GPT, &["--budget", "50%", "--solver", "nope"]]), &["--solver", "nope"]);
+    bad_input(&["train", "--model", "nope", "--budget", "50%", "--solver", "rotor"], &["nope"]);
+    bad_input(&cat(&[&["train"], &TINY_GPT, &["--image", "32", "--budget", "50%", "--solver", "rotor"]]), &["image"]);
+    let run = pebble(&cat(&[&["train"], &TINY_GPT, &["--budget", "1KiB", "--solver", "rotor", "--steps", "1"]]));
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("minimum feasible budget"), "{}", run.stderr);
+}
+
+#[test]
+fn profile_writes_a_graph_the_planner_reads() {
+    let dir = scratch("profile");
+    let graph = dir.join("gpt.json");
+    ok(&cat(&[&["profile"], &TINY_GPT, &["-o", s(&graph)]]));
+    let j = ok(&["plan", "--graph", s(&graph), "--budget", "95%", "--solver", "rotor", "--json"]).json();
+    assert_eq!(j["feasible"], true, "{j}");
+}
