@@ -13,6 +13,7 @@
 //! judge memory only through the simulator.
 
 pub mod chen;
+pub mod dtr;
 pub mod recompute_all;
 pub mod revolve;
 pub mod sequential;
