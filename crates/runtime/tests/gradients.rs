@@ -43,6 +43,30 @@ fn check(model: &str, options: ModelOptions) {
     assert_eq!(graph_store_all.view, View::Graph);
     assert!(grads_of(&session, &graph_store_all) == reference, "{model}: graph store-all differs from chain store-all");
     let options = SolveOptions::default();
+    // Graph schedules with recomputation (DTR's evictions): same numbers.
+    let dtr = pebble_solve::solver("dtr").expect("registered");
+    let graph_peak = pebble_solve::simulate(
+        Problem::Graph(&graph),
+        &graph_store_all,
+        &pebble_sim::SimConfig { budget: None, bandwidth: 1e10, timeline: false },
+    )
+    .expect("store-all")
+    .peak_bytes;
+    let fixed: u64 = graph
+        .data
+        .iter()
+        .filter(|d| d.kind.is_static() || d.kind == pebble_graph::DataKind::Input)
+        .map(|d| d.size)
+        .sum();
+    let mut recomputed = false;
+    for k in 1..10 {
+        let budget = fixed + (graph_peak - fixed) * k / 10;
+        let Ok(plan) = pebble_solve::plan(dtr, Problem::Graph(&graph), budget, &options) else { continue };
+        recomputed |= plan.schedule.ops.iter().filter(|op| matches!(op, pebble_schedule::Op::Compute { .. })).count()
+            > graph.compute.len();
+        assert!(grads_of(&session, &plan.schedule) == reference, "{model} dtr at {budget}: gradients differ");
+    }
+    assert!(recomputed, "{model}: no budget made DTR recompute");
     for name in SOLVERS {
         let solver = pebble_solve::solver(name).expect("registered");
         let problem = Problem::Chain(&chain);

@@ -143,7 +143,9 @@ impl Replay<'_> {
         for &d in &node.inputs {
             if !self.resident[d] {
                 let Some(p) = self.producer[d] else {
-                    return Err(self.infeasible(format!("`{}` is gone and no forward can recompute it", self.g.data[d].name)));
+                    return Err(
+                        self.infeasible(format!("`{}` is gone and no forward can recompute it", self.g.data[d].name))
+                    );
                 };
                 let saved = self.g.data[d].kind == DataKind::Saved;
                 if saved {
