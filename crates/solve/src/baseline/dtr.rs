@@ -68,6 +68,10 @@ struct Replay<'a> {
     count: Vec<u32>,
     /// Data that must stay while the current chain of recomputations runs.
     pinned: Vec<u32>,
+    /// Whether to evict on overflow (DTR) or leave the overflow to the simulator.
+    evict: bool,
+    /// Tensors dropped after the forward pass (the knapsack's choice; none for DTR).
+    dropped: Vec<bool>,
     ops: Vec<Op>,
 }
 
@@ -179,7 +183,7 @@ impl Replay<'_> {
         for &d in &node.outputs {
             self.pinned[d] += 1;
         }
-        while self.mem + need > self.budget {
+        while self.evict && self.mem + need > self.budget {
             if !self.evict_one() {
                 return Err(self.infeasible(format!(
                     "`{}` needs {} bytes with {} resident and nothing left to evict",
@@ -205,12 +209,31 @@ impl Replay<'_> {
         for &d in node.inputs.iter().chain(&node.outputs) {
             self.pinned[d] -= 1;
         }
+        // Inside a recomputation, a dropped input has served its purpose.
+        if depth > 0 {
+            for &d in &self.g.compute[c].inputs {
+                if self.dropped[d] && evictable(self.g.data[d].kind) && self.pinned[d] == 0 {
+                    self.free(d);
+                }
+            }
+        }
         Ok(())
     }
 }
 
 /// DTR's schedule for `g` under `budget`, or `Infeasible` when eviction cannot make room.
 pub fn dtr_schedule(g: &TrainingGraph, budget: u64) -> Result<Schedule, SolveError> {
+    replay(g, budget, None)
+}
+
+/// The eager order with every tensor of `dropped` freed after its last forward reader
+/// and recomputed (recursively) before the backward reads it; no eviction, so the
+/// simulator decides whether the result fits.
+pub(crate) fn drop_and_recompute(g: &TrainingGraph, dropped: &[bool]) -> Result<Schedule, SolveError> {
+    replay(g, u64::MAX, Some(dropped))
+}
+
+fn replay(g: &TrainingGraph, budget: u64, dropped: Option<&[bool]>) -> Result<Schedule, SolveError> {
     let nd = g.data.len();
     let mut last_read: Vec<Option<usize>> = vec![None; nd];
     let mut producer = vec![None; nd];
@@ -248,8 +271,19 @@ pub fn dtr_schedule(g: &TrainingGraph, budget: u64) -> Result<Schedule, SolveErr
         nprod,
         count: vec![0; nd],
         pinned: vec![0; nd],
+        evict: dropped.is_none(),
+        dropped: dropped.map_or_else(|| vec![false; nd], |x| x.to_vec()),
         ops: Vec::new(),
     };
+    // Last forward reader of each data node (for the dropped ones).
+    let mut last_forward_read: Vec<Option<usize>> = vec![None; nd];
+    for (c, node) in g.compute.iter().enumerate() {
+        if node.kind == ComputeKind::Forward {
+            for &d in &node.inputs {
+                last_forward_read[d] = Some(c);
+            }
+        }
+    }
     if r.mem > budget {
         return Err(r.infeasible(format!("inputs and static data alone take {} bytes", r.mem)));
     }
@@ -257,14 +291,24 @@ pub fn dtr_schedule(g: &TrainingGraph, budget: u64) -> Result<Schedule, SolveErr
         r.run(c, false, 0)?;
         // Free what the eager order no longer reads (gradients nobody reads stay: they
         // are outputs of the step).
-        let node = &g.compute[c];
-        let touched: Vec<usize> = node.inputs.iter().chain(&node.outputs).copied().collect();
-        for d in touched {
+        // Every resident tensor, not only this node's: recomputations leave their
+        // intermediates behind.
+        for d in 0..nd {
+            if !r.resident[d] {
+                continue;
+            }
             let kind = g.data[d].kind;
             let done = r.last_read[d].is_none_or(|l| l <= c);
             let freeable = evictable(kind) || (kind == DataKind::Gradient && read[d]);
             let complete = r.count[d] >= r.nprod[d];
             if freeable && done && r.resident[d] && (kind != DataKind::Gradient || complete) {
+                r.free(d);
+            }
+            // A dropped tensor goes once the forward pass is done with it; in the backward,
+            // right after the node it was recomputed for (it is recomputed again if needed).
+            let forward = g.compute[c].kind == ComputeKind::Forward;
+            let drop = dropped.is_some_and(|x| x[d]) && evictable(kind);
+            if drop && r.resident[d] && (!forward || last_forward_read[d].is_none_or(|l| l <= c)) && r.pinned[d] == 0 {
                 r.free(d);
             }
         }

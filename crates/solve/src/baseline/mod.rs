@@ -14,6 +14,7 @@
 
 pub mod chen;
 pub mod dtr;
+pub mod knapsack;
 pub mod recompute_all;
 pub mod revolve;
 pub mod sequential;

@@ -1,0 +1,190 @@
+//! `knapsack`: the activation-memory budget of PyTorch's compile partitioner
+//! (`torch._functorch` "memory budget" mode), on the training graph.
+//!
+//! Every tensor the backward reads from the forward (an activation or a saved tensor) is
+//! an item: keeping it costs its size, dropping it costs the time of the forward that
+//! recomputes it. A 0/1 knapsack (dynamic programming over memory discretized into
+//! [`SLOTS`] units, as the partitioner's `dp_knapsack` does) keeps the set of greatest
+//! recomputation time within a capacity; the rest is freed after the forward pass and
+//! recomputed before the backward reads it. The solver tries a ladder of capacities and
+//! returns the fastest schedule whose simulated peak fits the budget.
+
+use pebble_graph::{ComputeKind, DataKind, TrainingGraph};
+use pebble_schedule::{Schedule, View};
+
+use super::dtr::drop_and_recompute;
+use super::fastest_fitting;
+use crate::{Problem, SolveError, SolveOptions, Solver};
+
+/// Memory units of the knapsack's dynamic program.
+pub const SLOTS: usize = 1000;
+/// Capacities tried, evenly spaced from nothing kept to everything kept.
+const LADDER: u64 = 24;
+
+/// PyTorch's activation-memory-budget knapsack.
+pub struct Knapsack;
+
+impl Solver for Knapsack {
+    fn name(&self) -> &'static str {
+        "knapsack"
+    }
+
+    fn description(&self) -> &'static str {
+        "PyTorch's compile partitioner: a knapsack picks which saved activations to keep, the rest is recomputed"
+    }
+
+    fn views(&self) -> &'static [View] {
+        &[View::Graph]
+    }
+
+    fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
+        let Problem::Graph(g) = problem else {
+            return Err(SolveError::NotApplicable { solver: "knapsack", view: View::Chain });
+        };
+        let items = items(g);
+        let total: u64 = items.iter().map(|&(d, _)| g.data[d].size).sum();
+        let candidates: Vec<Schedule> = (0..=LADDER)
+            .filter_map(|k| {
+                let keep = keep_within(g, &items, total * k / LADDER);
+                let mut dropped = vec![false; g.data.len()];
+                for (&(d, _), kept) in items.iter().zip(&keep) {
+                    dropped[d] = !kept;
+                }
+                drop_and_recompute(g, &dropped).ok()
+            })
+            .collect();
+        fastest_fitting(problem, budget, options, "knapsack", candidates)
+    }
+}
+
+inventory::submit!(crate::Registration(&Knapsack));
+
+/// The knapsack's items: each forward-made tensor a backward reads, with the time of the
+/// forward that would recompute it.
+fn items(g: &TrainingGraph) -> Vec<(usize, f64)> {
+    let mut producer = vec![None; g.data.len()];
+    let mut read_by_backward = vec![false; g.data.len()];
+    for (c, node) in g.compute.iter().enumerate() {
+        if node.kind == ComputeKind::Forward {
+            for &d in &node.outputs {
+                producer[d] = Some(c);
+            }
+        }
+        if node.kind == ComputeKind::Backward {
+            for &d in &node.inputs {
+                read_by_backward[d] = true;
+            }
+        }
+    }
+    (0..g.data.len())
+        .filter(|&d| read_by_backward[d] && matches!(g.data[d].kind, DataKind::Activation | DataKind::Saved))
+        .filter_map(|d| producer[d].map(|p| (d, g.compute[p].time)))
+        .collect()
+}
+
+/// Which items to keep: the greatest total recomputation time whose sizes, rounded up to
+/// `capacity / SLOTS` units, fit `capacity`.
+fn keep_within(g: &TrainingGraph, items: &[(usize, f64)], capacity: u64) -> Vec<bool> {
+    let total: u64 = items.iter().map(|&(d, _)| g.data[d].size).sum();
+    if capacity >= total {
+        return vec![true; items.len()];
+    }
+    if capacity == 0 {
+        return vec![false; items.len()];
+    }
+    let unit = capacity.div_ceil(SLOTS as u64).max(1);
+    let cap = (capacity / unit) as usize;
+    let weights: Vec<usize> = items.iter().map(|&(d, _)| g.data[d].size.div_ceil(unit) as usize).collect();
+    // best[i][w]: the most time kept with items 0..i in w units.
+    let n = items.len();
+    let mut best = vec![vec![0.0f64; cap + 1]; n + 1];
+    for i in 0..n {
+        let (w, v) = (weights[i], items[i].1);
+        for c in 0..=cap {
+            let skip = best[i][c];
+            let take = if w <= c { best[i][c - w] + v } else { f64::NEG_INFINITY };
+            best[i + 1][c] = skip.max(take);
+        }
+    }
+    let mut keep = vec![false; n];
+    let mut c = cap;
+    for i in (0..n).rev() {
+        if best[i + 1][c] != best[i][c] {
+            keep[i] = true;
+            c -= weights[i];
+        }
+    }
+    keep
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::baseline::store_all::graph_store_all;
+
+    fn sim(g: &TrainingGraph, s: &Schedule) -> pebble_sim::SimReport {
+        let config = pebble_sim::SimConfig { budget: None, bandwidth: 1e9, timeline: false };
+        pebble_sim::simulate_graph(g, s, &config).expect("the simulator accepts the schedule")
+    }
+
+    #[test]
+    fn knapsack_keeps_the_most_time_within_the_capacity() {
+        let g = pebble_zoo::build(
+            "gpt",
+            &pebble_zoo::ModelOptions {
+                batch: Some(1),
+                seq: Some(16),
+                layers: Some(2),
+                width: Some(16),
+                heads: Some(2),
+                ..Default::default()
+            },
+        )
+        .expect("model")
+        .graph;
+        let items = items(&g);
+        assert!(items.len() > 10);
+        let total: u64 = items.iter().map(|&(d, _)| g.data[d].size).sum();
+        for k in 0..=8 {
+            let cap = total * k / 8;
+            let keep = keep_within(&g, &items, cap);
+            let kept: u64 = items.iter().zip(&keep).filter(|(_, &k)| k).map(|(&(d, _), _)| g.data[d].size).sum();
+            assert!(kept <= cap, "kept {kept} over {cap}");
+        }
+        // Every rung of the ladder is a valid schedule, slower the less it keeps.
+        let top = sim(&g, &graph_store_all(&g));
+        let none = sim(&g, &drop_and_recompute(&g, &vec![true; g.data.len()]).expect("valid"));
+        assert!(none.makespan > top.makespan);
+        assert!(none.peak_bytes < top.peak_bytes);
+        let all = sim(&g, &drop_and_recompute(&g, &vec![false; g.data.len()]).expect("valid"));
+        assert_eq!(all.makespan, top.makespan);
+    }
+
+    #[test]
+    fn solver_fits_the_budget_between_the_extremes() {
+        let g = pebble_zoo::build(
+            "resnet",
+            &pebble_zoo::ModelOptions {
+                batch: Some(1),
+                image: Some(32),
+                layers: Some(1),
+                width: Some(4),
+                ..Default::default()
+            },
+        )
+        .expect("model")
+        .graph;
+        let top = sim(&g, &graph_store_all(&g));
+        let low = sim(&g, &drop_and_recompute(&g, &vec![true; g.data.len()]).expect("valid"));
+        let options = SolveOptions::default();
+        let mut last = f64::INFINITY;
+        for k in 0..=4 {
+            let budget = low.peak_bytes + (top.peak_bytes - low.peak_bytes) * k / 4;
+            let plan = crate::plan(&Knapsack, Problem::Graph(&g), budget, &options).expect("fits");
+            assert!(plan.report.peak_bytes <= budget);
+            assert!(plan.report.makespan <= last * (1.0 + 1e-9), "more memory, more time");
+            last = plan.report.makespan;
+        }
+        assert_eq!(last, top.makespan);
+    }
+}
