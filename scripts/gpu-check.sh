@@ -17,7 +17,7 @@ case "$mode" in
 build)
     cargo build --release -p pebble-cli --features cuda
     mkdir -p dist
-    cp target/release/pebble dist/pebble-cuda
+    cp "${CARGO_TARGET_DIR:-target}/release/pebble" dist/pebble-cuda
     strip dist/pebble-cuda
     ls -l dist/pebble-cuda
     ;;
