@@ -21,8 +21,37 @@ fn cuda_bytes_in_use() -> u64 {
     client.memory_usage().map(|u| u.bytes_in_use).unwrap_or(0)
 }
 
+/// Whether the CUDA driver library can be found where the loader looks for it. Burn's
+/// CUDA backend panics in a worker thread when it cannot load it, so we ask first.
+pub fn cuda_driver_present() -> bool {
+    let mut dirs: Vec<std::path::PathBuf> =
+        std::env::var_os("LD_LIBRARY_PATH").map(|v| std::env::split_paths(&v).collect()).unwrap_or_default();
+    for d in [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib64",
+        "/usr/lib",
+        "/usr/local/nvidia/lib64",
+        "/usr/local/cuda/lib64",
+        "/usr/lib/wsl/lib",
+    ] {
+        dirs.push(d.into());
+    }
+    let names = ["libcuda.so.1", "libcuda.so", "libnvcuda.so"];
+    dirs.iter().any(|d| names.iter().any(|n| d.join(n).exists()))
+        || std::process::Command::new("ldconfig")
+            .arg("-p")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).contains("libcuda.so"))
+            .unwrap_or(false)
+}
+
 /// Prepares measurement on `kind`: on CUDA, the device-memory probe.
-fn setup(kind: DeviceKind) {
+fn setup(kind: DeviceKind) -> Result<(), TrainError> {
+    if kind == DeviceKind::Cuda && cfg!(feature = "cuda") && !cuda_driver_present() {
+        return Err(TrainError::Input(
+            "--device cuda: no CUDA driver (libcuda.so) found; run on a machine with an NVIDIA GPU".into(),
+        ));
+    }
     match kind {
         DeviceKind::Cpu => crate::memory::set_probe(None),
         #[cfg(feature = "cuda")]
@@ -30,6 +59,7 @@ fn setup(kind: DeviceKind) {
         #[cfg(not(feature = "cuda"))]
         DeviceKind::Cuda => {}
     }
+    Ok(())
 }
 
 /// Where to run.
@@ -50,7 +80,7 @@ fn no_cuda() -> TrainError {
 
 /// [`train::train`] on the chosen device.
 pub fn train_on(kind: DeviceKind, config: &TrainConfig) -> Result<TrainReport, TrainError> {
-    setup(kind);
+    setup(kind)?;
     match kind {
         DeviceKind::Cpu => train::train::<Cpu>(config, burn_flex::FlexDevice),
         #[cfg(feature = "cuda")]
@@ -62,6 +92,7 @@ pub fn train_on(kind: DeviceKind, config: &TrainConfig) -> Result<TrainReport, T
 
 /// Builds `name`, profiles its ops on the chosen device, and lowers it with the measured costs.
 pub fn profile_on(kind: DeviceKind, name: &str, options: &ModelOptions, seed: u64) -> Result<Lowered, TrainError> {
+    setup(kind)?;
     fn go<B: burn_backend::Backend>(
         name: &str,
         options: &ModelOptions,
@@ -89,7 +120,7 @@ pub fn bench_on(
     steps: usize,
     seed: u64,
 ) -> Result<crate::bench::BenchReport, TrainError> {
-    setup(kind);
+    setup(kind)?;
     match kind {
         DeviceKind::Cpu => crate::bench::compare::<Cpu>(name, options, steps, seed, burn_flex::FlexDevice),
         #[cfg(feature = "cuda")]
