@@ -42,27 +42,34 @@
 //! Every reference is to a strictly shorter sub-chain with the same memory, or to a
 //! smaller memory, so the table is filled one memory slice at a time (`m` ascending).
 //! Only the last `1 + max ā` slices of values are kept (a ring, row-major triangles); the
-//! choice made at every `(s, t, m)` is kept for all `m` as a `u16` (`0` infeasible,
-//! `u16::MAX` the `F^all` branch, else the `j` of `C2`), which is all OptRecP needs.
+//! choice made at every `(s, t, m)` is kept for all `m`, a byte each (`0` infeasible, `254`
+//! the `F^all` branch, else `j − s` for the `j` of `C2`; the rare `j − s ≥ 254`, on chains
+//! of more than 254 stages, are kept aside in a sorted list), which is all OptRecP needs.
 //!
 //! * Before each slice the right-hand terms `G[t][j] = F[j] + C(j, t, m − x[j])` (`F` the
 //!   prefix sums of `ftime`, so `Σ_{k=s}^{j−1} ftime[k] = F[j] − F[s]`) are gathered into a
 //!   column-major triangle, so that `C2` is a contiguous min-plus reduction of column `t`
-//!   of `G` against row `s` of the current slice: a vectorized minimum, then a search
-//!   for its first position.
+//!   of `G` against row `s` of the current slice (kept indexed by `j`, to line up with the
+//!   column). It runs over chunks of 16 terms (`G`'s columns are padded with `∞`, so that
+//!   every chunk is whole): a vectorized minimum per chunk, the first chunk that reaches
+//!   the least, and a search for the first position in that chunk only.
 //! * Pruning: `C2`'s term for `j` is at least `F[j] − F[s] + LB(s, t)` (`LB` = every stage
 //!   once), and `C(s, t, m) ≤ min(C1, C(s, t, m−1))`, so the reduction stops at the first
-//!   `j` whose bound exceeds that. A cell whose value at `m − 1` already was `LB(s, t)` keeps
-//!   its choice.
-//! * Rows are dealt in groups of four to up to eight worker threads (when the
-//!   table is large and no size is zero: with zero sizes, rows of one slice depend on each
-//!   other); within a slice each row depends only on itself and on earlier slices, so the
-//!   workers meet once per slice. The result does not depend on the number of workers.
+//!   chunk whose first `j` has a bound above that. A cell whose value at `m − 1` already was
+//!   `LB(s, t)` keeps its choice.
+//! * Rows are dealt in groups of four to up to eight worker threads, back and forth (when
+//!   the table is large and no size is zero: with zero sizes, rows of one slice depend on
+//!   each other); within a slice each row depends only on itself and on earlier slices, so
+//!   the workers meet once per slice. The result does not depend on the number of workers.
+//!   A worker runs its groups column by column, in the same order every slice, with what
+//!   it needs of each cell laid out in that order; when a group starts, the values `C1`
+//!   reads, `C(s+1, t, m − ā(s+1))`, are copied out of the ring a row at a time (read cell
+//!   by cell, they miss the caches and stall the worker).
 //!
 //! The cost is `O(S·L³)` additions; ResNet-1001's chain (L = 339) at 500 slots solves in
-//! 0.8–0.9 s on two idle cores of a 2.6 GHz Xeon VM (1.7 s with one worker; the code is
-//! SSE2-only, as `unsafe` and `-C target-cpu` are both off the table). The command that
-//! measures it is in `docs/benchmarks.md`.
+//! 0.33–0.55 s (70% down to 20% of the activation memory) on two idle cores of a 2.6 GHz
+//! Xeon VM (the code is SSE2-only, as `unsafe` and `-C target-cpu` are both off the
+//! table). The command that measures it is in `docs/benchmarks.md`.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -102,7 +109,12 @@ inventory::submit!(crate::Registration(&Rotor));
 const INF: f64 = f64::INFINITY;
 const ARG_NONE: u16 = 0;
 const ARG_ALL: u16 = u16::MAX;
-/// Largest table of choices (entries of two bytes) the solver allocates.
+/// The choices as the table keeps them, a byte each: `0` infeasible ([`ARG_NONE`]),
+/// `CODE_ALL` the `F^all` branch ([`ARG_ALL`]), `CODE_FAR` a `j` with `j − s ≥ CODE_ALL`
+/// (kept aside), else `j − s`.
+const CODE_ALL: u8 = 254;
+const CODE_FAR: u8 = 255;
+/// Largest table of choices (entries of a byte) the solver allocates.
 const MAX_ENTRIES: usize = 1 << 28;
 /// Largest ring of values (entries of eight bytes) the solver allocates.
 const MAX_RING: usize = 1 << 26;
@@ -178,56 +190,64 @@ struct Dp {
     w: usize,
     /// Row `s` is worker [`owner`]`(s, threads)`'s.
     threads: usize,
-    /// Per worker, the choices of its rows for every slice: slice `m`, then row by row.
-    args: Vec<Vec<u16>>,
-    /// Per worker, its slice size and the offset of each of its rows.
-    layout: Vec<(usize, Vec<usize>)>,
+    /// Per worker, the choices of its cells for every slice (coded, see [`CODE_FAR`]): slice
+    /// `m`, then cell by cell in the order the worker computes them.
+    args: Vec<Vec<u8>>,
+    /// Per worker, the `(index in args, j)` of its choices coded [`CODE_FAR`], in index order.
+    far: Vec<Vec<(u32, u16)>>,
+    /// Per worker, its number of cells.
+    sizes: Vec<usize>,
+    /// Per cell `(s, t)` (row-major), its place among its worker's cells.
+    at: Vec<u32>,
 }
 
-/// `(min_k a[k] + b[k], its first k)` over the `k` with `key[k] ≤ limit` (a prefix:
-/// `key` is non-decreasing), or more `k` (whole chunks); `(∞, 0)` if none is finite. A
-/// vectorized minimum over chunks of lanes, then a search for its first position.
+/// Chunk width of `C2`'s reduction.
+const LANES: usize = 16;
+
+/// The lesser of `x` and `y` (`y` if they are equal), as `minpd` computes it.
 #[inline]
-fn min_arg(a: &[f64], b: &[f64], key: &[f64], limit: f64) -> (f64, usize) {
-    const LANES: usize = 8;
-    let n = a.len().min(b.len()).min(key.len());
-    let (a, b) = (&a[..n], &b[..n]);
-    let mut acc = [INF; LANES];
-    let mut end = 0;
-    for (ca, cb) in a.chunks_exact(LANES).zip(b.chunks_exact(LANES)) {
-        if key[end] > limit {
+fn mn(x: f64, y: f64) -> f64 {
+    if x < y {
+        x
+    } else {
+        y
+    }
+}
+
+/// `min_k a[k] + b[k]` over the `k < key.len()` with `key[k] ≤ limit` (a prefix: `key` is
+/// non-decreasing), or more `k` (whole chunks of [`LANES`]), and the first chunk that holds
+/// it; `∞` if no sum is finite. `a` and `b` hold whole chunks, `a` padded with `∞` past
+/// `key.len()`. Chunk by chunk, while the chunk's first key passes: a vectorized minimum
+/// of the chunk's sums.
+#[inline]
+fn min_low(a: &[f64], b: &[f64], key: &[f64], limit: f64) -> (f64, usize) {
+    let chunks = key.len().div_ceil(LANES);
+    let (a, b) = (&a[..chunks * LANES], &b[..chunks * LANES]);
+    let mut best = INF;
+    let mut hit = 0;
+    for (c, (ca, cb)) in a.chunks_exact(LANES).zip(b.chunks_exact(LANES)).enumerate() {
+        if key[c * LANES] > limit {
             break;
         }
-        for k in 0..LANES {
-            let v = ca[k] + cb[k];
-            acc[k] = if v < acc[k] { v } else { acc[k] };
-        }
-        end += LANES;
-    }
-    let mn = |x: f64, y: f64| if x < y { x } else { y };
-    let mut best = mn(mn(mn(acc[0], acc[1]), mn(acc[2], acc[3])), mn(mn(acc[4], acc[5]), mn(acc[6], acc[7])));
-    let split = end;
-    if end == n - n % LANES {
-        while end < n && key[end] <= limit {
-            let v = a[end] + b[end];
-            if v < best {
-                best = v;
-            }
-            end += 1;
-        }
-    }
-    if best == INF {
-        return (INF, 0);
-    }
-    for (c, (ca, cb)) in a[..split].chunks_exact(LANES).zip(b[..split].chunks_exact(LANES)).enumerate() {
         let v: [f64; LANES] = std::array::from_fn(|k| ca[k] + cb[k]);
-        if mn(mn(mn(v[0], v[1]), mn(v[2], v[3])), mn(mn(v[4], v[5]), mn(v[6], v[7]))) == best {
-            let k = (0..LANES).find(|&k| ca[k] + cb[k] == best).expect("a hit");
-            return (best, c * LANES + k);
+        let v: [f64; 8] = std::array::from_fn(|k| mn(v[k], v[k + 8]));
+        let v: [f64; 4] = std::array::from_fn(|k| mn(v[k], v[k + 4]));
+        let low = mn(mn(v[0], v[2]), mn(v[1], v[3]));
+        if low < best {
+            hit = c;
         }
+        best = mn(low, best);
     }
-    let k = (split..end).find(|&k| a[k] + b[k] == best).expect("the minimum is one of the sums");
-    (best, k)
+    (best, hit)
+}
+
+/// The first `k` in chunk `hit` (see [`min_low`]) with `a[k] + b[k] == low`, which the
+/// chunk holds.
+#[inline]
+fn first_at(a: &[f64], b: &[f64], hit: usize, low: f64) -> usize {
+    let (ca, cb) = (&a[hit * LANES..(hit + 1) * LANES], &b[hit * LANES..(hit + 1) * LANES]);
+    let mask = (0..LANES).fold(0u32, |mask, k| mask | (u32::from(ca[k] + cb[k] == low) << k));
+    hit * LANES + mask.trailing_zeros() as usize
 }
 
 /// A barrier for a few threads that spin briefly, then yield.
@@ -260,29 +280,39 @@ impl SpinBarrier {
     }
 }
 
+/// What a worker knows of one of its cells `(s, t)`, in the order it computes them.
+#[derive(Clone, Copy)]
+struct Cell {
+    s: u32,
+    t: u32,
+    /// Index of `(s, t)` in a row-major triangle.
+    ts: u32,
+    /// The least `m` at which `C(s, t, m)` is finite (saturated).
+    mlo: u32,
+    /// `m_all(s, t)` and `m_∅(s, t)` (saturated).
+    mall: u32,
+    mnul: u32,
+    /// `LB(s, t)`, the least time of `s..t` (every stage once).
+    lb: f64,
+}
+
 /// What every worker reads.
 struct Setup<'a> {
     d: &'a Discrete,
     n: usize,
     tsize: usize,
     w: usize,
-    threads: usize,
     /// Prefix sums of the forward times: `Σ_{k=s}^{j−1} ftime[k] = f[j] − f[s]`.
     f: Vec<f64>,
-    /// Prefix sums of all times: `LB(s, t) = lb[t+1] − lb[s]` is the least time of `s..t`.
-    lb: Vec<f64>,
-    /// `m_∅(s, t)` and `m_all(s, t)`, row-major triangles.
-    mnul: Vec<usize>,
-    mall: Vec<usize>,
-    /// The least `m` at which `C(s, t, m)` is finite, row-major.
-    mlo: Vec<usize>,
     /// Start of row `s` in a row-major triangle (row `s` holds `t = s..=L`).
     rowoff: Vec<usize>,
-    /// Start of column `t` in a column-major triangle (column `t` holds `s = 0..=t`).
+    /// Start of column `t` of `G` (column `t` holds `j = 0..=t`, then [`LANES`] times `∞`).
     colbase: Vec<usize>,
     /// The last `w` slices of values (`f64` bits), row-major triangles.
     ring: Vec<AtomicU64>,
     barrier: SpinBarrier,
+    /// Whether some size is zero (rows of a slice then depend on each other).
+    zero: bool,
 }
 
 /// Largest number of worker threads.
@@ -295,37 +325,56 @@ const PARALLEL_WORK: usize = 20_000_000;
 /// the L1 cache.
 const GROUP: usize = 4;
 
-/// The worker that computes row `s`.
+/// The worker that computes row `s`: groups are dealt back and forth (0, 1, 1, 0, 0, 1, …
+/// for two workers), which balances their shrinking costs.
 #[inline]
 fn owner(s: usize, threads: usize) -> usize {
-    (s / GROUP) % threads
+    let (round, i) = ((s / GROUP) / threads, (s / GROUP) % threads);
+    if round % 2 == 0 {
+        i
+    } else {
+        threads - 1 - i
+    }
+}
+
+/// Worker `p`'s groups of rows, `(first, end)`, in the order it computes them (see
+/// `work`).
+fn groups(n: usize, threads: usize, p: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..n.div_ceil(GROUP))
+        .rev()
+        .filter(move |&k| owner(k * GROUP, threads) == p)
+        .map(move |k| (k * GROUP, ((k + 1) * GROUP).min(n)))
 }
 
 impl Setup<'_> {
-    /// Worker `p`: its groups of rows (see [`owner`]), every slice. Returns its choices.
-    fn work(&self, p: usize, layout: &(usize, Vec<usize>)) -> Vec<u16> {
+    /// A worker: its cells (see [`owner`] and [`groups`]), every slice, in the order of
+    /// `cells`. Returns its choices, slice by slice in that order (coded, see
+    /// [`CODE_FAR`]), and those coded `CODE_FAR`.
+    fn work(&self, cells: &[Cell]) -> (Vec<u8>, Vec<(u32, u16)>) {
         let d = self.d;
         let (n, tsize, w) = (self.n, self.tsize, self.w);
         let (x, xb) = (&d.x, &d.xbar);
+        let (ftime, btime) = (&d.ftime[..n], &d.btime[..n]);
         let f = &self.f;
         let ring = &self.ring;
         let load = |i: usize| f64::from_bits(ring[i].load(Ordering::Relaxed));
-        let (size, offs) = layout;
+        let size = cells.len();
         let mm = d.memory;
-        let mut args = vec![ARG_NONE; (mm + 1) * size];
-        let mut g = vec![INF; tsize];
-        // This worker's rows in this slice and the previous one, laid out as its choices.
-        let mut mine = vec![INF; *size];
-        let mut prev = vec![INF; *size];
-        // Per row of the current group, indexed by t: C(s+1, t, m − ā(s+1)), copied from
-        // the ring in one sweep.
+        let mut args = vec![0u8; (mm + 1) * size];
+        let mut g = vec![INF; self.colbase[n]];
+        // Choices coded CODE_FAR: (index in args, j).
+        let mut far: Vec<(u32, u16)> = Vec::new();
+        // This worker's cells in this slice and the previous one, in the order of `cells`.
+        let mut mine = vec![INF; size];
+        let mut prev = vec![INF; size];
+        // Per row s of the current group (at s % GROUP), indexed by j: C(s, j − 1, m) for
+        // j = s+1..=t once column t is reached (stale values after t: G is ∞ there).
+        let rlen = n + LANES + 1;
+        let mut rows = vec![INF; GROUP * rlen];
+        // Per row s of the current group, indexed by t: C(s+1, t, m − ā(s+1)).
         let mut right = vec![INF; GROUP * n];
         // Ring offset of slice m − k, for k < w.
         let mut back = vec![0usize; w];
-        let groups: Vec<(usize, usize)> = (0..n.div_ceil(GROUP))
-            .filter(|&k| k % self.threads == p)
-            .map(|k| (k * GROUP, ((k + 1) * GROUP).min(n)))
-            .collect();
         for m in 0..=mm {
             let cm = m % w;
             for (k, b) in back.iter_mut().enumerate().take((m + 1).min(w)) {
@@ -336,101 +385,108 @@ impl Setup<'_> {
             // slice; such entries are refreshed below before they are read (one worker).
             for j in 1..n {
                 if x[j] <= m {
-                    let src = back[x[j]] + self.rowoff[j] - j;
-                    for t in j..n {
-                        g[self.colbase[t] + j] = f[j] + load(src + t);
+                    let src = back[x[j]] + self.rowoff[j];
+                    for (&cb, v) in self.colbase[j..n].iter().zip(&ring[src..src + n - j]) {
+                        g[cb + j] = f[j] + f64::from_bits(v.load(Ordering::Relaxed));
                     }
                 } else {
-                    for t in j..n {
-                        g[self.colbase[t] + j] = INF;
+                    for &cb in &self.colbase[j..n] {
+                        g[cb + j] = INF;
                     }
                 }
             }
-            let (done, rest) = args.split_at_mut(m * *size);
-            let slice_args = &mut rest[..*size];
-            let prev_args = if m >= 1 { &done[(m - 1) * *size..] } else { &[][..] };
-            // Groups, and rows within a group, in decreasing order: with zero sizes, row s
-            // reads rows s+1.. of this slice (column by column).
-            for &(lo, hi) in groups.iter().rev() {
-                for s in lo..hi {
-                    let i = (s - lo) * n;
-                    if s + 1 < n && xb[s + 1] <= m && xb[s + 1] > 0 {
-                        let src = back[xb[s + 1]] + self.rowoff[s + 1] - (s + 1);
-                        for (t, v) in right[i + s + 1..i + n].iter_mut().enumerate() {
-                            *v = load(src + s + 1 + t);
+            let m32 = m as u32;
+            let (done, rest) = args.split_at_mut(m * size);
+            let slice_args = &mut rest[..size];
+            let prev_args = if m >= 1 { &done[(m - 1) * size..] } else { &done[..0] };
+            for (q, c) in cells.iter().enumerate() {
+                let (s, t) = (c.s as usize, c.t as usize);
+                let last = prev[q];
+                if s == t && s % GROUP == 0 {
+                    // A new group (its first cell): `right`, row by row, from the ring.
+                    // With ā(s+1) = 0 the row is this slice's, read as it is computed.
+                    for (r, s) in (s..(s + GROUP).min(n - 1)).enumerate() {
+                        if xb[s + 1] <= m && xb[s + 1] > 0 {
+                            let src = back[xb[s + 1]] + self.rowoff[s + 1] - (s + 1);
+                            let dst = &mut right[r * n..(r + 1) * n];
+                            for (d, v) in dst[s + 1..].iter_mut().zip(&ring[src + s + 1..src + n]) {
+                                *d = f64::from_bits(v.load(Ordering::Relaxed));
+                            }
                         }
                     }
                 }
-                for t in lo..n {
-                    let cb = self.colbase[t];
-                    for s in (lo..hi.min(t + 1)).rev() {
-                        let i = (s - lo) * n;
-                        let o = offs[s];
-                        let ts = self.rowoff[s] + (t - s);
-                        let (v, a) = if m < self.mlo[ts] {
-                            (INF, ARG_NONE)
-                        } else if s == t {
-                            if m >= self.mall[ts] {
-                                (d.ftime[s] + d.btime[s], ARG_ALL)
-                            } else {
-                                (INF, ARG_NONE)
-                            }
-                        } else if m >= 1
-                            && prev[o + t - s] < INF
-                            && prev[o + t - s] - (self.lb[t + 1] - self.lb[s]) <= 1e-12 * prev[o + t - s]
-                        {
-                            // Saturated: with one slot less, (s, t) already ran in its least
-                            // time LB(s, t) (every stage once); the same choice still does.
-                            (prev[o + t - s], prev_args[o + (t - s)])
+                let (v, a) = if m32 < c.mlo {
+                    (INF, 0)
+                } else if s == t {
+                    if m32 >= c.mall {
+                        (ftime[s] + btime[s], CODE_ALL)
+                    } else {
+                        (INF, 0)
+                    }
+                } else if last < INF && last - c.lb <= 1e-12 * last {
+                    // Saturated: with one slot less, (s, t) already ran in its least time
+                    // LB(s, t) (every stage once); the same choice still does. (`last` is
+                    // ∞ at m = 0.)
+                    let a = prev_args[q];
+                    if a == CODE_FAR {
+                        let i = ((m - 1) * size + q) as u32;
+                        let j = far[far.partition_point(|e| e.0 < i)].1;
+                        far.push(((m * size + q) as u32, j));
+                    }
+                    (last, a)
+                } else {
+                    let c1 = if m32 >= c.mall {
+                        // m ≥ m_all(s, t) ≥ ā(s+1). With ā(s+1) = 0, C(s+1, t) is this
+                        // slice's, just computed (one worker).
+                        let sub = if xb[s + 1] == 0 {
+                            load(back[0] + c.ts as usize + (n - s) - 1)
                         } else {
-                            let c1 = if m >= self.mall[ts] {
-                                // With ā(s+1) = 0, C(s+1, t) is this slice's, just computed.
-                                let sub = if xb[s + 1] == 0 {
-                                    load(cur + self.rowoff[s + 1] + (t - s - 1))
-                                } else {
-                                    right[i + t]
-                                };
-                                d.ftime[s] + sub + d.btime[s]
-                            } else {
-                                INF
-                            };
-                            let (mut best, mut arg) = if c1 < INF { (c1, ARG_ALL) } else { (INF, ARG_NONE) };
-                            if m >= self.mnul[ts] {
-                                // Pruning: C2 with j costs at least Σ_{k=s}^{j−1} ftime[k] +
-                                // LB(s, t), and C(s, t, m) ≤ min(C1, C(s, t, m−1)), so only a
-                                // prefix of the j can reach the minimum.
-                                let mut upper = c1;
-                                if m >= 1 {
-                                    upper = upper.min(prev[o + t - s]);
-                                }
-                                let mut limit = INF;
-                                if upper < INF {
-                                    let slack = upper - (self.lb[t + 1] - self.lb[s]);
-                                    limit = f[s] + slack + 1e-9 * upper;
-                                }
-                                let (low, at) =
-                                    min_arg(&g[cb + s + 1..=cb + t], &mine[o..o + (t - s)], &f[s + 1..=t], limit);
-                                // Ties go to C2, as in Rotor.
-                                if low < INF && low - f[s] <= best {
-                                    best = low - f[s];
-                                    arg = (s + 1 + at) as u16;
-                                }
-                            }
-                            (best, arg)
+                            right[(s % GROUP) * n + t]
                         };
-                        mine[o + t - s] = v;
-                        ring[cur + ts].store(v.to_bits(), Ordering::Relaxed);
-                        slice_args[o + (t - s)] = a;
-                        if s >= 1 && x[s] == 0 {
-                            g[cb + s] = f[s] + v;
+                        ftime[s] + sub + btime[s]
+                    } else {
+                        INF
+                    };
+                    let (mut best, mut arg) = if c1 < INF { (c1, CODE_ALL) } else { (INF, 0) };
+                    if m32 >= c.mnul {
+                        // Pruning: C2 with j costs at least Σ_{k=s}^{j−1} ftime[k] + LB(s, t),
+                        // and C(s, t, m) ≤ min(C1, C(s, t, m−1)), so only a prefix of the j
+                        // can reach the minimum.
+                        let cb = self.colbase[t];
+                        let row = &rows[(s % GROUP) * rlen + s + 1..];
+                        let upper = c1.min(last);
+                        let mut limit = INF;
+                        if upper < INF {
+                            let slack = upper - c.lb;
+                            limit = f[s] + slack + 1e-9 * upper;
+                        }
+                        let (low, hit) = min_low(&g[cb + s + 1..], row, &f[s + 1..=t], limit);
+                        // Ties go to C2, as in Rotor.
+                        if low < INF && low - f[s] <= best {
+                            best = low - f[s];
+                            let d = 1 + first_at(&g[cb + s + 1..], row, hit, low);
+                            arg = if d < usize::from(CODE_ALL) {
+                                d as u8
+                            } else {
+                                far.push(((m * size + q) as u32, (s + d) as u16));
+                                CODE_FAR
+                            };
                         }
                     }
+                    (best, arg)
+                };
+                mine[q] = v;
+                ring[cur + c.ts as usize].store(v.to_bits(), Ordering::Relaxed);
+                slice_args[q] = a;
+                rows[(s % GROUP) * rlen + t + 1] = v;
+                if self.zero && s >= 1 && x[s] == 0 {
+                    g[self.colbase[t] + s] = f[s] + v;
                 }
             }
             std::mem::swap(&mut mine, &mut prev);
             self.barrier.wait();
         }
-        args
+        (args, far)
     }
 }
 
@@ -497,17 +553,31 @@ impl Dp {
             None if work < PARALLEL_WORK => 1,
             None => std::thread::available_parallelism().map_or(1, |p| p.get()).clamp(1, MAX_THREADS),
         };
-        let layout: Vec<(usize, Vec<usize>)> = (0..threads)
+        // Each worker's cells, in the order it computes them; `at[ts]` is the place of
+        // cell ts among its worker's.
+        let sat = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+        let mut at = vec![0u32; tsize];
+        let cells: Vec<Vec<Cell>> = (0..threads)
             .map(|p| {
-                let mut offs = vec![usize::MAX; n];
-                let mut size = 0;
-                for (s, o) in offs.iter_mut().enumerate() {
-                    if owner(s, threads) == p {
-                        *o = size;
-                        size += n - s;
+                let mut cells = Vec::new();
+                for (lo, hi) in groups(n, threads, p) {
+                    for t in lo..n {
+                        for s in (lo..hi.min(t + 1)).rev() {
+                            let ts = rowoff[s] + (t - s);
+                            at[ts] = cells.len() as u32;
+                            cells.push(Cell {
+                                s: s as u32,
+                                t: t as u32,
+                                ts: ts as u32,
+                                mlo: sat(mlo[ts]),
+                                mall: sat(mall[ts]),
+                                mnul: sat(mnul[ts]),
+                                lb: lb[t + 1] - lb[s],
+                            });
+                        }
                     }
                 }
-                (size, offs)
+                cells
             })
             .collect();
         let setup = Setup {
@@ -515,41 +585,47 @@ impl Dp {
             n,
             tsize,
             w,
-            threads,
             f,
-            lb,
-            mnul,
-            mall,
-            mlo,
             rowoff: rowoff.clone(),
-            colbase: (0..n).map(|t| tt(t, 0)).collect(),
+            colbase: (0..=n).map(|t| tt(t, 0) + t * LANES).collect(),
             ring: (0..w * tsize).map(|_| AtomicU64::new(INF.to_bits())).collect(),
             barrier: SpinBarrier { count: AtomicUsize::new(0), generation: AtomicUsize::new(0), n: threads },
+            zero,
         };
         let args = if threads == 1 {
-            vec![setup.work(0, &layout[0])]
+            vec![setup.work(&cells[0])]
         } else {
             std::thread::scope(|scope| {
                 let handles: Vec<_> = (1..threads)
                     .map(|p| {
                         scope.spawn({
-                            let (setup, layout) = (&setup, &layout);
-                            move || setup.work(p, &layout[p])
+                            let (setup, cells) = (&setup, &cells);
+                            move || setup.work(&cells[p])
                         })
                     })
                     .collect();
-                let mut all = vec![setup.work(0, &layout[0])];
+                let mut all = vec![setup.work(&cells[0])];
                 all.extend(handles.into_iter().map(|h| h.join().expect("a rotor worker panicked")));
                 all
             })
         };
-        Dp { n, tsize, ring: setup.ring, rowoff, w, threads, args, layout }
+        let sizes = cells.iter().map(Vec::len).collect();
+        let (args, far) = args.into_iter().unzip();
+        Dp { n, tsize, ring: setup.ring, rowoff, w, threads, args, far, sizes, at }
     }
 
     fn arg(&self, s: usize, t: usize, m: usize) -> u16 {
         let p = owner(s, self.threads);
-        let (size, offs) = &self.layout[p];
-        self.args[p][m * size + offs[s] + (t - s)]
+        let i = m * self.sizes[p] + self.at[self.rowoff[s] + (t - s)] as usize;
+        match self.args[p][i] {
+            0 => ARG_NONE,
+            CODE_ALL => ARG_ALL,
+            CODE_FAR => {
+                let far = &self.far[p];
+                far[far.partition_point(|e| (e.0 as usize) < i)].1
+            }
+            d => (s + usize::from(d)) as u16,
+        }
     }
 
     /// `C(0, top, m)` if finite (only the last slices' values are at hand: `m` must be the last).
@@ -659,5 +735,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn far_choices_are_kept_aside() {
+        // On a long chain, some choices are `j` with `j − s ≥ CODE_ALL`: they are kept aside
+        // and read back the same with any number of workers.
+        let mut rng = Rng::new(5);
+        let chain = random_chain(&mut rng, 300);
+        let (lo, hi) = (recompute_all_peak(&chain), store_all_peak(&chain));
+        let budget = lo + (hi - lo) * 3 / 10;
+        let d = discretize(&chain, budget, Slots::Count(20)).unwrap();
+        let one = Dp::run(&d, Some(1));
+        let two = Dp::run(&d, Some(2));
+        assert!(one.far[0].len() > 100, "far choices: {}", one.far[0].len());
+        for m in 0..=d.memory {
+            for s in 0..=d.l {
+                for t in s..=d.l {
+                    let a = one.arg(s, t, m);
+                    assert_eq!(a, two.arg(s, t, m), "(s, t, m) = ({s}, {t}, {m})");
+                    assert!(a == ARG_NONE || a == ARG_ALL || (s < a as usize && a as usize <= t));
+                }
+            }
+        }
+        let (time, ops) = persistent_with(&chain, budget, Slots::Count(20), Some(2)).unwrap();
+        check(&chain, budget, &ops, time, "rotor");
     }
 }
