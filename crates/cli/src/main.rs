@@ -22,6 +22,10 @@ use clap::{CommandFactory, FromArgMatches};
 
 use crate::flags::{Cli, Command};
 
+// Links the ILP solvers (`checkmate`, …) into the solver registry: they register
+// themselves with `inventory`, which only sees crates that are linked.
+use pebble_ilp as _;
+
 /// Counts heap bytes, so that `pebble train` measures the true peak of a CPU step.
 #[global_allocator]
 static ALLOC: pebble_runtime::memory::CountingAlloc = pebble_runtime::memory::CountingAlloc;

@@ -4,7 +4,8 @@
 use std::collections::{HashMap, HashSet};
 use std::process::Command;
 
-const PLANNER: [&str; 5] = ["pebble-graph", "pebble-schedule", "pebble-sim", "pebble-zoo", "pebble-solve"];
+const PLANNER: [&str; 6] =
+    ["pebble-graph", "pebble-schedule", "pebble-sim", "pebble-zoo", "pebble-solve", "pebble-ilp"];
 
 #[test]
 fn planner_crates_do_not_depend_on_burn() {

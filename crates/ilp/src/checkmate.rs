@@ -1,0 +1,537 @@
+//! `checkmate`: the original Checkmate ILP (Jain et al., MLSys 2020), as Zhao's thesis
+//! reproduces it (§2.1.1; the research digest, §2.1), on pebble's training graph.
+//!
+//! # The ILP
+//!
+//! Checkmate's nodes `v_0 … v_{n−1}` are the graph's compute nodes in list order (a
+//! topological order: forwards, the loss, backwards). The schedule is unrolled into
+//! `T = n` stages; stage `t` runs node `t` and may run again any forward node before it,
+//! each at most once, in list order (the frontier-advancing stages of the paper:
+//! `R[t,t] = 1`, `R[t,i] = 0` for `i > t`). Variables:
+//!
+//! * `R[t,i]`: node `i` runs in stage `t`. Backward nodes and the loss run exactly once,
+//!   in their own stage (the simulator rejects a second run: a gradient would accumulate
+//!   twice), so only `R[t,i]`, `i < t`, of forward nodes are free: forward nodes may be
+//!   recomputed. A forward node is pinned to its own stage too if it writes a gradient,
+//!   a parameter gradient or a tensor with several producers.
+//! * `S[t,d]`: data node `d` is resident from stage `t − 1` into stage `t`.
+//! * `FREE[t,d,k]`: `d` is freed in stage `t` right after node `k` (its allocator or a
+//!   node that reads it), and `U[t,k]`: the memory in use right after node `k` runs in
+//!   stage `t`, before the frees that follow it.
+//!
+//! The objective is `Σ C_i R[t,i]`, the makespan (node times; the simulator runs compute
+//! ops back to back). Constraints, with `a(d)` the allocator of `d`:
+//!
+//! * dependencies: `R[t,j] ≤ R[t,a(d)] + S[t,d]` for each `d` node `j` reads;
+//! * persistence: `S[t+1,d] ≤ S[t,d] + R[t,a(d)]` (`S[0,·] = 0` since `S[t,d] = 0` for
+//!   `t ≤ a(d)`);
+//! * `R[t,a(d)] + S[t,d] ≤ 1`: a forward node is not recomputed while one of its outputs
+//!   is still resident (the simulator calls that `AlreadyResident`);
+//! * `FREE[t,d,k] = R[t,k] · (1 − S[t+1,d]) · Π_{u ∈ USERS[d], k < u ≤ t} (1 − R[t,u])`,
+//!   linearized as in the paper: with `h = (1 − R[t,k]) + S[t+1,d] + Σ_{u > k} R[t,u]`
+//!   and `κ` the largest value `h` can take, `1 − FREE ≤ h` and `κ (1 − FREE) ≥ h`; plus
+//!   one row per hazard (`FREE ≤ R[t,k]`, `FREE ≤ 1 − S[t+1,d]`, `FREE ≤ 1 − R[t,u]`),
+//!   which admit the same integer points but a much tighter relaxation;
+//! * memory: `U[t,k] = U[t,k⁻] − Σ_d M_d FREE[t,d,k⁻] + R[t,k] A_k` (`k⁻` the previous node
+//!   that may run in stage `t`; the first `U` of a stage is `Σ_d M_d S[t,d] + R[t,k] A_k`),
+//!   and `U[t,k] + tmp_k R[t,k] ≤ budget − fixed`, where `fixed` is the static memory
+//!   (parameters, their gradients, optimizer states) and the step's inputs, never freed.
+//!
+//! This is exactly the simulator's count: its peak is the maximum over compute ops of
+//! what is resident before the op, plus the op's outputs, plus its temporary memory.
+//!
+//! # From the paper's nodes to pebble's graph
+//!
+//! A Checkmate node has one output of size `M_i`. A compute node here has several (a
+//! forward's activation and the tensors it saves for its backward; a backward's input
+//! gradient and parameter gradients), with different lifetimes: an activation may die
+//! at the next forward while the saved tensors live until the backward. So `S` and
+//! `FREE` are per data node, and `M_i` becomes `A_k`, the size of the non-static outputs
+//! node `k` allocates. With one output per node this is the paper's ILP. Also:
+//!
+//! * a gradient with several producers is allocated by the first and accumulated into
+//!   by the others, which therefore read it (they are in `USERS[d]`) and allocate
+//!   nothing; since backward nodes run once, it stays resident from its first producer
+//!   to its last reader;
+//! * a gradient nobody reads (an input's) is an output of the step: resident from its
+//!   producer to the end, as in `store-all`;
+//! * parameters, parameter gradients, optimizer states and inputs are never freed.
+//!
+//! Two exact reductions keep the ILP smaller: a forward node `i` can usefully run in stage
+//! `t` only if some reader of its outputs can still run at or after `t` (so `R[t,i] = 0`
+//! past that), and `S[t,d] = 0` past the last stage a reader of `d` can run in.
+//!
+//! # Schedule
+//!
+//! Stage by stage, the nodes with `R[t,i] = 1` run in list order, forward nodes with grad
+//! (so their saved outputs exist). Each data node is freed right after its last use before
+//! it is produced again (or the step ends): where `FREE` says, except that a tensor the
+//! ILP carries into a stage where nobody reads it and then drops (which the ILP counts
+//! until the end of that stage) is freed earlier. The schedule's memory is thus never
+//! above the ILP's count. The solver simulates it anyway (ILPs solve in floating point
+//! with tolerances) and, should the simulated peak exceed the budget, solves again with
+//! the excess taken off the budget.
+//!
+//! # Solving
+//!
+//! HiGHS solves the ILP, under `SolveOptions::time_limit`. When the store-all schedule
+//! fits, it is passed as a warm start (it is then optimal: no recomputation). At the time
+//! limit the best incumbent is returned; with none, `TooLarge` (the problem is beyond
+//! this solver in that time; `Infeasible` would send `pebble plan` bisecting for the
+//! least feasible budget, one ILP per probe). `Infeasible` means proven: by HiGHS, or
+//! before any solve because some node alone (its inputs, outputs and temporary memory on
+//! top of the fixed memory) exceeds the budget. The ILP has `O(n · |E|)` binaries:
+//! `docs/benchmarks.md` shows how the solve time grows with depth.
+
+use std::time::Instant;
+
+use highs::Col;
+use pebble_graph::{ComputeKind, DataKind, TrainingGraph};
+use pebble_schedule::{Op, Schedule, Tensor, View};
+use pebble_sim::SimConfig;
+use pebble_solve::{Problem, SolveError, SolveOptions, Solver};
+
+use crate::milp::{Bin, Lin, Milp, Outcome};
+use crate::IlpError;
+
+/// The Checkmate ILP (see the module docs).
+pub struct Checkmate;
+
+/// The most columns the solver agrees to build.
+pub const MAX_COLUMNS: usize = 2_000_000;
+
+/// How many times the solver tightens its budget when the simulator finds the schedule
+/// above it (floating-point tolerance).
+const RETRIES: usize = 3;
+
+impl Solver for Checkmate {
+    fn name(&self) -> &'static str {
+        "checkmate"
+    }
+
+    fn description(&self) -> &'static str {
+        "Checkmate's ILP (Jain et al. 2020): recompute forward nodes in n stages, solved with HiGHS"
+    }
+
+    fn views(&self) -> &'static [View] {
+        &[View::Graph]
+    }
+
+    fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
+        let g = match problem {
+            Problem::Graph(g) => g,
+            Problem::Chain(_) => return Err(SolveError::NotApplicable { solver: "checkmate", view: View::Chain }),
+        };
+        solve_graph(g, budget, options)
+    }
+}
+
+inventory::submit!(pebble_solve::Registration(&Checkmate));
+
+/// Plans `g` within `budget` bytes with the Checkmate ILP.
+pub fn solve_graph(g: &TrainingGraph, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
+    let started = Instant::now();
+    let infeasible = |reason: String| SolveError::Infeasible { budget, reason };
+    let inst = Instance::new(g).map_err(|e| infeasible(e.to_string()))?;
+    if let Some(reason) = inst.obviously_infeasible(budget) {
+        return Err(infeasible(reason));
+    }
+    let size = inst.size();
+    if size > MAX_COLUMNS {
+        return Err(SolveError::TooLarge {
+            solver: "checkmate",
+            why: format!("the ILP of {} nodes would have about {size} columns (limit {MAX_COLUMNS})", inst.n),
+        });
+    }
+    let config = SimConfig { budget: None, bandwidth: options.bandwidth, timeline: false };
+    let mut slack = 0u64;
+    for _ in 0..=RETRIES {
+        let remaining = options.time_limit.map(|l| (l - started.elapsed().as_secs_f64()).max(0.0));
+        let seq = match inst.solve(budget.saturating_sub(slack), remaining) {
+            Ok(seq) => seq,
+            Err(IlpError::Infeasible) => {
+                return Err(infeasible(format!(
+                    "the Checkmate ILP ({} stages) has no solution ({} bytes are fixed: static memory and inputs)",
+                    inst.n, inst.fixed
+                )))
+            }
+            Err(e @ IlpError::NoSolution { .. }) => {
+                return Err(SolveError::TooLarge { solver: "checkmate", why: e.to_string() })
+            }
+            Err(e) => return Err(infeasible(e.to_string())),
+        };
+        let schedule = inst.schedule(&seq);
+        match pebble_sim::simulate_graph(g, &schedule, &config) {
+            // Rounding: take the excess off the budget and solve again.
+            Ok(r) if r.peak_bytes > budget => slack += r.peak_bytes - budget,
+            // Fits, or a solver bug that `plan` reports.
+            _ => return Ok(schedule),
+        }
+    }
+    Err(infeasible(format!(
+        "the ILP's schedules exceed the budget in simulation even {slack} bytes below it (numerical tolerance)"
+    )))
+}
+
+/// What the ILP knows of a graph: which nodes may run again, who allocates and who
+/// reads each data node.
+pub(crate) struct Instance<'g> {
+    g: &'g TrainingGraph,
+    /// Compute nodes (= stages).
+    n: usize,
+    /// Runs exactly once, in its own stage.
+    once: Vec<bool>,
+    /// The last stage in which the node may usefully run.
+    last: Vec<usize>,
+    /// For a tracked data node (not static, not an input): its allocator, the first producer.
+    alloc: Vec<Option<usize>>,
+    /// Nodes that read each tracked data node or accumulate into it, sorted.
+    users: Vec<Vec<usize>>,
+    /// A gradient nobody reads: resident from its producer to the end.
+    pinned: Vec<bool>,
+    /// The last stage into which a tracked data node may be carried.
+    s_last: Vec<usize>,
+    /// The tracked data each node allocates.
+    allocates: Vec<Vec<usize>>,
+    /// The tracked data that must be resident for each node (its inputs, and the gradients
+    /// it accumulates into).
+    needs: Vec<Vec<usize>>,
+    /// Fixed bytes: static memory and the step's inputs.
+    fixed: u64,
+}
+
+/// The ILP's columns for `R` and `S`.
+struct Cols {
+    /// `r[k][t − k − 1]`: `R[t,k]` for `k < t ≤ last[k]` (recomputable nodes only).
+    r: Vec<Vec<Col>>,
+    /// `s[d][t − a(d) − 1]`: `S[t,d]` for `a(d) < t ≤ s_last[d]` (not pinned).
+    s: Vec<Vec<Col>>,
+}
+
+impl<'g> Instance<'g> {
+    pub(crate) fn new(g: &'g TrainingGraph) -> Result<Instance<'g>, IlpError> {
+        g.validate().map_err(|e| IlpError::InvalidGraph(e.to_string()))?;
+        let n = g.compute.len();
+        let nd = g.data.len();
+        let tracked = |d: usize| !(g.data[d].kind.is_static() || g.data[d].kind == DataKind::Input);
+        let mut producers: Vec<Vec<usize>> = vec![Vec::new(); nd];
+        for (k, c) in g.compute.iter().enumerate() {
+            for &d in &c.outputs {
+                if producers[d].last() != Some(&k) {
+                    producers[d].push(k);
+                }
+            }
+        }
+        let mut once: Vec<bool> = g.compute.iter().map(|c| c.kind != ComputeKind::Forward).collect();
+        let mut alloc = vec![None; nd];
+        let mut users: Vec<Vec<usize>> = vec![Vec::new(); nd];
+        let mut allocates: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut needs: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (d, p) in producers.iter().enumerate() {
+            let kind = g.data[d].kind;
+            if p.len() > 1 || matches!(kind, DataKind::Gradient | DataKind::ParamGrad) {
+                for &k in p {
+                    once[k] = true;
+                }
+            }
+            if !tracked(d) {
+                continue;
+            }
+            if let Some((&first, rest)) = p.split_first() {
+                alloc[d] = Some(first);
+                allocates[first].push(d);
+                for &k in rest {
+                    users[d].push(k);
+                    needs[k].push(d);
+                }
+            }
+        }
+        for (k, c) in g.compute.iter().enumerate() {
+            for &d in &c.inputs {
+                if tracked(d) && !needs[k].contains(&d) {
+                    users[d].push(k);
+                    needs[k].push(d);
+                }
+            }
+        }
+        for u in &mut users {
+            u.sort_unstable();
+            u.dedup();
+        }
+        let pinned: Vec<bool> = (0..nd)
+            .map(|d| alloc[d].is_some() && users[d].is_empty() && g.data[d].kind == DataKind::Gradient)
+            .collect();
+        // The last useful stage, from the end: a backward node's is its own; a forward
+        // node's is the last of the readers of what it allocates.
+        let mut last: Vec<usize> = (0..n).collect();
+        for k in (0..n).rev() {
+            if once[k] {
+                continue;
+            }
+            let readers = allocates[k].iter().flat_map(|&d| users[d].iter());
+            last[k] = readers.map(|&u| last[u]).fold(k, usize::max);
+        }
+        let s_last: Vec<usize> = (0..nd).map(|d| users[d].iter().map(|&u| last[u]).max().unwrap_or(0)).collect();
+        let fixed = g.static_bytes() + g.data.iter().filter(|d| d.kind == DataKind::Input).map(|d| d.size).sum::<u64>();
+        Ok(Instance { g, n, once, last, alloc, users, pinned, s_last, allocates, needs, fixed })
+    }
+
+    fn size_of(&self, d: usize) -> u64 {
+        self.g.data[d].size
+    }
+
+    /// `A_k`: the bytes node `k` allocates.
+    fn alloc_bytes(&self, k: usize) -> u64 {
+        self.allocates[k].iter().map(|&d| self.size_of(d)).sum()
+    }
+
+    /// Whether `R[t,k]` may be 1.
+    fn may_run(&self, t: usize, k: usize) -> bool {
+        k == t || (k < t && !self.once[k] && t <= self.last[k])
+    }
+
+    /// The nodes that may run in stage `t`, in order.
+    fn active(&self, t: usize) -> Vec<usize> {
+        (0..=t).filter(|&k| self.may_run(t, k)).collect()
+    }
+
+    fn r(&self, cols: &Cols, t: usize, k: usize) -> Bin {
+        if k == t {
+            Bin::One
+        } else if self.may_run(t, k) {
+            Bin::Var(cols.r[k][t - k - 1])
+        } else {
+            Bin::Zero
+        }
+    }
+
+    fn s(&self, cols: &Cols, t: usize, d: usize) -> Bin {
+        match self.alloc[d] {
+            Some(a) if t > a && self.pinned[d] => Bin::One,
+            Some(a) if t > a && t <= self.s_last[d] => Bin::Var(cols.s[d][t - a - 1]),
+            _ => Bin::Zero,
+        }
+    }
+
+    /// A reason the budget is infeasible that needs no ILP: some node, at its first run,
+    /// needs more than the budget for its inputs, outputs and temporary memory on top of
+    /// the fixed memory and the gradients that stay to the end.
+    fn obviously_infeasible(&self, budget: u64) -> Option<String> {
+        for (k, c) in self.g.compute.iter().enumerate() {
+            let pinned: u64 = (0..self.g.data.len())
+                .filter(|&d| self.pinned[d] && self.alloc[d].is_some_and(|a| a < k))
+                .map(|d| self.size_of(d))
+                .sum();
+            let reads: u64 = self.needs[k].iter().map(|&d| self.size_of(d)).sum();
+            let need = self.fixed + pinned + reads + self.alloc_bytes(k) + c.tmp;
+            if need > budget {
+                return Some(format!(
+                    "compute node {k} `{}` alone needs {need} bytes: {} fixed (static memory and inputs), {reads} of \
+                     tensors it reads, {} it allocates, {} temporary{}",
+                    c.name,
+                    self.fixed,
+                    self.alloc_bytes(k),
+                    c.tmp,
+                    if pinned > 0 { format!(", {pinned} of input gradients kept to the end") } else { String::new() }
+                ));
+            }
+        }
+        None
+    }
+
+    /// About how many columns the ILP has.
+    fn size(&self) -> usize {
+        let stages = |k: usize| if self.once[k] { 1 } else { self.last[k] - k + 1 };
+        let r: usize = (0..self.n).map(|k| stages(k) - 1).sum();
+        let s: usize =
+            (0..self.g.data.len()).filter_map(|d| self.alloc[d].map(|a| self.s_last[d].saturating_sub(a))).sum();
+        let per_stage: usize =
+            (0..self.n).map(|k| stages(k) * (1 + self.allocates[k].len() + self.needs[k].len())).sum();
+        r + s + per_stage
+    }
+
+    /// Builds and solves the ILP for `budget` bytes; returns the compute sequence.
+    fn solve(&self, budget: u64, time_limit: Option<f64>) -> Result<Vec<usize>, IlpError> {
+        let n = self.n;
+        let nd = self.g.data.len();
+        let avail = budget.checked_sub(self.fixed).ok_or(IlpError::Infeasible)?;
+        // Units: memory so that the budget is about 10⁴ units, time so that the slowest
+        // node takes 1 (HiGHS's tolerances are absolute).
+        let largest = (0..nd).filter(|&d| self.alloc[d].is_some()).map(|d| self.size_of(d)).max().unwrap_or(0);
+        let mu = (avail.max(largest) as f64 / 1e4).max(1.0);
+        let tu = self.g.compute.iter().map(|c| c.time).fold(0.0, f64::max);
+        let tu = if tu > 0.0 { tu } else { 1.0 };
+        let mem = |bytes: u64| bytes as f64 / mu;
+        let cap = mem(avail);
+
+        // Store-all, the warm start: no recomputation, each tensor kept until its last reader.
+        let mut m = Milp::new();
+        let mut cols = Cols { r: Vec::with_capacity(n), s: Vec::with_capacity(nd) };
+        for k in 0..n {
+            let stages = if self.once[k] { 0 } else { self.last[k] - k };
+            let cost = self.g.compute[k].time / tu;
+            cols.r.push((0..stages).map(|_| m.binary(cost, 0.0)).collect());
+        }
+        for d in 0..nd {
+            let last_reader = self.users[d].last().copied().unwrap_or(0);
+            let v = match self.alloc[d] {
+                Some(a) if !self.pinned[d] => {
+                    (a + 1..=self.s_last[d]).map(|t| m.binary(0.0, f64::from(u8::from(t <= last_reader)))).collect()
+                }
+                _ => Vec::new(),
+            };
+            cols.s.push(v);
+        }
+        let mut warm_fits = true;
+        let mut structural = false;
+        let mut row = |m: &mut Milp, lo: f64, e: &Lin, hi: f64| {
+            if e.is_constant() {
+                structural |= !Milp::holds(lo, e, hi);
+            } else {
+                m.row(lo, e, hi);
+            }
+        };
+        for t in 0..n {
+            let act = self.active(t);
+            // Dependencies, and no recomputation over a resident output.
+            for &j in &act {
+                for &d in &self.needs[j] {
+                    let Some(a) = self.alloc[d] else { continue };
+                    let mut e = Lin::default();
+                    e.add_bin(self.r(&cols, t, j), 1.0)
+                        .add_bin(self.r(&cols, t, a), -1.0)
+                        .add_bin(self.s(&cols, t, d), -1.0);
+                    row(&mut m, f64::NEG_INFINITY, &e, 0.0);
+                }
+                if j < t {
+                    for &d in &self.allocates[j] {
+                        let mut e = Lin::default();
+                        e.add_bin(self.r(&cols, t, j), 1.0).add_bin(self.s(&cols, t, d), 1.0);
+                        row(&mut m, f64::NEG_INFINITY, &e, 1.0);
+                    }
+                }
+            }
+            // Persistence into stage t + 1.
+            for d in 0..nd {
+                if let (Some(a), Bin::Var(next)) = (self.alloc[d], self.s(&cols, t + 1, d)) {
+                    let mut e = Lin::default();
+                    e.add_col(next, 1.0).add_bin(self.s(&cols, t, d), -1.0).add_bin(self.r(&cols, t, a), -1.0);
+                    row(&mut m, f64::NEG_INFINITY, &e, 0.0);
+                }
+            }
+            // Memory: U along the stage, with the frees.
+            let mut prev = Lin::default();
+            for d in 0..nd {
+                prev.add_bin(self.s(&cols, t, d), mem(self.size_of(d)));
+            }
+            for &k in &act {
+                let rk = self.r(&cols, t, k);
+                let mut e = prev.clone();
+                e.add_bin(rk, mem(self.alloc_bytes(k)));
+                let u = m.continuous(0.0, 0.0, f64::INFINITY, e.eval(m.start_values()));
+                let mut def = e.clone();
+                def.add_col(u, -1.0);
+                row(&mut m, 0.0, &def, 0.0);
+                let mut peak = Lin::default();
+                peak.add_col(u, 1.0).add_bin(rk, mem(self.g.compute[k].tmp));
+                warm_fits &= peak.eval(m.start_values()) <= cap * (1.0 + 1e-12);
+                row(&mut m, f64::NEG_INFINITY, &peak, cap);
+                prev = Lin::default();
+                prev.add_col(u, 1.0);
+                for &d in self.allocates[k].iter().chain(&self.needs[k]) {
+                    if self.pinned[d] {
+                        continue;
+                    }
+                    // h = (1 − R[t,k]) + S[t+1,d] + Σ_{u ∈ USERS[d], k < u ≤ t} R[t,u]
+                    let mut h = Lin::constant(1.0);
+                    h.add_bin(rk, -1.0).add_bin(self.s(&cols, t + 1, d), 1.0);
+                    for &u in self.users[d].iter().filter(|&&u| u > k && u <= t) {
+                        h.add_bin(self.r(&cols, t, u), 1.0);
+                    }
+                    let free = if h.is_constant() {
+                        if h.constant.abs() < 0.5 {
+                            Bin::One
+                        } else {
+                            Bin::Zero
+                        }
+                    } else {
+                        let start = f64::from(u8::from(h.eval(m.start_values()).abs() < 0.5));
+                        let f = m.binary(0.0, start);
+                        let kappa = h.max_binary();
+                        // 1 − FREE ≤ h  and  κ (1 − FREE) ≥ h.
+                        let mut lo = h.clone();
+                        lo.add_col(f, 1.0);
+                        row(&mut m, 1.0, &lo, f64::INFINITY);
+                        let mut hi = h.clone();
+                        hi.add_col(f, kappa);
+                        row(&mut m, f64::NEG_INFINITY, &hi, kappa);
+                        // The same upper bound, one hazard at a time: FREE ≤ 1 − x for
+                        // each hazard x of h (valid, and far tighter in the relaxation).
+                        for &(x, coef) in &h.terms {
+                            let mut e = Lin::default();
+                            e.add_col(f, 1.0).add_col(x, coef);
+                            let bound = if coef > 0.0 { 1.0 } else { 1.0 + coef };
+                            row(&mut m, f64::NEG_INFINITY, &e, bound);
+                        }
+                        Bin::Var(f)
+                    };
+                    prev.add_bin(free, -mem(self.size_of(d)));
+                }
+            }
+        }
+        if structural {
+            return Err(IlpError::Infeasible);
+        }
+        // HiGHS's default gaps, stated: optimal within 0.01% of the recomputation time, or
+        // within a millionth of the slowest node's time (the objective's unit).
+        let options = [("mip_rel_gap", 1e-4), ("mip_abs_gap", 1e-6)];
+        let cols_values = match m.solve(time_limit, warm_fits, &options)? {
+            Outcome::Optimal(v) | Outcome::Incumbent(v, _) => v,
+        };
+        let mut seq = Vec::new();
+        for t in 0..n {
+            for k in self.active(t) {
+                if self.r(&cols, t, k).value(&cols_values) {
+                    seq.push(k);
+                }
+            }
+        }
+        Ok(seq)
+    }
+
+    /// The schedule of a compute sequence: each node with grad, each tracked data node
+    /// freed right after its last use before it is allocated again (pinned gradients,
+    /// inputs and static data never). Frees after one node come in data-id order.
+    pub(crate) fn schedule(&self, seq: &[usize]) -> Schedule {
+        let nd = self.g.data.len();
+        let mut frees_after: Vec<Vec<usize>> = vec![Vec::new(); seq.len()];
+        let mut last_event: Vec<Option<usize>> = vec![None; nd];
+        for (p, &k) in seq.iter().enumerate() {
+            for &d in &self.allocates[k] {
+                if let Some(q) = last_event[d].replace(p) {
+                    if !self.pinned[d] {
+                        frees_after[q].push(d);
+                    }
+                }
+            }
+            for &d in &self.needs[k] {
+                last_event[d] = Some(p);
+            }
+        }
+        for (d, q) in last_event.iter().enumerate() {
+            if let (Some(q), false) = (q, self.pinned[d]) {
+                frees_after[*q].push(d);
+            }
+        }
+        let mut ops = Vec::with_capacity(seq.len() * 2);
+        for (&k, frees) in seq.iter().zip(&mut frees_after) {
+            frees.sort_unstable();
+            ops.push(Op::Compute { node: k, no_grad: false });
+            ops.extend(frees.iter().map(|&d| Op::Free { tensor: Tensor::Data(d) }));
+        }
+        Schedule::new(View::Graph, ops)
+    }
+}
+
+#[cfg(test)]
+mod tests;
