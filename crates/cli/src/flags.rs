@@ -49,12 +49,9 @@ pub struct ModelsArgs {
     pub json: bool,
 }
 
-/// Options every zoo model takes. Each needs `--model`, which `Source::load` checks
-/// with [`ModelOpts::given`] (clap's `requires` cannot: it takes a requirement on one
-/// member of the source group as met when another member is given). A model that has
-/// no use for one (`--seq` for a ResNet) rejects it when it is built.
+/// A zoo model's sizes, shared by the planner's and the executor's commands.
 #[derive(Debug, Args)]
-pub struct ModelOpts {
+pub struct SizeOpts {
     /// Batch size (default: the model's).
     #[arg(long, value_name = "N")]
     pub batch: Option<usize>,
@@ -73,6 +70,16 @@ pub struct ModelOpts {
     /// Attention heads, for models with a variable head count (`gpt`).
     #[arg(long, value_name = "N")]
     pub heads: Option<usize>,
+}
+
+/// Options every zoo model takes. Each needs `--model`, which `Source::load` checks
+/// with [`ModelOpts::given`] (clap's `requires` cannot: it takes a requirement on one
+/// member of the source group as met when another member is given). A model that has
+/// no use for one (`--seq` for a ResNet) rejects it when it is built.
+#[derive(Debug, Args)]
+pub struct ModelOpts {
+    #[command(flatten)]
+    pub size: SizeOpts,
     /// Float type of parameters and activations [default: f32].
     #[arg(long, value_enum)]
     pub dtype: Option<DTypeArg>,
@@ -88,12 +95,12 @@ impl ModelOpts {
     /// The first model option given, as its flag.
     pub fn given(&self) -> Option<&'static str> {
         [
-            (self.batch.is_some(), "--batch"),
-            (self.image.is_some(), "--image"),
-            (self.seq.is_some(), "--seq"),
-            (self.layers.is_some(), "--layers"),
-            (self.width.is_some(), "--width"),
-            (self.heads.is_some(), "--heads"),
+            (self.size.batch.is_some(), "--batch"),
+            (self.size.image.is_some(), "--image"),
+            (self.size.seq.is_some(), "--seq"),
+            (self.size.layers.is_some(), "--layers"),
+            (self.size.width.is_some(), "--width"),
+            (self.size.heads.is_some(), "--heads"),
             (self.dtype.is_some(), "--dtype"),
             (self.optimizer.is_some(), "--optimizer"),
             (self.device.is_some(), "--device"),
@@ -286,24 +293,8 @@ pub struct RunModelOpts {
     /// A zoo model (see `pebble models`); `gpt`, `resnet` and `mlp` are small enough for a CPU.
     #[arg(long, value_name = "NAME")]
     pub model: String,
-    /// Batch size (default: the model's).
-    #[arg(long, value_name = "N")]
-    pub batch: Option<usize>,
-    /// Image side, for vision models.
-    #[arg(long, value_name = "PIXELS")]
-    pub image: Option<usize>,
-    /// Sequence length, for sequence models.
-    #[arg(long, value_name = "TOKENS")]
-    pub seq: Option<usize>,
-    /// Layer count, for models of variable depth.
-    #[arg(long, value_name = "N")]
-    pub layers: Option<usize>,
-    /// Width, for models of variable width (`gpt`, `resnet`).
-    #[arg(long, value_name = "N")]
-    pub width: Option<usize>,
-    /// Attention heads, for models with a variable head count (`gpt`).
-    #[arg(long, value_name = "N")]
-    pub heads: Option<usize>,
+    #[command(flatten)]
+    pub size: SizeOpts,
     /// Where to run.
     #[arg(long, value_enum, default_value = "cpu")]
     pub device: DeviceArg,

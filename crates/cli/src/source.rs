@@ -46,12 +46,12 @@ pub fn model_options(opts: &ModelOpts) -> anyhow::Result<ModelOptions> {
         None => ModelOptions::default().device,
     };
     Ok(ModelOptions {
-        batch: opts.batch,
-        image: opts.image,
-        seq: opts.seq,
-        layers: opts.layers,
-        width: opts.width,
-        heads: opts.heads,
+        batch: opts.size.batch,
+        image: opts.size.image,
+        seq: opts.size.seq,
+        layers: opts.size.layers,
+        width: opts.size.width,
+        heads: opts.size.heads,
         dtype: match opts.dtype {
             Some(DTypeArg::Bf16) => DType::Bf16,
             Some(DTypeArg::F32) | None => DType::F32,

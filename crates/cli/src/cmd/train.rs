@@ -15,12 +15,12 @@ use crate::out;
 /// The zoo options of the executor's commands.
 pub fn run_model_options(m: &RunModelOpts) -> ModelOptions {
     ModelOptions {
-        batch: m.batch,
-        image: m.image,
-        seq: m.seq,
-        layers: m.layers,
-        width: m.width,
-        heads: m.heads,
+        batch: m.size.batch,
+        image: m.size.image,
+        seq: m.size.seq,
+        layers: m.size.layers,
+        width: m.size.width,
+        heads: m.size.heads,
         ..ModelOptions::default()
     }
 }
