@@ -22,9 +22,7 @@ impl<B: AutodiffBackend> Session<B> {
     pub fn autodiff_step(&mut self) -> Result<StepReport, RuntimeError> {
         let sync = |d: &B::Device| B::sync(d).map_err(|e| RuntimeError::Other(format!("device: {e:?}")));
         sync(&self.device)?;
-        let before = memory::live();
-        memory::reset_peak();
-        memory::reset_device_peak();
+        let before = memory::start_step();
         let start = Instant::now();
         let params: Vec<FloatTensor<B>> =
             self.params.iter().map(|p| B::float_set_require_grad(B::float_detach(p.clone()), true)).collect();

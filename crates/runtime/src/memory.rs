@@ -4,7 +4,7 @@
 //! counting allocator gives the true peak of live heap bytes during a step. A binary (or
 //! test) opts in with
 //!
-//! ```ignore
+//! ```no_run
 //! #[global_allocator]
 //! static ALLOC: pebble_runtime::memory::CountingAlloc = pebble_runtime::memory::CountingAlloc;
 //! ```
@@ -85,6 +85,15 @@ pub fn live() -> u64 {
 /// The peak of live heap bytes since the last [`reset_peak`].
 pub fn peak() -> u64 {
     PEAK.load(Ordering::Relaxed)
+}
+
+/// Starts measuring a step: resets the heap and device peaks and returns the live
+/// heap bytes now, which the step's peak is taken above.
+pub fn start_step() -> u64 {
+    let before = live();
+    reset_peak();
+    reset_device_peak();
+    before
 }
 
 /// Starts a new peak from the live bytes now.

@@ -85,8 +85,7 @@ fn measure<B: Backend, T>(
     let mut tmp = 0u64;
     for _ in 0..REPEATS {
         sync::<B>(device)?;
-        let before = memory::live();
-        memory::reset_peak();
+        let before = memory::start_step();
         let start = Instant::now();
         let out = f()?;
         sync::<B>(device)?;

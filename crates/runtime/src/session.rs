@@ -190,9 +190,7 @@ impl<B: Backend> Session<B> {
     /// One training step: `schedule`'s forward and backward, then the optimizer's update.
     pub fn step(&mut self, schedule: &Schedule) -> Result<StepReport, RuntimeError> {
         B::sync(&self.device).map_err(|e| RuntimeError::Other(format!("device: {e:?}")))?;
-        let before = memory::live();
-        memory::reset_peak();
-        memory::reset_device_peak();
+        let before = memory::start_step();
         let start = Instant::now();
         let out = self.gradients(schedule)?;
         B::sync(&self.device).map_err(|e| RuntimeError::Other(format!("device: {e:?}")))?;

@@ -14,7 +14,7 @@ use burn_backend::Backend;
 use pebble_zoo::{NetOp, OpKind};
 
 use super::util::{self, apply_keep, bool_const, dims, numel, saved_bool, saved_float, sc};
-use super::{float_in, unsupported, Forward, Grads, OpCtx};
+use super::{first_float, unsupported, Forward, Grads, OpCtx};
 use crate::{RuntimeError, Value};
 
 /// √(2/π).
@@ -27,7 +27,7 @@ pub(super) fn forward<B: Backend>(
     inputs: Vec<Value<B>>,
     ctx: &OpCtx<'_, B>,
 ) -> Result<Forward<B>, RuntimeError> {
-    let x = float_in(op, inputs.into_iter().next().ok_or_else(|| unsupported(op, "missing input 0"))?, 0)?;
+    let x = first_float(op, inputs)?;
     let mut extras = Vec::new();
     let out = match &op.kind {
         OpKind::Relu => B::relu(x),

@@ -9,7 +9,7 @@ use burn_backend::Backend;
 use pebble_zoo::{NetOp, OpKind};
 
 use super::util::saved_float;
-use super::{float_in, unsupported, Forward, Grads};
+use super::{first_float, unsupported, Forward, Grads};
 use crate::{RuntimeError, Value};
 
 /// What a convolution op is, for Burn.
@@ -42,7 +42,7 @@ pub(super) fn forward<B: Backend>(
     inputs: Vec<Value<B>>,
     params: &[FloatTensor<B>],
 ) -> Result<Forward<B>, RuntimeError> {
-    let x = float_in(op, inputs.into_iter().next().ok_or_else(|| unsupported(op, "missing input 0"))?, 0)?;
+    let x = first_float(op, inputs)?;
     let (conv, bias) = options(op)?;
     let w = params[0].clone();
     let b = bias.then(|| params[1].clone());

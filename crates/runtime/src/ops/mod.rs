@@ -76,6 +76,11 @@ pub(crate) fn float_in<B: Backend>(op: &NetOp, v: Value<B>, k: usize) -> Result<
     v.float().ok_or_else(|| unsupported(op, &format!("input {k} must be float, got {kind}")))
 }
 
+/// Takes the first input as a float tensor (the only input of unary ops).
+pub(crate) fn first_float<B: Backend>(op: &NetOp, inputs: Vec<Value<B>>) -> Result<FloatTensor<B>, RuntimeError> {
+    float_in(op, inputs.into_iter().next().ok_or_else(|| unsupported(op, "missing input 0"))?, 0)
+}
+
 /// Runs an op's forward on its inputs and parameters (in the declaration's order).
 pub fn forward<B: Backend>(
     op: &NetOp,

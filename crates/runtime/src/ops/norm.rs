@@ -11,7 +11,7 @@ use burn_backend::Backend;
 use pebble_zoo::{NetOp, OpKind};
 
 use super::util::{dims, numel, reshape, saved_float, sc, sum_dims, sum_leading};
-use super::{float_in, unsupported, Forward, Grads, OpCtx};
+use super::{first_float, unsupported, Forward, Grads, OpCtx};
 use crate::{RuntimeError, Value};
 
 const BN_EPS: f64 = 1e-5;
@@ -24,7 +24,7 @@ pub(super) fn forward<B: Backend>(
     params: &[FloatTensor<B>],
     ctx: &OpCtx<'_, B>,
 ) -> Result<Forward<B>, RuntimeError> {
-    let x = float_in(op, inputs.into_iter().next().ok_or_else(|| unsupported(op, "missing input 0"))?, 0)?;
+    let x = first_float(op, inputs)?;
     let d = dims(&x);
     let (out, extras) = match &op.kind {
         OpKind::BatchNorm2d => {

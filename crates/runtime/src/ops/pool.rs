@@ -10,7 +10,7 @@ use burn_backend::{Backend, TensorMetadata};
 use pebble_zoo::{NetOp, OpKind};
 
 use super::util::{saved_float, shape_only};
-use super::{float_in, unsupported, Forward, Grads, OpCtx};
+use super::{first_float, unsupported, Forward, Grads, OpCtx};
 use crate::{RuntimeError, Value};
 
 pub(super) fn forward<B: Backend>(
@@ -18,7 +18,7 @@ pub(super) fn forward<B: Backend>(
     inputs: Vec<Value<B>>,
     ctx: &OpCtx<'_, B>,
 ) -> Result<Forward<B>, RuntimeError> {
-    let x = float_in(op, inputs.into_iter().next().ok_or_else(|| unsupported(op, "missing input 0"))?, 0)?;
+    let x = first_float(op, inputs)?;
     let mut extras = Vec::new();
     let y = match &op.kind {
         OpKind::MaxPool2d { kernel, stride, padding } => {
