@@ -24,10 +24,12 @@
 
 mod chain;
 mod error;
+pub mod hpartition;
 pub mod partition;
 mod training;
 pub mod units;
 
 pub use chain::Chain;
 pub use error::GraphError;
+pub use hpartition::{h_partition, identical_clusters, Cluster, HPartitionConfig, Hierarchy, Part};
 pub use training::{ComputeId, ComputeKind, ComputeNode, DataId, DataKind, DataNode, TrainingGraph};

@@ -20,6 +20,7 @@ pub mod brute;
 mod discretize;
 pub mod multichain;
 pub mod revolve;
+pub mod rk_rotor;
 pub mod rotor;
 pub mod rotor_optimal;
 #[cfg(test)]
