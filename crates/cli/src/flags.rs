@@ -72,7 +72,8 @@ pub struct SizeOpts {
     pub heads: Option<usize>,
 }
 
-/// Options every zoo model takes. Each needs `--model`, which `Source::load` checks
+/// Options every zoo model takes. Each needs `--model` (`--batch`, `--dtype`,
+/// `--optimizer` and `--device` also `--onnx`), which `Source::load` checks
 /// with [`ModelOpts::given`] (clap's `requires` cannot: it takes a requirement on one
 /// member of the source group as met when another member is given). A model that has
 /// no use for one (`--seq` for a ResNet) rejects it when it is built.
@@ -108,6 +109,19 @@ impl ModelOpts {
         .into_iter()
         .find_map(|(given, flag)| given.then_some(flag))
     }
+
+    /// The first option given that only a zoo model takes (an ONNX file has its sizes).
+    pub fn zoo_only(&self) -> Option<&'static str> {
+        [
+            (self.size.image.is_some(), "--image"),
+            (self.size.seq.is_some(), "--seq"),
+            (self.size.layers.is_some(), "--layers"),
+            (self.size.width.is_some(), "--width"),
+            (self.size.heads.is_some(), "--heads"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
+    }
 }
 
 /// `--dtype`.
@@ -139,7 +153,8 @@ pub enum ViewArg {
     Graph,
 }
 
-/// Where the problem comes from: exactly one of a chain file, a graph file or a model.
+/// Where the problem comes from: exactly one of a chain file, a graph file, a zoo model
+/// or an ONNX model.
 #[derive(Debug, Args)]
 #[group(id = "source", required = true, multiple = false)]
 pub struct SourceArgs {
@@ -152,14 +167,62 @@ pub struct SourceArgs {
     /// A zoo model (see `pebble models`).
     #[arg(long, value_name = "NAME")]
     pub model: Option<String>,
+    /// An ONNX model file, imported with its shapes (`scripts/fetch-onnx-models.sh`
+    /// fetches test models); `--batch`, `--dtype`, `--optimizer` and `--device` apply.
+    #[arg(long, value_name = "FILE")]
+    pub onnx: Option<PathBuf>,
+}
+
+impl SourceArgs {
+    /// The model the flags name, if they name one (a zoo model or an ONNX file).
+    pub fn model_source(&self) -> Option<ModelSource<'_>> {
+        match (&self.model, &self.onnx) {
+            (Some(name), _) => Some(ModelSource::Zoo(name)),
+            (None, Some(path)) => Some(ModelSource::Onnx(path)),
+            (None, None) => None,
+        }
+    }
+}
+
+/// A model of `info` and `graph`: exactly one of a zoo model or an ONNX file.
+#[derive(Debug, Args)]
+#[group(id = "model_source", required = true, multiple = false)]
+pub struct ModelArgs {
+    /// A zoo model (see `pebble models`).
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+    /// An ONNX model file, imported with its shapes; `--batch`, `--dtype`, `--optimizer`
+    /// and `--device` apply.
+    #[arg(long, value_name = "FILE")]
+    pub onnx: Option<PathBuf>,
+}
+
+impl ModelArgs {
+    /// The model the flags name.
+    pub fn model_source(&self) -> ModelSource<'_> {
+        match (&self.model, &self.onnx) {
+            (Some(name), _) => ModelSource::Zoo(name),
+            (None, Some(path)) => ModelSource::Onnx(path),
+            // clap's group makes one of the two required.
+            (None, None) => ModelSource::Zoo(""),
+        }
+    }
+}
+
+/// A model named on the command line.
+#[derive(Debug, Clone, Copy)]
+pub enum ModelSource<'a> {
+    /// `--model NAME`.
+    Zoo(&'a str),
+    /// `--onnx FILE`.
+    Onnx(&'a std::path::Path),
 }
 
 /// `pebble info`.
 #[derive(Debug, Args)]
 pub struct InfoArgs {
-    /// A zoo model (see `pebble models`).
-    #[arg(long, value_name = "NAME")]
-    pub model: String,
+    #[command(flatten)]
+    pub model: ModelArgs,
     #[command(flatten)]
     pub opts: ModelOpts,
     /// Print JSON instead of a summary.
@@ -170,9 +233,8 @@ pub struct InfoArgs {
 /// `pebble graph`.
 #[derive(Debug, Args)]
 pub struct GraphArgs {
-    /// A zoo model (see `pebble models`).
-    #[arg(long, value_name = "NAME")]
-    pub model: String,
+    #[command(flatten)]
+    pub model: ModelArgs,
     #[command(flatten)]
     pub opts: ModelOpts,
     /// Which view to write.

@@ -1,5 +1,5 @@
-//! What the flags mean: the problem a command works on (a chain file, a graph file or a
-//! zoo model), the view a solver gets of it, and budgets resolved against its store-all
+//! What the flags mean: the problem a command works on (a chain file, a graph file, a
+//! zoo model or an ONNX model), the view a solver gets of it, and budgets resolved against its store-all
 //! peak. Every failure caused by the input is a [`BadInput`](crate::error::BadInput)
 //! naming the flag and, through the library's own error, the field.
 
@@ -10,10 +10,10 @@ use pebble_graph::{partition, units::format_bytes, Chain, TrainingGraph};
 use pebble_schedule::{Schedule, View};
 use pebble_sim::{SimConfig, SimReport};
 use pebble_solve::{baseline::store_all::store_all_schedule, Problem, Solver};
-use pebble_zoo::{DType, DeviceProfile, Model, ModelOptions, Optimizer};
+use pebble_zoo::{DType, DeviceProfile, Dims, Model, ModelOptions, ModelSpec, Network, Optimizer, ZooError};
 
 use crate::error::bad;
-use crate::flags::{DTypeArg, ModelOpts, OptimizerArg, SourceArgs};
+use crate::flags::{DTypeArg, ModelOpts, ModelSource, OptimizerArg, SourceArgs};
 
 /// Reads a whole file, naming the flag that gave its path.
 pub fn read_file(path: &Path, flag: &str) -> anyhow::Result<String> {
@@ -65,10 +65,17 @@ pub fn model_options(opts: &ModelOpts) -> anyhow::Result<ModelOptions> {
     })
 }
 
+/// Builds the model `--model` or `--onnx` names.
+pub fn load_model(source: ModelSource<'_>, opts: &ModelOpts) -> anyhow::Result<(Model, ModelOptions)> {
+    match source {
+        ModelSource::Zoo(name) => build_model(name, opts),
+        ModelSource::Onnx(path) => import_onnx(path, opts),
+    }
+}
+
 /// Builds a zoo model. Unknown names, options the model does not take and shapes it
 /// cannot use are bad input; a lowered graph that fails validation is a zoo bug.
 pub fn build_model(name: &str, opts: &ModelOpts) -> anyhow::Result<(Model, ModelOptions)> {
-    use pebble_zoo::ZooError;
     let options = model_options(opts)?;
     match pebble_zoo::build(name, &options) {
         Ok(model) => Ok((model, options)),
@@ -77,6 +84,56 @@ pub fn build_model(name: &str, opts: &ModelOpts) -> anyhow::Result<(Model, Model
         Err(e @ (ZooError::UnknownModel { .. } | ZooError::BadOption { .. })) => Err(bad(format!("--model: {e}"))),
         Err(e) => Err(bad(format!("--model `{name}`: {e}"))),
     }
+}
+
+/// Imports an ONNX file (`--onnx`) as a model with both views. A file that cannot be read
+/// or imported, and the zoo's size options, are bad input naming the file or the flag.
+pub fn import_onnx(path: &Path, opts: &ModelOpts) -> anyhow::Result<(Model, ModelOptions)> {
+    if let Some(flag) = opts.zoo_only() {
+        return Err(bad(format!(
+            "{flag} does not apply to --onnx: an ONNX model has its own sizes (--batch, --dtype, --optimizer and \
+             --device apply)"
+        )));
+    }
+    let options = model_options(opts)?;
+    let import = pebble_onnx::ImportOptions { batch: options.batch, dtype: options.dtype };
+    let network =
+        pebble_onnx::import_file(path, &import).map_err(|e| bad(format!("--onnx `{}`: {e}", path.display())))?;
+    // The batch is the labels' length; the image side, the height of a 4-D input's.
+    let labels = network.ops.last().and_then(|loss| loss.inputs.get(1)).map(|&t| &network.tensors[t].shape);
+    let batch = labels.and_then(|s| s.first().copied()).unwrap_or(1);
+    let image = network.tensors.iter().find(|t| t.producer.is_none() && t.shape.len() == 4).map(|t| t.shape[2]);
+    let spec = onnx_spec(path, &network, batch, image);
+    let dims = Dims { batch, image: image.unwrap_or(0), seq: 0, layers: 0, width: 0, heads: 0, dtype: options.dtype };
+    match Model::from_network(spec, dims, network, &options) {
+        Ok(model) => Ok((model, options)),
+        Err(e @ ZooError::Graph { .. }) => Err(anyhow::Error::new(e).context(format!("--onnx `{}`", path.display()))),
+        Err(e) => Err(bad(format!("--onnx `{}`: {e}", path.display()))),
+    }
+}
+
+/// The catalog entry of an imported model. A [`Model`] refers to its entry for the
+/// lifetime of the program; the CLI imports at most one file per run, so the entry
+/// (a few strings) is leaked rather than threaded through every command.
+fn onnx_spec(path: &Path, network: &Network, batch: usize, image: Option<usize>) -> &'static ModelSpec {
+    fn not_by_name(_: &Dims) -> Result<Network, ZooError> {
+        Err(ZooError::Shape { op: "onnx", why: "an imported model is built from its file, not by name".into() })
+    }
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    Box::leak(Box::new(ModelSpec {
+        name: leak(network.name.clone()),
+        family: "onnx",
+        description: leak(format!("imported from {}", path.display())),
+        published_params: None,
+        batch,
+        image,
+        seq: None,
+        layers: None,
+        max_seq: None,
+        width: None,
+        heads: None,
+        build: not_by_name,
+    }))
 }
 
 /// How sizes and times of a problem read: bytes and seconds for models and graphs,
@@ -132,7 +189,7 @@ pub enum Source {
         /// Its graph.
         graph: TrainingGraph,
     },
-    /// `--model NAME`.
+    /// `--model NAME` or `--onnx FILE`.
     Model {
         /// The built model.
         model: Box<Model>,
@@ -192,9 +249,11 @@ pub fn view_name(view: View) -> &'static str {
 impl Source {
     /// Loads the chain file, graph file or model the flags name.
     pub fn load(args: &SourceArgs, opts: &ModelOpts) -> anyhow::Result<Source> {
-        if args.model.is_none() {
+        if args.model_source().is_none() {
             if let Some(flag) = opts.given() {
-                return Err(bad(format!("{flag} is a model option: it needs --model, not a chain or graph file")));
+                return Err(bad(format!(
+                    "{flag} is a model option: it needs --model or --onnx, not a chain or graph file"
+                )));
             }
         }
         if let Some(path) = &args.chain {
@@ -205,12 +264,12 @@ impl Source {
             let graph = TrainingGraph::from_json(&read_file(path, "--graph")?)
                 .map_err(|e| bad(format!("--graph `{}`: {e}", path.display())))?;
             Ok(Source::Graph { path: path.clone(), graph })
-        } else if let Some(name) = &args.model {
-            let (model, options) = build_model(name, opts)?;
+        } else if let Some(model) = args.model_source() {
+            let (model, options) = load_model(model, opts)?;
             Ok(Source::Model { model: Box::new(model), options })
         } else {
-            // clap's group makes one of the three required.
-            Err(bad("give one of --chain, --graph or --model"))
+            // clap's group makes one of the four required.
+            Err(bad("give one of --chain, --graph, --model or --onnx"))
         }
     }
 

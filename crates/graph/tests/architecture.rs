@@ -4,8 +4,8 @@
 use std::collections::{HashMap, HashSet};
 use std::process::Command;
 
-const PLANNER: [&str; 6] =
-    ["pebble-graph", "pebble-schedule", "pebble-sim", "pebble-zoo", "pebble-solve", "pebble-ilp"];
+const PLANNER: [&str; 7] =
+    ["pebble-graph", "pebble-schedule", "pebble-sim", "pebble-zoo", "pebble-solve", "pebble-ilp", "pebble-onnx"];
 
 #[test]
 fn planner_crates_do_not_depend_on_burn() {

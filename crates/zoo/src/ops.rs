@@ -192,6 +192,50 @@ pub enum OpKind {
         /// Whether it has a bias.
         bias: bool,
     },
+    /// Local response normalization across channels (AlexNet, GoogLeNet, ZFNet):
+    /// `y = x / (bias + alpha/size · Σ x²)^beta` over `size` neighbouring channels of
+    /// `[N, C, H, W]`. Its backward needs its input and its output (as cuDNN's).
+    Lrn {
+        /// Channels in the window.
+        size: usize,
+        /// Scale of the sum of squares.
+        alpha: f64,
+        /// Exponent.
+        beta: f64,
+        /// Additive constant.
+        bias: f64,
+    },
+    /// A permutation of the dimensions, materialized (ShuffleNet's channel shuffle): the
+    /// output dimension `i` is the input's dimension `perm[i]`. Its backward permutes back
+    /// and needs nothing saved.
+    Permute {
+        /// The permutation.
+        perm: Vec<usize>,
+    },
+    /// A per-channel affine map `y = x·w + b` along dimension `dim`, with learned `w`
+    /// and `b` of `x[dim]` entries (Caffe's Scale layer; a batch norm folded into Mul and
+    /// Add). Its backward needs its input only when it scales (for the weight gradient).
+    ChannelAffine {
+        /// The channel dimension.
+        dim: usize,
+        /// Whether it has a weight (a scale).
+        scale: bool,
+        /// Whether it has a bias.
+        bias: bool,
+    },
+    /// 2-D max or average pooling with any window, strides and zero padding, asymmetric
+    /// included (Caffe's ceil-mode pools as ONNX writes them). Max pooling saves its input
+    /// and argmax indices, as [`OpKind::MaxPool2d`].
+    Pool2d {
+        /// Max pooling (else average).
+        max: bool,
+        /// Window (height, width).
+        kernel: [usize; 2],
+        /// Strides (height, width).
+        stride: [usize; 2],
+        /// Padding: top, left, bottom, right.
+        pads: [usize; 4],
+    },
 }
 
 /// What an op declares, for given input shapes.
@@ -282,6 +326,10 @@ impl OpKind {
             OpKind::CrossEntropy => "cross_entropy",
             OpKind::Mse => "mse",
             OpKind::Conv2dRect { .. } => "conv2d_rect",
+            OpKind::Lrn { .. } => "lrn",
+            OpKind::Permute { .. } => "permute",
+            OpKind::ChannelAffine { .. } => "channel_affine",
+            OpKind::Pool2d { .. } => "pool2d",
         }
     }
 
@@ -622,6 +670,76 @@ impl OpKind {
                 d.output = vec![n, *out_channels, ho, wo];
                 let macs = n * out_channels * ho * wo * c * kernel_h * kernel_w;
                 d.weighted(vec![*out_channels, c, *kernel_h, *kernel_w], bias.then_some(*out_channels), macs);
+            }
+            OpKind::Lrn { size, alpha, beta, bias } => {
+                arity(1)?;
+                float(0)?;
+                image("lrn")?;
+                if *size == 0 || !alpha.is_finite() || !beta.is_finite() || !bias.is_finite() {
+                    return Err(bad(format!("window {size}, alpha {alpha}, beta {beta}, bias {bias}")));
+                }
+                // Forward: the windowed sum of squares, then a power and a product per element;
+                // backward: the same window over `dy·y/scale`. The scale is a temporary.
+                elementwise(&mut d, (*size + 5) as f64, (2 * *size + 8) as f64);
+                d.saved = vec![Saved::Input(0), Saved::Output];
+                d.forward_tmp = numel(&x);
+                d.backward_tmp = 2 * numel(&x);
+            }
+            OpKind::Permute { perm } => {
+                arity(1)?;
+                let mut seen = vec![false; x.len()];
+                let mut repeated = |p: usize| p >= x.len() || std::mem::replace(&mut seen[p], true);
+                if perm.len() != x.len() || perm.iter().any(|&p| repeated(p)) {
+                    return Err(bad(format!("{perm:?} is not a permutation of the {} dimensions of {x:?}", x.len())));
+                }
+                d.output = perm.iter().map(|&p| x[p]).collect();
+                d.output_elem = inputs[0].elem;
+            }
+            OpKind::ChannelAffine { dim, scale, bias } => {
+                arity(1)?;
+                float(0)?;
+                if *dim >= x.len() {
+                    return Err(bad(format!("dimension {dim} out of range for {x:?}")));
+                }
+                if !scale && !bias {
+                    return Err(bad("neither a scale nor a bias".into()));
+                }
+                let c = x[*dim];
+                elementwise(&mut d, if *scale && *bias { 2.0 } else { 1.0 }, if *scale { 3.0 } else { 1.0 });
+                if *scale {
+                    d.params.push(("weight", vec![c]));
+                    d.saved = vec![Saved::Input(0)];
+                    d.backward_reads_params = true;
+                }
+                if *bias {
+                    d.params.push(("bias", vec![c]));
+                }
+            }
+            OpKind::Pool2d { max, kernel, stride, pads } => {
+                arity(1)?;
+                float(0)?;
+                let (n, c, h, w) = image("pool2d")?;
+                let (hp, wp) = (h + pads[0] + pads[2], w + pads[1] + pads[3]);
+                if stride.contains(&0) || kernel.contains(&0) || hp < kernel[0] || wp < kernel[1] {
+                    return Err(bad(format!(
+                        "window {kernel:?} (strides {stride:?}) does not fit the input {h}×{w} padded by {pads:?}"
+                    )));
+                }
+                if pads[0].max(pads[2]) >= kernel[0] || pads[1].max(pads[3]) >= kernel[1] {
+                    return Err(bad(format!("padding {pads:?} as large as the window {kernel:?}")));
+                }
+                let ho = (hp - kernel[0]) / stride[0] + 1;
+                let wo = (wp - kernel[1]) / stride[1] + 1;
+                d.output = vec![n, c, ho, wo];
+                let out = (n * c * ho * wo) as f64;
+                d.forward_flops = out * (kernel[0] * kernel[1]) as f64;
+                d.backward_flops = d.forward_flops;
+                if *max {
+                    d.saved = vec![
+                        Saved::Input(0),
+                        Saved::Extra { name: "indices", shape: d.output.clone(), elem: Elem::Int },
+                    ];
+                }
             }
         }
         Ok(d)

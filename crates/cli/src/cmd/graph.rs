@@ -4,10 +4,10 @@ use std::process::ExitCode;
 
 use crate::flags::{GraphArgs, ViewArg};
 use crate::out;
-use crate::source::{build_model, write_file};
+use crate::source::{load_model, write_file};
 
 pub fn run(args: &GraphArgs) -> anyhow::Result<ExitCode> {
-    let (model, _) = build_model(&args.model, &args.opts)?;
+    let (model, _) = load_model(args.model.model_source(), &args.opts)?;
     let mut text = match args.view {
         ViewArg::Chain => model.chain.to_json(),
         ViewArg::Graph => model.graph.to_json(),

@@ -7,10 +7,10 @@ use serde_json::json;
 
 use crate::flags::InfoArgs;
 use crate::out;
-use crate::source::{build_model, Subject, Units};
+use crate::source::{load_model, Subject, Units};
 
 pub fn run(args: &InfoArgs) -> anyhow::Result<ExitCode> {
-    let (model, options) = build_model(&args.model, &args.opts)?;
+    let (model, options) = load_model(args.model.model_source(), &args.opts)?;
     let params = model.network.param_count();
     let param_bytes = model.graph.param_bytes();
     let static_bytes = model.graph.static_bytes();

@@ -14,8 +14,8 @@ use crate::plot;
 use crate::source::{read_schedule, view_name, Source};
 
 pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
-    if args.view.is_some() && args.source.model.is_none() {
-        return Err(bad("--view needs --model: a file has its own view"));
+    if args.view.is_some() && args.source.model_source().is_none() {
+        return Err(bad("--view needs --model or --onnx: a chain or graph file has its own view"));
     }
     let schedule = read_schedule(&args.schedule)?;
     let source = Source::load(&args.source, &args.opts)?;

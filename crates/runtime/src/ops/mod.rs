@@ -66,6 +66,10 @@ pub struct LossOut<B: Backend> {
     pub inputs: Vec<Option<FloatTensor<B>>>,
 }
 
+/// Why the ops the ONNX importer added (`lrn`, `permute`, `channel_affine`, `pool2d`) do
+/// not run: the planner declares them, the executor has no kernels for them yet.
+const NOT_EXECUTABLE: &str = "the planner declares this op (ONNX import) but the executor has no kernel for it yet";
+
 fn unsupported(op: &NetOp, why: &str) -> RuntimeError {
     RuntimeError::Unsupported { op: op.name.clone(), kind: op.kind.name(), why: why.to_string() }
 }
@@ -111,6 +115,9 @@ pub fn forward<B: Backend>(
             pool::forward(op, inputs, ctx)?
         }
         OpKind::Attention { .. } | OpKind::Rope { .. } => attention::forward(op, inputs, ctx)?,
+        OpKind::Lrn { .. } | OpKind::Permute { .. } | OpKind::ChannelAffine { .. } | OpKind::Pool2d { .. } => {
+            return Err(unsupported(op, NOT_EXECUTABLE));
+        }
         OpKind::CrossEntropy | OpKind::Mse => unreachable!("losses are handled above"),
     };
     let extras = op.decl.saved.iter().filter(|s| matches!(s, Saved::Extra { .. })).count();
@@ -159,6 +166,9 @@ pub fn backward<B: Backend>(
         }
         OpKind::Attention { .. } | OpKind::Rope { .. } => {
             attention::backward(op, input_dims, grad_out, saved, needs, ctx)
+        }
+        OpKind::Lrn { .. } | OpKind::Permute { .. } | OpKind::ChannelAffine { .. } | OpKind::Pool2d { .. } => {
+            Err(unsupported(op, NOT_EXECUTABLE))
         }
         OpKind::CrossEntropy | OpKind::Mse => Err(unsupported(op, "a loss runs through `loss`, not `backward`")),
     }
