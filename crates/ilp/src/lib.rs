@@ -23,11 +23,19 @@
 #![forbid(unsafe_code)]
 
 pub mod checkmate;
+pub mod hgraph;
+pub mod hiremate;
+pub mod hilp;
 pub mod milp;
+pub mod rockmate;
+pub mod sequence;
+pub mod subgraph;
 
 use thiserror::Error;
 
 pub use checkmate::Checkmate;
+pub use hiremate::Hiremate;
+pub use rockmate::{RkCheckmate, Rockmate};
 
 /// Why an ILP solver returned no schedule. Converted into a
 /// [`pebble_solve::SolveError`] at the [`pebble_solve::Solver`] boundary.

@@ -72,6 +72,13 @@ impl Lin {
         self
     }
 
+    /// Adds `coef · e`.
+    pub fn add_lin(&mut self, e: &Lin, coef: f64) -> &mut Lin {
+        self.constant += coef * e.constant;
+        self.terms.extend(e.terms.iter().map(|&(c, v)| (c, coef * v)));
+        self
+    }
+
     /// Whether it has no column term.
     pub fn is_constant(&self) -> bool {
         self.terms.iter().all(|&(_, c)| c == 0.0)

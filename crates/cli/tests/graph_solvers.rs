@@ -1,0 +1,82 @@
+//! The CLI contract of the graph solvers `rockmate`, `hiremate` and `rk-checkmate`.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn pebble(args: &[&str]) -> (i32, Value, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_pebble")).args(args).output().expect("the binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!stderr.contains("panicked"), "pebble {args:?} panicked:\n{stderr}");
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out.status.code().expect("exited"), json, stderr)
+}
+
+const GPT: [&str; 10] = ["--model", "gpt", "--layers", "2", "--width", "64", "--seq", "32", "--batch", "1"];
+
+#[test]
+fn rockmate_and_hiremate_plan_within_the_budget_and_beat_rotor() {
+    let mut rotor = None;
+    for solver in ["rotor", "rockmate", "hiremate", "rk-checkmate"] {
+        let mut args = vec!["plan", "--solver", solver, "--activation-budget", "85%", "--json"];
+        args.extend(GPT);
+        let (code, j, err) = pebble(&args);
+        assert_eq!(code, 0, "{solver}: {err}");
+        assert_eq!(j["solver"], solver);
+        assert_eq!(j["feasible"], true);
+        assert!(j["predicted_peak_bytes"].as_u64() <= j["budget_bytes"].as_u64(), "{solver}");
+        let overhead = j["overhead"].as_f64().expect("overhead");
+        if solver == "rotor" {
+            rotor = Some(overhead);
+        } else {
+            assert_eq!(j["view"], "graph");
+            // Recomputing single cheap ops beats recomputing whole blocks.
+            assert!(overhead <= rotor.expect("rotor first") + 1e-9, "{solver}: {overhead} vs rotor's {rotor:?}");
+        }
+    }
+}
+
+#[test]
+fn an_infeasible_budget_reports_the_least_feasible_one() {
+    let mut args = vec!["plan", "--solver", "rockmate", "--activation-budget", "1%", "--json"];
+    args.extend(GPT);
+    let (code, j, err) = pebble(&args);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(j["feasible"], false);
+    let min = j["min_feasible_budget_bytes"].as_u64().expect("a minimum");
+    assert!(min > j["budget_bytes"].as_u64().unwrap());
+    assert!(err.contains("the minimum feasible budget is"), "{err}");
+    // And that budget is feasible.
+    let min = min.to_string();
+    let mut args = vec!["plan", "--solver", "rockmate", "--budget", &min, "--json"];
+    args.extend(GPT);
+    let (code, j, err) = pebble(&args);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(j["feasible"], true);
+}
+
+#[test]
+fn hiremate_plans_the_encoder_decoder_transformer() {
+    let (code, j, err) = pebble(&[
+        "plan", "--model", "transformer", "--layers", "2", "--seq", "16", "--batch", "1", "--solver", "hiremate",
+        "--activation-budget", "90%", "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(j["feasible"], true);
+    assert!(j["predicted_peak_bytes"].as_u64() <= j["budget_bytes"].as_u64());
+}
+
+#[test]
+fn a_chain_is_not_for_graph_solvers() {
+    let dir = std::env::temp_dir().join(format!("pebble-graph-solvers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let chain = dir.join("c.json");
+    std::fs::write(&chain, r#"{"ftime":[1,1],"btime":[1,1,0],"x":[1,1,1],"xbar":[1,1,1],"ftmp":[0,0],"btmp":[0,0,0]}"#)
+        .unwrap();
+    for solver in ["rockmate", "hiremate"] {
+        let (code, _, err) = pebble(&["plan", "--chain", chain.to_str().unwrap(), "--solver", solver, "--budget", "10"]);
+        assert_eq!(code, 2, "{solver}: {err}");
+        assert!(err.contains(solver), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1,0 +1,533 @@
+//! The H-ILP (Zhao, §3.4; with one option per node and a save budget it is
+//! rk-Checkmate, §2.4): which cNode runs, in which option, in which stage, on an
+//! [`HGraph`].
+//!
+//! # Variables (all binary)
+//!
+//! Stage `t` computes cNode `t` for the first time; forward cNodes before it may run
+//! again. `Comp[t,k,o]`: node `k` runs with option `o` in stage `t` (`sumComp[t,k]`, their
+//! sum, is rk-Checkmate's `R + R'`). Backward nodes and the loss run once, in their own
+//! stage (a gradient would accumulate twice otherwise). For an aNode `d`:
+//!
+//! * made by one forward node `p` (an activation): `P[t,d]`, present before stage `t`;
+//!   `C[t,d]`, created by `p` in stage `t`; `D[t,k,d]`, deleted right after node `k` (`p`
+//!   or a reader of `d`) in stage `t`;
+//! * made by nodes that run once (a gradient, perhaps accumulated by several): its
+//!   lifetime is fixed, from its first producer to its last producer or reader (kept to
+//!   the end if nobody reads it: an output of the graph).
+//!
+//! `Sp[t,j,o]`: the phantom of pair `j`, option `o`, is kept before stage `t`.
+//!
+//! # Constraints (the thesis' numbers; the errata of the research digest §7 applied)
+//!
+//! * (3.4)/(2.3) nothing before its stage; (3.9)/(2.5) node `t` runs in stage `t`;
+//!   (3.10)/(2.6) the loss once; (3.15) one option at a time.
+//! * (3.13)/(2.8) a reader runs only if each input is present or made earlier in the stage:
+//!   `sumComp[t,k] ≤ sumComp[t,p] + P[t,d]`; (3.14) the same for an option's own reads.
+//! * (3.16)–(3.19)/(2.9)–(2.10) phantoms: one option kept at a time, made only by the
+//!   forward with that option, dropped only by the backward, which needs it.
+//! * (3.20)–(3.24)/(2.11)–(2.17) liveness: `A[t,k,d] = P[t,d] + C[t,d]·[k ≥ p] −
+//!   Σ_{k' ≤ k} D[t,k',d] ∈ [0, 1]`, `A ≥ sumComp − D` after the producer, `C ≤ sumComp`,
+//!   and `P[t+1,d] = A` after `d`'s last event in stage `t`.
+//! * (3.25)–(3.26)/(2.16) `D[t,k,d] = 1` iff `k` runs, `d` is not kept into stage `t+1`,
+//!   and no later reader of `d` runs in stage `t` (`P[t+1,d]`, not the printed `P[t+1,k]`);
+//!   linearized with `κ = 2 + #later readers`, plus one row per hazard (tighter).
+//! * (3.27)–(3.33)/(2.18) memory: along each stage, `U` = what is resident after node
+//!   `k`'s frees; while `k` runs, `U[k−1]` + what it allocates (created aNodes, its
+//!   phantom) + its option's overhead ≤ budget. A backward's phantom counts while it
+//!   runs (the simulator frees saved tensors after the backward, not before).
+//! * (2.19) with a save budget: `U` right after the loss, in its stage, ≤ `M_save`.
+//!
+//! The correction terms (3.34) are not added: without them a node's frees count until
+//! it ends, which over-estimates the peak and never under-estimates it.
+//!
+//! The objective is `Σ time[k,o] · Comp[t,k,o]`. The solution is a sequence of
+//! `(node, option)`; the schedule's frees come from liveness (`sequence.rs`).
+
+use crate::hgraph::{HGraph, HKind};
+use crate::milp::{Bin, Lin, Milp, Outcome};
+use crate::IlpError;
+
+/// What one H-ILP solve returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HSolution {
+    /// `(node, option)` in execution order.
+    pub seq: Vec<(usize, usize)>,
+    /// Whether HiGHS proved it optimal (else: the best found before the time limit).
+    pub optimal: bool,
+}
+
+/// How an aNode lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Life {
+    /// Made by one recomputable forward node.
+    Variable { producer: usize, s_last: usize },
+    /// Made by nodes that run once: present before stages `first < t ≤ end`, freed after
+    /// node `end` in stage `end` (never, if `end` is `None`).
+    Fixed { first: usize, end: Option<usize> },
+    /// Never made (nobody in this graph produces it): treated as absent.
+    Unused,
+}
+
+struct Model {
+    n: usize,
+    once: Vec<bool>,
+    last: Vec<usize>,
+    life: Vec<Life>,
+    /// Readers of each aNode (node inputs and option reads), sorted.
+    users: Vec<Vec<usize>>,
+    /// For each pair (indexed by the forward node): its backward node.
+    backward_of: Vec<Option<usize>>,
+}
+
+impl Model {
+    fn new(h: &HGraph) -> Result<Model, IlpError> {
+        let n = h.nodes.len();
+        let na = h.sizes.len();
+        let bad = |why: String| IlpError::InvalidGraph(why);
+        let once: Vec<bool> = h.nodes.iter().map(|x| !matches!(x.kind, HKind::Forward { .. })).collect();
+        let mut producers: Vec<Vec<usize>> = vec![Vec::new(); na];
+        let mut users: Vec<Vec<usize>> = vec![Vec::new(); na];
+        let mut forward_of_pair = std::collections::HashMap::new();
+        let mut backward_of = vec![None; n];
+        for (k, node) in h.nodes.iter().enumerate() {
+            if node.options.is_empty() {
+                return Err(bad(format!("cNode {k} has no option")));
+            }
+            for &d in &node.outputs {
+                if d >= na {
+                    return Err(bad(format!("cNode {k} writes aNode {d} of {na}")));
+                }
+                if producers[d].last() != Some(&k) {
+                    producers[d].push(k);
+                }
+            }
+            let reads = node.inputs.iter().chain(node.options.iter().flat_map(|o| o.reads.iter()));
+            for &d in reads {
+                if d >= na {
+                    return Err(bad(format!("cNode {k} reads aNode {d} of {na}")));
+                }
+                // A node that reads what it writes accumulates into it (or, for a
+                // cluster, one of its ops reads what another made): not a use.
+                if !node.outputs.contains(&d) {
+                    users[d].push(k);
+                }
+            }
+            match node.kind {
+                HKind::Forward { pair } => {
+                    forward_of_pair.insert(pair, k);
+                }
+                HKind::Backward { pair } => {
+                    let f = *forward_of_pair
+                        .get(&pair)
+                        .ok_or_else(|| bad(format!("backward cNode {k} comes before its forward (pair {pair})")))?;
+                    if h.nodes[k].options.len() > h.nodes[f].options.len() {
+                        return Err(bad(format!("backward cNode {k} has more options than its forward {f}")));
+                    }
+                    backward_of[f] = Some(k);
+                }
+                HKind::Loss => {}
+            }
+        }
+        for u in &mut users {
+            u.sort_unstable();
+            u.dedup();
+        }
+        if h.nodes.iter().filter(|x| x.kind == HKind::Loss).count() != 1 {
+            return Err(bad("an H-graph needs exactly one loss node".into()));
+        }
+        // The last stage in which a forward node may usefully run.
+        let mut last: Vec<usize> = (0..n).collect();
+        for k in (0..n).rev() {
+            if once[k] {
+                continue;
+            }
+            let mut l = k;
+            for &d in &h.nodes[k].outputs {
+                for &u in &users[d] {
+                    l = l.max(last[u]);
+                }
+            }
+            if let Some(b) = backward_of[k] {
+                l = l.max(b);
+            }
+            last[k] = l;
+        }
+        let mut life = vec![Life::Unused; na];
+        for d in 0..na {
+            let p = &producers[d];
+            if p.is_empty() {
+                continue;
+            }
+            if p.len() == 1 && !once[p[0]] {
+                let s_last = users[d].iter().map(|&u| last[u]).max().unwrap_or(0);
+                life[d] = Life::Variable { producer: p[0], s_last };
+            } else if p.iter().all(|&k| once[k]) {
+                if let Some(&u) = users[d].iter().find(|&&u| !once[u]) {
+                    return Err(bad(format!("aNode {d}, made by backward nodes, is read by forward cNode {u}")));
+                }
+                if let Some(&u) = users[d].iter().find(|&&u| u < p[0]) {
+                    return Err(bad(format!("aNode {d} is read by cNode {u} before it is made")));
+                }
+                let end = users[d].last().map(|&u| u.max(*p.last().expect("nonempty")));
+                life[d] = Life::Fixed { first: p[0], end };
+            } else {
+                return Err(bad(format!("aNode {d} has several producers, some of them recomputable")));
+            }
+        }
+        Ok(Model { n, once, last, life, users, backward_of })
+    }
+
+    fn may_run(&self, t: usize, k: usize) -> bool {
+        k == t || (k < t && !self.once[k] && t <= self.last[k])
+    }
+}
+
+/// Columns of the model.
+struct Vars {
+    /// `comp[t][k]`: per option, for nodes that may run in stage `t`.
+    comp: Vec<Vec<Vec<Bin>>>,
+    /// `p[t][d]`.
+    p: Vec<Vec<Bin>>,
+    /// `sp[t][k][o]` for forward node `k` (empty when the pair keeps nothing).
+    sp: Vec<Vec<Vec<Bin>>>,
+}
+
+impl Vars {
+    fn sum_comp(&self, t: usize, k: usize) -> Lin {
+        let mut e = Lin::default();
+        for &b in &self.comp[t][k] {
+            e.add_bin(b, 1.0);
+        }
+        e
+    }
+}
+
+/// Solves the H-ILP on `h` within `budget` bytes (everything the H-graph allocates),
+/// and, with `save`, at most that many bytes resident right after the loss.
+pub fn solve(h: &HGraph, budget: u64, save: Option<u64>, time_limit: Option<f64>) -> Result<HSolution, IlpError> {
+    let m = Model::new(h)?;
+    let n = m.n;
+    let na = h.sizes.len();
+    let loss = h.loss().expect("checked");
+    let largest = h.sizes.iter().copied().max().unwrap_or(0);
+    let mu = (budget.max(largest) as f64 / 1e4).max(1.0);
+    let mem = |b: u64| b as f64 / mu;
+    let cap = mem(budget);
+    let tu = h.nodes.iter().flat_map(|x| x.options.iter().map(|o| o.time)).fold(0.0, f64::max);
+    let tu = if tu > 0.0 { tu } else { 1.0 };
+
+    let mut milp = Milp::new();
+    let mut structural = false;
+    let trace = std::env::var_os("PEBBLE_TRACE_ILP").is_some();
+    let mut row = |milp: &mut Milp, line: u32, lo: f64, e: &Lin, hi: f64| {
+        if trace && !e.is_constant() && !Milp::holds(lo, &Lin::constant(e.eval(milp.start_values())), hi) {
+            eprintln!("store-all violates the row at hilp.rs:{line}: {lo} <= {} <= {hi}", e.eval(milp.start_values()));
+        }
+        if e.is_constant() {
+            if !Milp::holds(lo, e, hi) && std::env::var_os("PEBBLE_TRACE").is_some() {
+                eprintln!("constant row violated: {lo} <= {} <= {hi}", e.constant);
+            }
+            structural |= !Milp::holds(lo, e, hi);
+        } else {
+            milp.row(lo, e, hi);
+        }
+    };
+    // Comp.
+    let mut vars = Vars { comp: Vec::with_capacity(n), p: Vec::with_capacity(n + 1), sp: Vec::with_capacity(n + 1) };
+    for t in 0..n {
+        let mut per_node = vec![Vec::new(); n];
+        for (k, slot) in per_node.iter_mut().enumerate().take(t + 1) {
+            if !m.may_run(t, k) {
+                continue;
+            }
+            let opts = &h.nodes[k].options;
+            if k == t && opts.len() == 1 {
+                *slot = vec![Bin::One];
+                continue;
+            }
+            *slot = opts
+                .iter()
+                .enumerate()
+                .map(|(o, opt)| Bin::Var(milp.binary(opt.time / tu, f64::from(u8::from(k == t && o == 0)))))
+                .collect();
+            let mut e = Lin::default();
+            for &b in slot.iter() {
+                e.add_bin(b, 1.0);
+            }
+            let lo = if k == t { 1.0 } else { f64::NEG_INFINITY };
+            row(&mut milp, 247, lo, &e, 1.0);
+        }
+        vars.comp.push(per_node);
+    }
+    // P (n + 1 stages: P[n] = 0).
+    for t in 0..=n {
+        let mut v = vec![Bin::Zero; na];
+        for (d, slot) in v.iter_mut().enumerate() {
+            *slot = match m.life[d] {
+                Life::Variable { producer, s_last } if t > producer && t <= s_last && t < n => {
+                    let last_user = m.users[d].last().copied().unwrap_or(0);
+                    Bin::Var(milp.binary(0.0, f64::from(u8::from(t <= last_user))))
+                }
+                Life::Fixed { first, end } if t > first && end.is_none_or(|e| t <= e) => Bin::One,
+                _ => Bin::Zero,
+            };
+        }
+        vars.p.push(v);
+    }
+    // Sp.
+    for t in 0..=n {
+        let mut v = vec![Vec::new(); n];
+        for (k, slot) in v.iter_mut().enumerate() {
+            let Some(b) = m.backward_of[k] else { continue };
+            if t <= k || t > b {
+                continue;
+            }
+            let nb = h.nodes[b].options.len();
+            *slot = (0..nb)
+                .map(|o| {
+                    if h.nodes[k].options[o].phantom > 0 {
+                        Bin::Var(milp.binary(0.0, f64::from(u8::from(o == 0))))
+                    } else {
+                        Bin::Zero
+                    }
+                })
+                .collect();
+            let mut e = Lin::default();
+            for &x in slot.iter() {
+                e.add_bin(x, 1.0);
+            }
+            row(&mut milp, 281, f64::NEG_INFINITY, &e, 1.0);
+        }
+        vars.sp.push(v);
+    }
+    let sp = |vars: &Vars, t: usize, k: usize, o: usize| vars.sp[t][k].get(o).copied().unwrap_or(Bin::Zero);
+    let comp = |vars: &Vars, t: usize, k: usize, o: usize| vars.comp[t][k].get(o).copied().unwrap_or(Bin::Zero);
+
+    for t in 0..n {
+        let active: Vec<usize> = (0..=t).filter(|&k| m.may_run(t, k)).collect();
+        // Dependencies (3.13), (3.14).
+        for &k in &active {
+            let node = &h.nodes[k];
+            for &d in &node.inputs {
+                if let Life::Variable { producer, .. } = m.life[d] {
+                    let mut e = vars.sum_comp(t, k);
+                    e.add_lin(&vars.sum_comp(t, producer), -1.0).add_bin(vars.p[t][d], -1.0);
+                    row(&mut milp, 297, f64::NEG_INFINITY, &e, 0.0);
+                } else if m.life[d] == Life::Unused {
+                    return Err(IlpError::InvalidGraph(format!("cNode {k} reads aNode {d}, which nobody makes")));
+                }
+            }
+            for (o, opt) in node.options.iter().enumerate() {
+                for &d in &opt.reads {
+                    if let Life::Variable { producer, .. } = m.life[d] {
+                        let mut e = Lin::default();
+                        e.add_bin(comp(&vars, t, k, o), 1.0)
+                            .add_lin(&vars.sum_comp(t, producer), -1.0)
+                            .add_bin(vars.p[t][d], -1.0);
+                        row(&mut milp, 309, f64::NEG_INFINITY, &e, 0.0);
+                    }
+                }
+            }
+        }
+        // Phantoms (3.17)–(3.19).
+        for k in 0..n {
+            let Some(b) = m.backward_of[k] else { continue };
+            for o in 0..h.nodes[b].options.len() {
+                if h.nodes[k].options[o].phantom == 0 {
+                    continue;
+                }
+                let now = sp(&vars, t, k, o);
+                let next = sp(&vars, t + 1, k, o);
+                let f = comp(&vars, t, k, o);
+                let bw = comp(&vars, t, b, o);
+                // Sp[t+1] ≤ Sp[t] + Comp_F;  Sp[t+1] ≥ Sp[t] + Comp_F − Comp_B;  Comp_B ≤ Sp[t] + Comp_F.
+                let mut e = Lin::default();
+                e.add_bin(next, 1.0).add_bin(now, -1.0).add_bin(f, -1.0);
+                row(&mut milp, 328, f64::NEG_INFINITY, &e, 0.0);
+                let mut e = Lin::default();
+                e.add_bin(next, 1.0).add_bin(now, -1.0).add_bin(f, -1.0).add_bin(bw, 1.0);
+                row(&mut milp, 331, 0.0, &e, f64::INFINITY);
+                let mut e = Lin::default();
+                e.add_bin(bw, 1.0).add_bin(now, -1.0).add_bin(f, -1.0);
+                row(&mut milp, 334, f64::NEG_INFINITY, &e, 0.0);
+            }
+        }
+        // Liveness of variable aNodes: creation, deletion, alive counts, persistence.
+        let mut create: Vec<Bin> = vec![Bin::Zero; na];
+        let mut delete: Vec<Vec<(usize, Bin)>> = vec![Vec::new(); na];
+        for d in 0..na {
+            let Life::Variable { producer, .. } = m.life[d] else { continue };
+            let events: Vec<usize> = std::iter::once(producer)
+                .chain(m.users[d].iter().copied())
+                .filter(|&k| k <= t && m.may_run(t, k))
+                .collect();
+            let next = vars.p[t + 1][d];
+            if events.is_empty() {
+                // P[t+1] = P[t].
+                let mut e = Lin::default();
+                e.add_bin(next, 1.0).add_bin(vars.p[t][d], -1.0);
+                row(&mut milp, 351, 0.0, &e, 0.0);
+                continue;
+            }
+            let made_here = events[0] == producer;
+            if made_here {
+                let c = Bin::Var(milp.binary(0.0, f64::from(u8::from(t == producer))));
+                create[d] = c;
+                let mut e = Lin::default();
+                e.add_bin(c, 1.0).add_lin(&vars.sum_comp(t, producer), -1.0);
+                row(&mut milp, 360, f64::NEG_INFINITY, &e, 0.0);
+            }
+            let mut alive = Lin::default();
+            alive.add_bin(vars.p[t][d], 1.0);
+            for (i, &k) in events.iter().enumerate() {
+                let sc = vars.sum_comp(t, k);
+                let later: Vec<usize> = events[i + 1..].iter().copied().filter(|&u| u != producer).collect();
+                // h = (1 − sc_k) + P[t+1] + Σ_later sc_u.
+                let mut haz = Lin::constant(1.0);
+                haz.add_lin(&sc, -1.0).add_bin(next, 1.0);
+                for &u in &later {
+                    haz.add_lin(&vars.sum_comp(t, u), 1.0);
+                }
+                let del = if haz.is_constant() {
+                    if haz.constant.abs() < 0.5 {
+                        Bin::One
+                    } else {
+                        Bin::Zero
+                    }
+                } else {
+                    let last_event = m.users[d].last().copied().unwrap_or(producer).max(producer);
+                    let dcol = milp.binary(0.0, f64::from(u8::from(k == t && k == last_event)));
+                    let kappa = haz.max_binary();
+                    let mut lo = haz.clone();
+                    lo.add_col(dcol, 1.0);
+                    row(&mut milp, 384, 1.0, &lo, f64::INFINITY);
+                    let mut hi = haz.clone();
+                    hi.add_col(dcol, kappa);
+                    row(&mut milp, 387, f64::NEG_INFINITY, &hi, kappa);
+                    // One row per hazard (valid, and far tighter in the relaxation):
+                    // D ≤ sc_k, D ≤ 1 − P[t+1], D ≤ 1 − sc_u.
+                    let mut e = Lin::default();
+                    e.add_col(dcol, 1.0).add_lin(&sc, -1.0);
+                    row(&mut milp, 392, f64::NEG_INFINITY, &e, 0.0);
+                    let mut e = Lin::default();
+                    e.add_col(dcol, 1.0).add_bin(next, 1.0);
+                    row(&mut milp, 395, f64::NEG_INFINITY, &e, 1.0);
+                    for &u in &later {
+                        let mut e = Lin::default();
+                        e.add_col(dcol, 1.0).add_lin(&vars.sum_comp(t, u), 1.0);
+                        row(&mut milp, 399, f64::NEG_INFINITY, &e, 1.0);
+                    }
+                    Bin::Var(dcol)
+                };
+                delete[d].push((k, del));
+                if k == producer {
+                    alive.add_bin(create[d], 1.0);
+                    // A ≥ sumComp − D right after the producer.
+                    let mut e = alive.clone();
+                    e.add_lin(&sc, -1.0);
+                    row(&mut milp, 409, 0.0, &e, f64::INFINITY);
+                }
+                alive.add_bin(del, -1.0);
+                row(&mut milp, 412, 0.0, &alive, 1.0);
+            }
+            // P[t+1] = A after the last event.
+            let mut e = alive.clone();
+            e.add_bin(next, -1.0);
+            row(&mut milp, 417, 0.0, &e, 0.0);
+        }
+        // Memory along the stage.
+        let mut u = Lin::default();
+        for d in 0..na {
+            u.add_bin(vars.p[t][d], mem(h.sizes[d]));
+        }
+        for k in 0..n {
+            for o in 0..vars.sp[t][k].len() {
+                u.add_bin(sp(&vars, t, k, o), mem(h.nodes[k].options[o].phantom));
+            }
+        }
+        for &k in &active {
+            let node = &h.nodes[k];
+            let mut peak = u.clone();
+            for &d in &node.outputs {
+                match m.life[d] {
+                    Life::Variable { producer, .. } if producer == k => {
+                        peak.add_bin(create[d], mem(h.sizes[d]));
+                    }
+                    Life::Fixed { first, .. } if first == k && t == k => {
+                        peak.add_bin(Bin::One, mem(h.sizes[d]));
+                    }
+                    _ => {}
+                }
+            }
+            if let HKind::Forward { .. } = node.kind {
+                for (o, opt) in node.options.iter().enumerate() {
+                    if opt.phantom > 0 && m.backward_of[k].is_some_and(|b| o < h.nodes[b].options.len()) {
+                        peak.add_bin(comp(&vars, t, k, o), mem(opt.phantom));
+                    }
+                }
+            }
+            let mut with_tmp = peak.clone();
+            for (o, opt) in node.options.iter().enumerate() {
+                with_tmp.add_bin(comp(&vars, t, k, o), mem(opt.overhead));
+            }
+            row(&mut milp, 454, f64::NEG_INFINITY, &with_tmp, cap);
+            // After the frees.
+            let mut after = peak;
+            for d in 0..na {
+                if let Some(&(_, del)) = delete[d].iter().find(|(kk, _)| *kk == k) {
+                    after.add_bin(del, -mem(h.sizes[d]));
+                }
+                if let Life::Fixed { end: Some(e), .. } = m.life[d] {
+                    if e == k && t == k {
+                        after.add_bin(Bin::One, -mem(h.sizes[d]));
+                    }
+                }
+            }
+            if let HKind::Backward { .. } = node.kind {
+                // The phantom this backward drops: Comp_F + Sp[t] − Sp[t+1], per option.
+                let f = (0..n).find(|&f| m.backward_of[f] == Some(k)).expect("paired");
+                for o in 0..node.options.len() {
+                    let p = mem(h.nodes[f].options[o].phantom);
+                    if p > 0.0 {
+                        after
+                            .add_bin(comp(&vars, t, f, o), -p)
+                            .add_bin(sp(&vars, t, f, o), -p)
+                            .add_bin(sp(&vars, t + 1, f, o), p);
+                    }
+                }
+            }
+            if after.terms.len() > 8 {
+                let col = milp.continuous(0.0, f64::NEG_INFINITY, f64::INFINITY, after.eval(milp.start_values()));
+                let mut def = after.clone();
+                def.add_col(col, -1.0);
+                row(&mut milp, 484, 0.0, &def, 0.0);
+                after = Lin::default();
+                after.add_col(col, 1.0);
+            }
+            if k == loss && t == loss {
+                if let Some(s) = save {
+                    row(&mut milp, 490, f64::NEG_INFINITY, &after, mem(s));
+                }
+            }
+            u = after;
+        }
+    }
+    if structural {
+        return Err(IlpError::Infeasible);
+    }
+    let options = [("mip_rel_gap", 1e-4), ("mip_abs_gap", 1e-6)];
+    let (values, optimal) = match milp.solve(time_limit, false, &options)? {
+        Outcome::Optimal(v) => (v, true),
+        Outcome::Incumbent(v, _) => (v, false),
+    };
+    let mut seq = Vec::new();
+    for t in 0..n {
+        for k in 0..=t {
+            if let Some(o) = vars.comp[t][k].iter().position(|b| b.value(&values)) {
+                seq.push((k, o));
+            }
+        }
+    }
+    Ok(HSolution { seq, optimal })
+}

@@ -1,0 +1,627 @@
+//! `hiremate`: Zhao's HiRemate (thesis ch. 3; research digest §3).
+//!
+//! 1. **H-Partition** ([`pebble_graph::h_partition`], Alg. 7) nests the forward graph into
+//!    clusters of at most `M^l` parts (20), the top one at most `M^t` (30); identical
+//!    clusters share their solutions.
+//! 2. **Bottom-up**, each cluster (children first) becomes an [`HGraph`]: one forward and
+//!    one backward cNode per part (an op, or a sub-cluster whose options were found
+//!    before), the cluster's loss between them, and as aNodes only the tensors that cross
+//!    parts; what a sub-cluster keeps inside is its option's phantom. The H-ILP solves it
+//!    at [`BUDGETS`] budgets evenly spaced from the least any cNode needs to the
+//!    cluster's store-all peak; each distinct solution is an option of the cluster: its
+//!    forward part, its backward part, their times, and the memory they need above what
+//!    they allocate (measured by replaying them on the cluster). A fast forward (every op
+//!    without grad, nothing kept) is always one more forward option.
+//! 3. **Option selection** (§3.4.5): a parent keeps at most [`MAX_OPTIONS`] options of all
+//!    its parts together, each part at least one, in proportion to how many it has,
+//!    picked by the spread greedy on their phantoms (largest, smallest, then the middle
+//!    of the widest gap, …).
+//! 4. The top cluster is solved once, at the user's budget; its solution is expanded
+//!    into ops (Lemma 3.2.1: sub-schedules never free their cluster's interface), frees
+//!    come from liveness, and the simulator scores the schedule.
+//!
+//! Solving a cluster's ILPs and the top ILP use `--time-limit` each (default
+//! [`DEFAULT_ILP_LIMIT`] s); a time-limited solve keeps its best solution.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use pebble_graph::{h_partition, identical_clusters, ComputeKind, DataKind, HPartitionConfig, Hierarchy, Part, TrainingGraph};
+use pebble_schedule::{Schedule, View};
+use pebble_sim::SimConfig;
+use pebble_solve::{Problem, SolveError, SolveOptions, Solver};
+
+use crate::hgraph::{HGraph, HKind, HNode, HOption};
+use crate::hilp;
+use crate::sequence::{Liveness, Step};
+use crate::subgraph::SubGraph;
+use crate::IlpError;
+
+/// HiRemate (see the module docs).
+pub struct Hiremate;
+
+/// Budgets per cluster.
+pub const BUDGETS: usize = 8;
+/// Options a parent keeps over all its parts (the thesis' `N_o`).
+pub const MAX_OPTIONS: usize = 60;
+/// Each ILP's time limit when the user sets none, in seconds.
+pub const DEFAULT_ILP_LIMIT: f64 = 10.0;
+
+const RETRIES: usize = 3;
+
+impl Solver for Hiremate {
+    fn name(&self) -> &'static str {
+        "hiremate"
+    }
+
+    fn description(&self) -> &'static str {
+        "HiRemate (Zhao 2024): H-Partition into nested clusters, H-ILP options bottom-up, any graph"
+    }
+
+    fn views(&self) -> &'static [View] {
+        &[View::Graph]
+    }
+
+    fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
+        let g = match problem {
+            Problem::Graph(g) => g,
+            Problem::Chain(_) => return Err(SolveError::NotApplicable { solver: "hiremate", view: View::Chain }),
+        };
+        let infeasible = |e: IlpError| SolveError::Infeasible { budget, reason: e.to_string() };
+        let prepared = Prepared::new(g, &HPartitionConfig::default(), options.time_limit).map_err(infeasible)?;
+        prepared.schedule(budget, options)
+    }
+}
+
+inventory::submit!(pebble_solve::Registration(&Hiremate));
+
+/// One option of a cluster, in its local compute ids.
+#[derive(Debug, Clone, PartialEq)]
+struct ClusterOption {
+    forward: Vec<Step>,
+    backward: Vec<Step>,
+    fwd_time: f64,
+    bwd_time: f64,
+    /// Above the outputs and the phantom, during the forward part.
+    fwd_overhead: u64,
+    /// Above what is resident before the backward part and what it allocates.
+    bwd_overhead: u64,
+    phantom: u64,
+    /// Local data ids of the interface activations the backward part reads.
+    reads: Vec<usize>,
+}
+
+/// A cluster's options, and its fast forward.
+#[derive(Debug, Clone)]
+struct ClusterOptions {
+    options: Vec<ClusterOption>,
+    ff_time: f64,
+    ff_overhead: u64,
+}
+
+/// A graph partitioned, every non-top cluster's options built.
+pub struct Prepared<'g> {
+    g: &'g TrainingGraph,
+    built: Arc<Built>,
+}
+
+/// What [`Prepared`] computes once per graph (and keeps for the next budget: `pebble
+/// plan` bisects for the least feasible budget and `pebble sweep` tries many).
+pub struct Built {
+    /// The partition.
+    pub h: Hierarchy,
+    rep: Vec<usize>,
+    subs: Vec<SubGraph>,
+    options: Vec<Option<ClusterOptions>>,
+    limit: f64,
+}
+
+impl std::ops::Deref for Prepared<'_> {
+    type Target = Built;
+    fn deref(&self) -> &Built {
+        &self.built
+    }
+}
+
+type Cache = Mutex<HashMap<(u64, u64), Arc<Built>>>;
+
+fn cache() -> &'static Cache {
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// A hash of everything a plan depends on: the graph, its costs and sizes.
+pub(crate) fn graph_key(g: &TrainingGraph) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    g.to_json().hash(&mut hasher);
+    hasher.finish()
+}
+
+impl<'g> Prepared<'g> {
+    /// Partitions `g` and builds the options of every cluster below the top.
+    pub fn new(g: &'g TrainingGraph, cfg: &HPartitionConfig, time_limit: Option<f64>) -> Result<Prepared<'g>, IlpError> {
+        g.validate().map_err(|e| IlpError::InvalidGraph(e.to_string()))?;
+        let limit = time_limit.unwrap_or(DEFAULT_ILP_LIMIT);
+        let key = (graph_key(g), limit.to_bits() ^ (cfg.max_sub as u64) << 32 ^ cfg.max_top as u64);
+        if let Some(built) = cache().lock().expect("cache").get(&key) {
+            return Ok(Prepared { g, built: built.clone() });
+        }
+        let h = h_partition(g, cfg).map_err(|e| IlpError::InvalidGraph(e.to_string()))?;
+        let rep = identical_clusters(g, &h);
+        let subs = h.clusters.iter().map(|c| SubGraph::extract(g, &c.ops)).collect::<Result<Vec<_>, _>>()?;
+        let mut p = Built { options: vec![None; h.clusters.len()], h, rep, subs, limit };
+        let trace = std::env::var_os("PEBBLE_TRACE").is_some();
+        for c in 0..p.h.clusters.len() {
+            if c != p.h.top && p.rep[c] == c {
+                let t = std::time::Instant::now();
+                let o = p.cluster_options(c)?;
+                if trace {
+                    eprintln!(
+                        "cluster {c}: {} parts, {} ops, {} options, {:.2} s",
+                        p.h.clusters[c].parts.len(),
+                        p.h.clusters[c].ops.len(),
+                        o.options.len(),
+                        t.elapsed().as_secs_f64()
+                    );
+                }
+                p.options[c] = Some(o);
+            }
+        }
+        let built = Arc::new(p);
+        cache().lock().expect("cache").insert(key, built.clone());
+        Ok(Prepared { g, built })
+    }
+}
+
+impl Built {
+    /// The options of cluster `c`'s class.
+    fn options_of(&self, c: usize) -> &ClusterOptions {
+        self.options[self.rep[c]].as_ref().expect("children are solved before parents")
+    }
+
+    /// Cluster `c` as an H-graph, and how to expand its cNodes' options into local steps.
+    fn hgraph(&self, c: usize) -> Result<(HGraph, Vec<Expand>), IlpError> {
+        let sub = &self.subs[c];
+        let lg = &sub.graph;
+        let cluster = &self.h.clusters[c];
+        // Part of each local compute node (None: the loss).
+        let mut global_to_local: HashMap<usize, usize> = HashMap::new();
+        for (l, k) in sub.compute.iter().enumerate() {
+            if let Some(k) = k {
+                global_to_local.insert(*k, l);
+            }
+        }
+        let mut part_of: Vec<Option<usize>> = vec![None; lg.compute.len()];
+        for (pi, part) in cluster.parts.iter().enumerate() {
+            let ops: Vec<usize> = match *part {
+                Part::Op(k) => vec![k],
+                Part::Cluster(cc) => self.h.clusters[cc].ops.clone(),
+            };
+            for k in ops {
+                let l = global_to_local[&k];
+                part_of[l] = Some(pi);
+            }
+        }
+        for (l, node) in lg.compute.iter().enumerate() {
+            if node.kind == ComputeKind::Backward {
+                part_of[l] = node.forward.and_then(|f| part_of[f]);
+            }
+        }
+        // aNodes: tracked, not saved, not inside a single cluster part.
+        let live = Liveness::new(lg);
+        let mut touch: Vec<Vec<Option<usize>>> = vec![Vec::new(); lg.data.len()];
+        for (l, node) in lg.compute.iter().enumerate() {
+            for &d in node.inputs.iter().chain(&node.outputs) {
+                touch[d].push(part_of[l]);
+            }
+        }
+        let is_cluster_part = |p: usize| matches!(cluster.parts[p], Part::Cluster(_));
+        let mut anode = vec![usize::MAX; lg.data.len()];
+        let mut sizes = Vec::new();
+        for d in 0..lg.data.len() {
+            if !live.tracked(d) || lg.data[d].kind == DataKind::Saved {
+                continue;
+            }
+            let t = &touch[d];
+            let internal = match t.first() {
+                Some(&Some(p)) => is_cluster_part(p) && t.iter().all(|&x| x == Some(p)),
+                _ => false,
+            };
+            if !internal {
+                anode[d] = sizes.len();
+                sizes.push(lg.data[d].size);
+            }
+        }
+        let an = |ids: &mut dyn Iterator<Item = &usize>| -> Vec<usize> {
+            let mut v: Vec<usize> = ids.filter(|&&d| anode[d] != usize::MAX).map(|&d| anode[d]).collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        let mut nodes = Vec::new();
+        let mut expand = Vec::new();
+        let np = cluster.parts.len();
+        let part_of = &part_of;
+        let fwd_nodes = |p: usize| (0..sub.loss).filter(move |&l| part_of[l] == Some(p));
+        let bwd_nodes = |p: usize| (sub.loss + 1..lg.compute.len()).filter(move |&l| part_of[l] == Some(p));
+        // Forward cNodes.
+        for p in 0..np {
+            match cluster.parts[p] {
+                Part::Op(_) => {
+                    let l = fwd_nodes(p).next().expect("an op part has its forward");
+                    let node = &lg.compute[l];
+                    let saved: u64 = node
+                        .outputs
+                        .iter()
+                        .filter(|&&d| lg.data[d].kind == DataKind::Saved)
+                        .map(|&d| lg.data[d].size)
+                        .sum();
+                    let one = |phantom| HOption { time: node.time, overhead: node.tmp, phantom, reads: Vec::new() };
+                    let options = if saved > 0 { vec![one(saved), one(0)] } else { vec![one(0)] };
+                    nodes.push(HNode {
+                        kind: HKind::Forward { pair: p },
+                        inputs: an(&mut node.inputs.iter()),
+                        outputs: an(&mut node.outputs.iter()),
+                        options,
+                    });
+                    expand.push(Expand::OpForward(l));
+                }
+                Part::Cluster(cc) => {
+                    let co = self.options_of(cc);
+                    let child = &self.subs[cc];
+                    let ls: Vec<usize> = fwd_nodes(p).collect();
+                    let outputs = an(&mut ls.iter().flat_map(|&l| lg.compute[l].outputs.iter()));
+                    // What one op of the part makes and another reads is not an input.
+                    let mut inputs = an(&mut ls.iter().flat_map(|&l| lg.compute[l].inputs.iter()));
+                    inputs.retain(|d| !outputs.contains(d));
+                    let mut options: Vec<HOption> = co
+                        .options
+                        .iter()
+                        .map(|o| HOption { time: o.fwd_time, overhead: o.fwd_overhead, phantom: o.phantom, reads: Vec::new() })
+                        .collect();
+                    options.push(HOption { time: co.ff_time, overhead: co.ff_overhead, phantom: 0, reads: Vec::new() });
+                    nodes.push(HNode { kind: HKind::Forward { pair: p }, inputs, outputs, options });
+                    expand.push(Expand::Cluster { child: cc, forward: true, map: self.local_map(child, &global_to_local) });
+                }
+            }
+        }
+        // The loss.
+        let loss = &lg.compute[sub.loss];
+        nodes.push(HNode {
+            kind: HKind::Loss,
+            inputs: an(&mut loss.inputs.iter()),
+            outputs: an(&mut loss.outputs.iter()),
+            options: vec![HOption { time: loss.time, overhead: loss.tmp, phantom: 0, reads: Vec::new() }],
+        });
+        expand.push(Expand::Loss(sub.loss));
+        // Backward cNodes, last part first.
+        for p in (0..np).rev() {
+            let ls: Vec<usize> = bwd_nodes(p).collect();
+            if ls.is_empty() {
+                continue;
+            }
+            match cluster.parts[p] {
+                Part::Op(_) => {
+                    let node = &lg.compute[ls[0]];
+                    nodes.push(HNode {
+                        kind: HKind::Backward { pair: p },
+                        inputs: an(&mut node.inputs.iter()),
+                        outputs: an(&mut node.outputs.iter()),
+                        options: vec![HOption { time: node.time, overhead: node.tmp, phantom: 0, reads: Vec::new() }],
+                    });
+                    expand.push(Expand::OpBackward(ls[0]));
+                }
+                Part::Cluster(cc) => {
+                    let co = self.options_of(cc);
+                    let child = &self.subs[cc];
+                    // Always read: the gradients that come back; per option: interface
+                    // activations its backward part reads.
+                    let grads: Vec<usize> = child.grads_in.iter().map(|&d| child.data[d]).collect();
+                    let to_local = |gd: usize| sub.data.iter().position(|&x| x == gd);
+                    let outputs = an(&mut ls.iter().flat_map(|&l| lg.compute[l].outputs.iter()));
+                    let mut inputs = an(&mut grads.iter().filter_map(|&gd| to_local(gd)).collect::<Vec<_>>().iter());
+                    inputs.retain(|d| !outputs.contains(d));
+                    let options = co
+                        .options
+                        .iter()
+                        .map(|o| HOption {
+                            time: o.bwd_time,
+                            overhead: o.bwd_overhead,
+                            phantom: 0,
+                            reads: an(&mut o.reads.iter().filter_map(|&cd| to_local(child.data[cd])).collect::<Vec<_>>().iter()),
+                        })
+                        .collect();
+                    nodes.push(HNode { kind: HKind::Backward { pair: p }, inputs, outputs, options });
+                    expand.push(Expand::Cluster { child: cc, forward: false, map: self.local_map(child, &global_to_local) });
+                }
+            }
+        }
+        Ok((HGraph { nodes, sizes }, expand))
+    }
+
+    /// Maps a child's local compute ids (through its class representative's) to this
+    /// cluster's local ids.
+    fn local_map(&self, child: &SubGraph, global_to_local: &HashMap<usize, usize>) -> Vec<usize> {
+        child.compute.iter().map(|k| k.and_then(|k| global_to_local.get(&k).copied()).unwrap_or(usize::MAX)).collect()
+    }
+
+    /// Expands an H-ILP solution into local steps.
+    fn steps(&self, remap: &[Vec<usize>], expand: &[Expand], seq: &[(usize, usize)]) -> Vec<Step> {
+        let mut out = Vec::new();
+        for &(k, o) in seq {
+            let o = remap[k][o];
+            match &expand[k] {
+                Expand::OpForward(l) => out.push((*l, o == 1)),
+                Expand::OpBackward(l) | Expand::Loss(l) => out.push((*l, false)),
+                Expand::Cluster { child, forward, map } => {
+                    let co = self.options_of(*child);
+                    let steps: Vec<Step> = if *forward && o == co.options.len() {
+                        (0..self.subs[*child].loss).map(|l| (l, true)).collect()
+                    } else if *forward {
+                        co.options[o].forward.clone()
+                    } else {
+                        co.options[o].backward.clone()
+                    };
+                    out.extend(steps.into_iter().map(|(l, ng)| (map[l], ng)));
+                }
+            }
+        }
+        out
+    }
+
+    /// Solves cluster `c` at several budgets: its options.
+    fn cluster_options(&mut self, c: usize) -> Result<ClusterOptions, IlpError> {
+        let (h, expand) = self.hgraph(c)?;
+        let (h, remap) = select_options(h);
+        let sub = &self.subs[c];
+        let lg = &sub.graph;
+        let live = Liveness::new(lg);
+        let all: Vec<Step> = (0..lg.compute.len()).map(|k| (k, false)).collect();
+        let max_peak = live.replay(&all).iter().map(|p| p.0).max().unwrap_or(0);
+        let min_peak = min_need(&h);
+        let budgets = linspace(min_peak, max_peak.max(min_peak), BUDGETS);
+        let limit = self.limit;
+        let results: Vec<Result<hilp::HSolution, IlpError>> = std::thread::scope(|s| {
+            let half = budgets.len().div_ceil(2);
+            let (a, b) = budgets.split_at(half);
+            let hh = &h;
+            let ha = s.spawn(move || a.iter().map(|&m| hilp::solve(hh, m, None, Some(limit))).collect::<Vec<_>>());
+            let mut rb: Vec<_> = b.iter().map(|&m| hilp::solve(hh, m, None, Some(limit))).collect();
+            let mut ra = ha.join().expect("a solver thread panicked");
+            ra.append(&mut rb);
+            ra
+        });
+        let mut options: Vec<ClusterOption> = Vec::new();
+        for r in results {
+            let sol = match r {
+                Ok(s) => s,
+                Err(IlpError::Infeasible) | Err(IlpError::NoSolution { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            let steps = self.steps(&remap, &expand, &sol.seq);
+            let Some(at) = steps.iter().position(|&(k, _)| k == sub.loss) else { continue };
+            let (forward, backward) = (steps[..at].to_vec(), steps[at + 1..].to_vec());
+            if options.iter().any(|o| o.forward == forward && o.backward == backward) {
+                continue;
+            }
+            options.push(option_of(sub, &live, forward, backward));
+        }
+        if options.is_empty() {
+            // Store-all always exists.
+            let forward: Vec<Step> = (0..sub.loss).map(|k| (k, false)).collect();
+            let backward: Vec<Step> = (sub.loss + 1..lg.compute.len()).map(|k| (k, false)).collect();
+            options.push(option_of(sub, &live, forward, backward));
+        }
+        let mut ff: Vec<Step> = (0..sub.loss).map(|k| (k, true)).collect();
+        ff.push((sub.loss, false));
+        let r = live.replay(&ff);
+        let outs: u64 = sub.outputs.iter().map(|&d| lg.data[d].size).sum();
+        let ff_peak = r[..sub.loss].iter().map(|p| p.0).max().unwrap_or(0);
+        Ok(ClusterOptions {
+            options,
+            ff_time: (0..sub.loss).map(|k| lg.compute[k].time).sum(),
+            ff_overhead: ff_peak.saturating_sub(outs),
+        })
+    }
+
+}
+
+impl Prepared<'_> {
+    /// Bytes resident whatever the schedule: static memory and inputs.
+    pub fn fixed(&self) -> u64 {
+        self.g.static_bytes()
+            + self.g.data.iter().filter(|d| d.kind == DataKind::Input).map(|d| d.size).sum::<u64>()
+    }
+
+    /// Solves the top cluster within `budget` bytes.
+    pub fn schedule(&self, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
+        let infeasible = |reason: String| SolveError::Infeasible { budget, reason };
+        let top = self.h.top;
+        let (h, expand) = self.hgraph(top).map_err(|e| infeasible(e.to_string()))?;
+        let (h, remap) = select_options(h);
+        let sub = &self.subs[top];
+        let live = Liveness::new(self.g);
+        let fixed = self.fixed();
+        let config = SimConfig { budget: None, bandwidth: options.bandwidth, timeline: false };
+        let mut slack = 0u64;
+        for _ in 0..=RETRIES {
+            let memory = budget
+                .checked_sub(fixed + slack)
+                .ok_or_else(|| infeasible(format!("{fixed} bytes are fixed (static memory and inputs)")))?;
+            let sol = match hilp::solve(&h, memory, None, Some(options.time_limit.unwrap_or(self.limit * 6.0))) {
+                Ok(s) => s,
+                Err(IlpError::Infeasible) => {
+                    return Err(infeasible(format!(
+                        "the top H-ILP ({} cNodes) has no solution in {memory} bytes",
+                        h.nodes.len()
+                    )))
+                }
+                Err(e @ IlpError::NoSolution { .. }) => {
+                    return Err(SolveError::TooLarge { solver: "hiremate", why: e.to_string() })
+                }
+                Err(e) => return Err(infeasible(e.to_string())),
+            };
+            let steps: Vec<Step> = self
+                .steps(&remap, &expand, &sol.seq)
+                .into_iter()
+                .map(|(l, ng)| (sub.compute[l].expect("the top holds the real loss"), ng))
+                .collect();
+            let schedule = live.schedule(&steps);
+            match pebble_sim::simulate_graph(self.g, &schedule, &config) {
+                Ok(r) if r.peak_bytes > budget => slack += r.peak_bytes - budget,
+                _ => return Ok(schedule),
+            }
+        }
+        Err(infeasible(format!("the schedules exceed the budget in simulation even {slack} bytes below it")))
+    }
+}
+
+/// How a cNode of a cluster's H-graph becomes steps.
+#[derive(Debug, Clone)]
+enum Expand {
+    OpForward(usize),
+    OpBackward(usize),
+    Loss(usize),
+    /// A sub-cluster: its options' parts, mapped from its local ids to ours.
+    Cluster { child: usize, forward: bool, map: Vec<usize> },
+}
+
+fn option_of(sub: &SubGraph, live: &Liveness<'_>, forward: Vec<Step>, backward: Vec<Step>) -> ClusterOption {
+    let lg = &sub.graph;
+    let mut seq = forward.clone();
+    seq.push((sub.loss, false));
+    seq.extend_from_slice(&backward);
+    let r = live.replay(&seq);
+    let nf = forward.len();
+    let size = |ids: &[usize]| ids.iter().map(|&d| lg.data[d].size).sum::<u64>();
+    let outs = size(&sub.outputs);
+    let after_forward = if nf == 0 { 0 } else { r[nf - 1].1 };
+    let phantom = after_forward.saturating_sub(outs);
+    let fwd_peak = r[..nf].iter().map(|p| p.0).max().unwrap_or(0);
+    let reads: Vec<usize> = sub
+        .inputs
+        .iter()
+        .chain(&sub.outputs)
+        .copied()
+        .filter(|&d| backward.iter().any(|&(k, _)| lg.compute[k].inputs.contains(&d)))
+        .collect();
+    let outputs_read: u64 = reads.iter().filter(|d| sub.outputs.contains(d)).map(|&d| lg.data[d].size).sum();
+    let bwd_peak = r[nf + 1..].iter().map(|p| p.0).max().unwrap_or(0);
+    let at_start = phantom + size(&sub.grads_in) + outputs_read;
+    let time = |s: &[Step]| s.iter().map(|&(k, _)| lg.compute[k].time).sum::<f64>();
+    ClusterOption {
+        fwd_time: time(&forward),
+        bwd_time: time(&backward),
+        fwd_overhead: fwd_peak.saturating_sub(outs + phantom),
+        bwd_overhead: bwd_peak.saturating_sub(at_start + size(&sub.grads_out)),
+        phantom,
+        reads,
+        forward,
+        backward,
+    }
+}
+
+/// The least any cNode needs alone: its inputs and outputs, and its cheapest option.
+fn min_need(h: &HGraph) -> u64 {
+    h.nodes
+        .iter()
+        .map(|n| {
+            let io: u64 = n.inputs.iter().chain(&n.outputs).map(|&d| h.sizes[d]).sum();
+            io + n.options.iter().map(|o| o.overhead + o.phantom).min().unwrap_or(0)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+fn linspace(lo: u64, hi: u64, n: usize) -> Vec<u64> {
+    if n <= 1 || hi <= lo {
+        return vec![hi.max(lo)];
+    }
+    let mut v: Vec<u64> = (0..n).map(|i| lo + ((hi - lo) as f64 * i as f64 / (n - 1) as f64).round() as u64).collect();
+    v.dedup();
+    v
+}
+
+/// Option selection (§3.4.5): at most [`MAX_OPTIONS`] over the H-graph, each pair at
+/// least one, in proportion to its count, chosen by spread on the phantom. A forward's
+/// fast-forward options (beyond its backward's) are always kept.
+fn select_options(mut h: HGraph) -> (HGraph, Vec<Vec<usize>>) {
+    let mut remap: Vec<Vec<usize>> = h.nodes.iter().map(|n| (0..n.options.len()).collect()).collect();
+    let pairs: Vec<(usize, usize)> = (0..h.nodes.len())
+        .filter_map(|f| {
+            let HKind::Forward { pair } = h.nodes[f].kind else { return None };
+            let b = h.nodes.iter().position(|n| n.kind == HKind::Backward { pair })?;
+            Some((f, b))
+        })
+        .collect();
+    let total: usize = pairs.iter().map(|&(_, b)| h.nodes[b].options.len()).sum();
+    if total <= MAX_OPTIONS {
+        return (h, remap);
+    }
+    for &(f, b) in &pairs {
+        let nb = h.nodes[b].options.len();
+        let quota = ((MAX_OPTIONS * nb) as f64 / total as f64).floor().max(1.0) as usize;
+        if nb <= quota {
+            continue;
+        }
+        let values: Vec<u64> = (0..nb).map(|o| h.nodes[f].options[o].phantom).collect();
+        let keep = spread(&values, quota);
+        let nf = h.nodes[f].options.len();
+        let mut fkeep = keep.clone();
+        fkeep.extend(nb..nf);
+        h.nodes[f].options = fkeep.iter().map(|&o| h.nodes[f].options[o].clone()).collect();
+        h.nodes[b].options = keep.iter().map(|&o| h.nodes[b].options[o].clone()).collect();
+        remap[f] = fkeep;
+        remap[b] = keep;
+    }
+    (h, remap)
+}
+
+/// The spread greedy (§3.4.5, Fig. 3.7): the largest value, the smallest, then the one
+/// closest to the middle of the widest gap between chosen values, and so on. Returns
+/// indices, in the order chosen.
+pub fn spread(values: &[u64], quota: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(values[i]), i));
+    let mut chosen: Vec<usize> = Vec::new();
+    if order.is_empty() || quota == 0 {
+        return chosen;
+    }
+    chosen.push(order[0]);
+    if quota >= 2 && order.len() >= 2 {
+        chosen.push(*order.last().expect("nonempty"));
+    }
+    while chosen.len() < quota.min(values.len()) {
+        let mut vals: Vec<u64> = chosen.iter().map(|&i| values[i]).collect();
+        vals.sort_unstable();
+        // The widest gap between consecutive chosen values, and its middle.
+        let (lo, hi) = vals.windows(2).map(|w| (w[0], w[1])).max_by_key(|&(a, b)| (b - a, std::cmp::Reverse(a))).unwrap_or((0, 0));
+        let mid = (lo + hi) as f64 / 2.0;
+        let next = (0..values.len())
+            .filter(|i| !chosen.contains(i))
+            .min_by(|&a, &b| {
+                let da = (values[a] as f64 - mid).abs();
+                let db = (values[b] as f64 - mid).abs();
+                da.total_cmp(&db).then(a.cmp(&b))
+            })
+            .expect("fewer chosen than values");
+        chosen.push(next);
+    }
+    chosen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spread;
+
+    /// The research digest's §8.3 B: peaks {100, 90, 80, 55, 50, 20, 10}, quota 3 →
+    /// 100, then 10, then 55 (closest to the middle, 55).
+    #[test]
+    fn spread_picks_the_extremes_then_the_middle() {
+        let v = [100, 90, 80, 55, 50, 20, 10];
+        let picked: Vec<u64> = spread(&v, 3).iter().map(|&i| v[i]).collect();
+        assert_eq!(picked, vec![100, 10, 55]);
+    }
+}
+

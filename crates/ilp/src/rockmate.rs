@@ -1,0 +1,444 @@
+//! `rockmate`: Zhao's Rockmate (thesis ch. 2; research digest §2.3–§2.9).
+//!
+//! 1. **Blocks** ([`sequential_blocks`]): the forward graph is cut wherever a single
+//!    activation crosses, and each block becomes a standalone piece ([`SubGraph`]) with a
+//!    stand-in loss. Identical blocks (same ops, sizes, times and wiring) are solved once.
+//! 2. **rk-Checkmate** ([`hilp::solve`] on the block's bottom H-graph, with a save budget):
+//!    per unique block, over a grid of `(M_peak, M_save)` budgets (default 10 × 10):
+//!    `M_peak` evenly spaced from the least any single node needs to the block's
+//!    store-all peak, `M_save` from what must be resident at the loss (the block's
+//!    outputs and the gradients that come back) to `M_peak`. Each solution is an
+//!    *option*: a forward part (before the stand-in loss) and a backward part (after).
+//!    Identical solutions are merged, infeasible budgets give none.
+//! 3. **rk-Rotor** ([`pebble_solve::rk_rotor`]): the DP over the blocks, each with its
+//!    options and the fast forward `F⁰` (every node without grad), within the budget left
+//!    after static memory and inputs.
+//! 4. The DP's sequence is expanded into compute nodes; frees come from liveness; the
+//!    simulator scores the schedule. Should it exceed the budget (the DP rounds sizes
+//!    up, so only through a modelling gap), the DP runs again on a smaller budget.
+//!
+//! Each option records what rk-Rotor needs, measured by replaying it on its block (the
+//! simulator's count, [`Liveness::replay`]): forward and backward time, the peak of
+//! each part, and what the forward part leaves for the backward.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use pebble_graph::{ComputeKind, DataKind, TrainingGraph};
+use pebble_schedule::{Schedule, View};
+use pebble_sim::SimConfig;
+use pebble_solve::rk_rotor::{self, BlockOption, FastForward, RkBlock, RkChain, RkLoss, RkOp};
+use pebble_solve::{Problem, Slots, SolveError, SolveOptions, Solver};
+
+use crate::hgraph::HGraph;
+use crate::hilp;
+use crate::sequence::{Liveness, Step};
+use crate::subgraph::{sequential_blocks, SubGraph};
+use crate::IlpError;
+
+/// Rockmate (see the module docs).
+pub struct Rockmate;
+
+/// The default `(#M_peak, #M_save)` grid (the thesis' experiments: 10 × 10).
+pub const GRID: (usize, usize) = (10, 10);
+
+/// Each rk-Checkmate ILP's time limit when the user sets none, in seconds.
+pub const DEFAULT_ILP_LIMIT: f64 = 20.0;
+
+const RETRIES: usize = 3;
+
+/// Blocks with more compute nodes than this get a 3 × 3 grid.
+pub const LARGE_BLOCK: usize = 50;
+/// Blocks with more compute nodes than this get no ILP: store-all and the fast forward.
+pub const MAX_ILP_NODES: usize = 160;
+
+impl Solver for Rockmate {
+    fn name(&self) -> &'static str {
+        "rockmate"
+    }
+
+    fn description(&self) -> &'static str {
+        "Rockmate (Zhao 2023): rk-Checkmate ILP options per unique block (10×10 budgets), combined by the rk-Rotor DP"
+    }
+
+    fn views(&self) -> &'static [View] {
+        &[View::Graph]
+    }
+
+    fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
+        let g = match problem {
+            Problem::Graph(g) => g,
+            Problem::Chain(_) => return Err(SolveError::NotApplicable { solver: "rockmate", view: View::Chain }),
+        };
+        let plan = Prepared::new(g, GRID, options.time_limit).map_err(|e| SolveError::Infeasible {
+            budget,
+            reason: e.to_string(),
+        })?;
+        plan.schedule(budget, options)
+    }
+}
+
+inventory::submit!(pebble_solve::Registration(&Rockmate));
+
+/// One option of a block, in the block's local compute ids.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlockPlan {
+    /// The forward part.
+    pub forward: Vec<Step>,
+    /// The backward part.
+    pub backward: Vec<Step>,
+    /// What rk-Rotor reads.
+    pub stats: BlockOption,
+}
+
+/// A unique block's options.
+#[derive(Debug, Clone)]
+pub struct BlockOptions {
+    /// Its fast forward (`F⁰`).
+    pub f0: FastForward,
+    /// Its options.
+    pub options: Vec<BlockPlan>,
+    /// ILPs solved, and how many of them to optimality.
+    pub solved: (usize, usize),
+}
+
+/// A graph cut into blocks, each unique block's options built: everything but the DP.
+pub struct Prepared<'g> {
+    g: &'g TrainingGraph,
+    built: Arc<Blocks>,
+}
+
+impl std::ops::Deref for Prepared<'_> {
+    type Target = Blocks;
+    fn deref(&self) -> &Blocks {
+        &self.built
+    }
+}
+
+type Cache = Mutex<HashMap<(u64, u64), Arc<Blocks>>>;
+
+fn cache() -> &'static Cache {
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// The blocks of a graph and their options, computed once per graph, grid and time
+/// limit (and kept for the next budget: `pebble plan` bisects for the least feasible
+/// budget, `pebble sweep` tries many).
+pub struct Blocks {
+    /// The blocks.
+    pub blocks: Vec<SubGraph>,
+    /// For each block, its class (index into `classes`).
+    pub class_of: Vec<usize>,
+    /// Each class's options.
+    pub classes: Vec<BlockOptions>,
+    /// Seconds spent building the options.
+    pub seconds: f64,
+}
+
+impl<'g> Prepared<'g> {
+    /// Cuts `g` into blocks and builds every unique block's options.
+    pub fn new(g: &'g TrainingGraph, grid: (usize, usize), time_limit: Option<f64>) -> Result<Prepared<'g>, IlpError> {
+        let started = Instant::now();
+        g.validate().map_err(|e| IlpError::InvalidGraph(e.to_string()))?;
+        let limit = time_limit.unwrap_or(DEFAULT_ILP_LIMIT);
+        let key = (crate::hiremate::graph_key(g), limit.to_bits() ^ ((grid.0 as u64) << 48) ^ ((grid.1 as u64) << 40));
+        if let Some(built) = cache().lock().expect("cache").get(&key) {
+            return Ok(Prepared { g, built: built.clone() });
+        }
+        let blocks: Vec<SubGraph> =
+            sequential_blocks(g).iter().map(|b| SubGraph::extract(g, b)).collect::<Result<_, _>>()?;
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        let mut class_of = Vec::with_capacity(blocks.len());
+        let mut representatives = Vec::new();
+        for (i, b) in blocks.iter().enumerate() {
+            let next = seen.len();
+            let c = *seen.entry(b.signature()).or_insert(next);
+            if c == representatives.len() {
+                representatives.push(i);
+            }
+            class_of.push(c);
+        }
+        let classes = representatives
+            .iter()
+            .map(|&i| block_options(&blocks[i], grid, limit))
+            .collect::<Result<Vec<_>, _>>()?;
+        let built = Arc::new(Blocks { blocks, class_of, classes, seconds: started.elapsed().as_secs_f64() });
+        cache().lock().expect("cache").insert(key, built.clone());
+        Ok(Prepared { g, built })
+    }
+
+    /// rk-Rotor's chain.
+    pub fn chain(&self) -> RkChain {
+        let g = self.g;
+        let blocks = self
+            .blocks
+            .iter()
+            .zip(&self.class_of)
+            .map(|(b, &c)| {
+                let class = &self.classes[c];
+                RkBlock {
+                    x_in: bytes(&b.graph, &b.inputs),
+                    delta_out: bytes(&b.graph, &b.grads_in),
+                    f0: class.f0.clone(),
+                    options: class.options.iter().map(|o| o.stats.clone()).collect(),
+                }
+            })
+            .collect();
+        let l = g.loss().expect("validated");
+        let node = &g.compute[l];
+        let live = Liveness::new(g);
+        let peak: u64 = node.inputs.iter().chain(&node.outputs).filter(|&&d| live.tracked(d)).map(|&d| g.data[d].size).sum::<u64>()
+            + node.tmp;
+        RkChain { blocks, loss: RkLoss { time: node.time, peak } }
+    }
+
+    /// Bytes resident for the whole step whatever the schedule: static memory and inputs.
+    pub fn fixed(&self) -> u64 {
+        self.g.static_bytes()
+            + self.g.data.iter().filter(|d| d.kind == DataKind::Input).map(|d| d.size).sum::<u64>()
+    }
+
+    /// The compute sequence of rk-Rotor's plan.
+    fn expand(&self, ops: &[RkOp]) -> Vec<Step> {
+        let mut seq = Vec::new();
+        let global = |b: &SubGraph, steps: &[Step], seq: &mut Vec<Step>| {
+            for &(k, ng) in steps {
+                seq.push((b.compute[k].expect("a block's own node"), ng));
+            }
+        };
+        for op in ops {
+            match *op {
+                RkOp::FastForward(s) => {
+                    let b = &self.blocks[s];
+                    for k in 0..b.loss {
+                        seq.push((b.compute[k].expect("forward"), true));
+                    }
+                }
+                RkOp::Forward { block, option } => {
+                    let plan = &self.classes[self.class_of[block]].options[option];
+                    global(&self.blocks[block], &plan.forward, &mut seq);
+                }
+                RkOp::Backward { block, option } => {
+                    let plan = &self.classes[self.class_of[block]].options[option];
+                    global(&self.blocks[block], &plan.backward, &mut seq);
+                }
+                RkOp::Loss => seq.push((self.g.loss().expect("validated"), false)),
+            }
+        }
+        seq
+    }
+
+    /// The schedule within `budget` bytes.
+    pub fn schedule(&self, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
+        let fixed = self.fixed();
+        let infeasible = |reason: String| SolveError::Infeasible { budget, reason };
+        let chain = self.chain();
+        let slots = match options.slots {
+            Slots::Count(s) => Some(s),
+            Slots::Exact => None,
+        };
+        let live = Liveness::new(self.g);
+        let config = SimConfig { budget: None, bandwidth: options.bandwidth, timeline: false };
+        let mut slack = 0u64;
+        for _ in 0..=RETRIES {
+            let memory = budget.saturating_sub(fixed).saturating_sub(slack);
+            let Some(sol) = rk_rotor::rk_rotor(&chain, memory, slots) else {
+                return Err(infeasible(format!(
+                    "rk-Rotor finds no sequence of the {} blocks' options in {memory} bytes ({fixed} bytes are fixed: \
+                     static memory and inputs)",
+                    self.blocks.len()
+                )));
+            };
+            let schedule = live.schedule(&self.expand(&sol.ops));
+            match pebble_sim::simulate_graph(self.g, &schedule, &config) {
+                Ok(r) if r.peak_bytes > budget => slack += r.peak_bytes - budget,
+                _ => return Ok(schedule),
+            }
+        }
+        Err(infeasible(format!("the schedules exceed the budget in simulation even {slack} bytes below it")))
+    }
+}
+
+fn bytes(g: &TrainingGraph, ids: &[usize]) -> u64 {
+    ids.iter().map(|&d| g.data[d].size).sum()
+}
+
+/// Evenly spaced values from `lo` to `hi`, both included (one value if `n` is 1).
+fn linspace(lo: u64, hi: u64, n: usize) -> Vec<u64> {
+    if n <= 1 || hi <= lo {
+        return vec![hi.max(lo)];
+    }
+    (0..n).map(|i| lo + ((hi - lo) as f64 * i as f64 / (n - 1) as f64).round() as u64).collect()
+}
+
+/// The options of one block: rk-Checkmate over the budget grid.
+pub fn block_options(b: &SubGraph, grid: (usize, usize), limit: f64) -> Result<BlockOptions, IlpError> {
+    let g = &b.graph;
+    let (h, _) = HGraph::bottom(g)?;
+    let live = Liveness::new(g);
+    let n = g.compute.len();
+    let loss = b.loss;
+    let x_in = bytes(g, &b.inputs);
+    let out_bytes = bytes(g, &b.outputs);
+    // Store-all: the top of the M_peak range.
+    let all: Vec<Step> = (0..n).map(|k| (k, false)).collect();
+    let max_peak = live.replay(&all).iter().map(|p| p.0).max().unwrap_or(0);
+    // The least any node needs alone: its inputs, outputs and temporary memory.
+    let min_peak = g
+        .compute
+        .iter()
+        .map(|c| {
+            c.inputs.iter().chain(&c.outputs).filter(|&&d| live.tracked(d)).map(|&d| g.data[d].size).sum::<u64>()
+                + c.tmp
+        })
+        .max()
+        .unwrap_or(0);
+    let min_save = out_bytes + bytes(g, &b.grads_in);
+    // rk-Checkmate's time grows fast with the block (a Transformer's decoder is one
+    // block of the sequential cut): a coarser grid for large blocks, and only the
+    // store-all option beyond [`MAX_ILP_NODES`] nodes (HiRemate is the answer there).
+    let grid = if n > MAX_ILP_NODES {
+        (0, 0)
+    } else if n > LARGE_BLOCK {
+        (grid.0.min(3), grid.1.min(3))
+    } else {
+        grid
+    };
+    let mut budgets = Vec::new();
+    for peak in linspace(min_peak, max_peak, grid.0).into_iter().filter(|_| grid.0 > 0) {
+        for save in linspace(min_save.min(peak), peak, grid.1) {
+            budgets.push((peak, save));
+        }
+    }
+    // Solve the grid on two threads.
+    let solve = |&(peak, save): &(u64, u64)| hilp::solve(&h, peak, Some(save), Some(limit));
+    let results: Vec<Result<hilp::HSolution, IlpError>> = std::thread::scope(|s| {
+        let half = budgets.len().div_ceil(2);
+        let (a, bb) = budgets.split_at(half);
+        let ha = s.spawn(|| a.iter().map(solve).collect::<Vec<_>>());
+        let mut rb: Vec<_> = bb.iter().map(solve).collect();
+        let mut ra = ha.join().expect("a solver thread panicked");
+        ra.append(&mut rb);
+        ra
+    });
+    let mut options: Vec<BlockPlan> = Vec::new();
+    let mut solved = (0, 0);
+    for r in results {
+        let sol = match r {
+            Ok(sol) => sol,
+            Err(IlpError::Infeasible) | Err(IlpError::NoSolution { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        solved.0 += 1;
+        solved.1 += usize::from(sol.optimal);
+        let steps: Vec<Step> =
+            sol.seq.iter().map(|&(k, o)| (k, g.compute[k].kind == ComputeKind::Forward && o == 1)).collect();
+        let Some(at) = steps.iter().position(|&(k, _)| k == loss) else { continue };
+        let forward = steps[..at].to_vec();
+        let backward = steps[at + 1..].to_vec();
+        if options.iter().any(|o| o.forward == forward && o.backward == backward) {
+            continue;
+        }
+        let stats = option_stats(b, &live, &forward, &backward, x_in);
+        options.push(BlockPlan { forward, backward, stats });
+    }
+    if options.is_empty() {
+        // Store-all: the ILP's solution at the top of the grid, always feasible.
+        let forward: Vec<Step> = (0..loss).map(|k| (k, false)).collect();
+        let backward: Vec<Step> = (loss + 1..n).map(|k| (k, false)).collect();
+        let stats = option_stats(b, &live, &forward, &backward, x_in);
+        options.push(BlockPlan { forward, backward, stats });
+    }
+    // F⁰: every forward node without grad.
+    let mut ff: Vec<Step> = (0..loss).map(|k| (k, true)).collect();
+    ff.push((loss, false));
+    let replay = live.replay(&ff);
+    let f0 = FastForward {
+        time: (0..loss).map(|k| g.compute[k].time).sum(),
+        peak: x_in + replay[..loss].iter().map(|p| p.0).max().unwrap_or(0),
+    };
+    Ok(BlockOptions { f0, options, solved })
+}
+
+fn option_stats(b: &SubGraph, live: &Liveness<'_>, forward: &[Step], backward: &[Step], x_in: u64) -> BlockOption {
+    let g = &b.graph;
+    let mut seq = forward.to_vec();
+    seq.push((b.loss, false));
+    seq.extend_from_slice(backward);
+    let replay = live.replay(&seq);
+    let nf = forward.len();
+    let time = |steps: &[Step]| steps.iter().map(|&(k, _)| g.compute[k].time).sum::<f64>();
+    let fwd_peak = x_in + replay[..nf].iter().map(|p| p.0).max().unwrap_or(0);
+    let after_forward = if nf == 0 { 0 } else { replay[nf - 1].1 };
+    let out_bytes = bytes(g, &b.outputs);
+    let read_by_backward = |ids: &[usize]| -> u64 {
+        ids.iter()
+            .filter(|&&d| backward.iter().any(|&(k, _)| g.compute[k].inputs.contains(&d)))
+            .map(|&d| g.data[d].size)
+            .sum()
+    };
+    // The block's input stays for the backward only if the backward reads it; its output
+    // is the next block's input, kept by the DP's sub-problem unless the backward reads it.
+    let input_kept = read_by_backward(&b.inputs);
+    let keep = after_forward.saturating_sub(out_bytes) + read_by_backward(&b.outputs) + input_kept;
+    let bwd_peak = input_kept + replay[nf + 1..].iter().map(|p| p.0).max().unwrap_or(0);
+    BlockOption { fwd_time: time(forward), bwd_time: time(backward), fwd_peak, keep, bwd_peak }
+}
+
+/// rk-Checkmate on the whole graph (one block): the H-ILP with fast-forward options and
+/// no save budget. Exact for the graph's list order, and as slow as Checkmate on big
+/// graphs; Rockmate runs it per block instead.
+pub struct RkCheckmate;
+
+impl Solver for RkCheckmate {
+    fn name(&self) -> &'static str {
+        "rk-checkmate"
+    }
+
+    fn description(&self) -> &'static str {
+        "rk-Checkmate's ILP (Zhao §2.4) on the whole graph: Checkmate plus fast forwards and temporary memory"
+    }
+
+    fn views(&self) -> &'static [View] {
+        &[View::Graph]
+    }
+
+    fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
+        let g = match problem {
+            Problem::Graph(g) => g,
+            Problem::Chain(_) => return Err(SolveError::NotApplicable { solver: "rk-checkmate", view: View::Chain }),
+        };
+        let infeasible = |reason: String| SolveError::Infeasible { budget, reason };
+        g.validate().map_err(|e| infeasible(e.to_string()))?;
+        let (h, _) = HGraph::bottom(g).map_err(|e| infeasible(e.to_string()))?;
+        let fixed = g.static_bytes() + g.data.iter().filter(|d| d.kind == DataKind::Input).map(|d| d.size).sum::<u64>();
+        let live = Liveness::new(g);
+        let config = SimConfig { budget: None, bandwidth: options.bandwidth, timeline: false };
+        let mut slack = 0u64;
+        for _ in 0..=RETRIES {
+            let memory = budget.checked_sub(fixed + slack).ok_or_else(|| {
+                infeasible(format!("{fixed} bytes are fixed (static memory and inputs)"))
+            })?;
+            let sol = match hilp::solve(&h, memory, None, options.time_limit) {
+                Ok(sol) => sol,
+                Err(IlpError::Infeasible) => return Err(infeasible("the rk-Checkmate ILP has no solution".into())),
+                Err(e @ IlpError::NoSolution { .. }) => {
+                    return Err(SolveError::TooLarge { solver: "rk-checkmate", why: e.to_string() })
+                }
+                Err(e) => return Err(infeasible(e.to_string())),
+            };
+            let steps: Vec<Step> =
+                sol.seq.iter().map(|&(k, o)| (k, g.compute[k].kind == ComputeKind::Forward && o == 1)).collect();
+            let schedule = live.schedule(&steps);
+            match pebble_sim::simulate_graph(g, &schedule, &config) {
+                Ok(r) if r.peak_bytes > budget => slack += r.peak_bytes - budget,
+                _ => return Ok(schedule),
+            }
+        }
+        Err(infeasible(format!("the schedules exceed the budget in simulation even {slack} bytes below it")))
+    }
+}
+
+inventory::submit!(pebble_solve::Registration(&RkCheckmate));

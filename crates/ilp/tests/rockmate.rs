@@ -1,0 +1,113 @@
+//! Rockmate and rk-Checkmate against Checkmate's optimum, checked by the simulator.
+
+use pebble_graph::{DataKind, TrainingGraph};
+use pebble_ilp::rockmate::Prepared;
+use pebble_sim::{SimConfig, SimReport};
+use pebble_solve::{Problem, SolveOptions};
+use pebble_zoo::ModelOptions;
+
+fn gpt(layers: usize, width: usize, seq: usize) -> TrainingGraph {
+    let o = ModelOptions {
+        layers: Some(layers),
+        width: Some(width),
+        heads: Some(2),
+        seq: Some(seq),
+        batch: Some(1),
+        ..Default::default()
+    };
+    pebble_zoo::build("gpt", &o).unwrap().graph
+}
+
+fn fixed(g: &TrainingGraph) -> u64 {
+    g.static_bytes() + g.data.iter().filter(|d| d.kind == DataKind::Input).map(|d| d.size).sum::<u64>()
+}
+
+fn run(name: &str, g: &TrainingGraph, budget: u64) -> Option<SimReport> {
+    let s = pebble_solve::solver(name).unwrap().solve(Problem::Graph(g), budget, &SolveOptions::default()).ok()?;
+    let r = pebble_sim::simulate_graph(g, &s, &SimConfig::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(r.peak_bytes <= budget, "{name}: peak {} over the budget {budget}", r.peak_bytes);
+    Some(r)
+}
+
+#[test]
+fn gpt_blocks_are_cut_at_each_residual_and_identical_layers_share_a_class() {
+    for layers in [1, 3] {
+        let g = gpt(layers, 16, 8);
+        let p = Prepared::new(&g, (2, 2), None).unwrap();
+        // wte | wpe, add | dropout | (attention | mlp) × layers | ln_f | lm_head
+        assert_eq!(p.blocks.len(), 5 + 2 * layers);
+        assert_eq!(p.classes.len(), 7);
+        assert_eq!(p.class_of[3], p.class_of[3 + 2 * (layers - 1)]);
+        for c in &p.classes {
+            assert!(!c.options.is_empty());
+        }
+    }
+}
+
+/// rk-Checkmate has every Checkmate schedule (and fast forwards besides), so on the whole
+/// graph it is never slower; Rockmate, restricted to block options, stays within 10% of
+/// Checkmate's optimum on a one-layer GPT at budgets down to 80% of the activation peak.
+#[test]
+fn rockmate_and_rk_checkmate_against_checkmate() {
+    let g = gpt(1, 64, 32);
+    let f = fixed(&g);
+    let peak = run("store-all", &g, u64::MAX).unwrap().peak_bytes;
+    let mut compared = 0;
+    for pct in [100u64, 90, 80] {
+        let budget = f + (peak - f) * pct / 100;
+        let check = run("checkmate", &g, budget);
+        let rk = run("rk-checkmate", &g, budget);
+        let rock = run("rockmate", &g, budget);
+        let hire = run("hiremate", &g, budget);
+        eprintln!(
+            "{pct}%: checkmate {:?} rk-checkmate {:?} rockmate {:?} hiremate {:?}",
+            check.as_ref().map(|r| r.makespan),
+            rk.as_ref().map(|r| r.makespan),
+            rock.as_ref().map(|r| r.makespan),
+            hire.as_ref().map(|r| r.makespan)
+        );
+        if let Some(c) = check {
+            let rk = rk.expect("rk-checkmate finds what checkmate finds");
+            assert!(rk.makespan <= c.makespan * (1.0 + 1e-6), "{pct}%");
+            if let Some(r) = rock {
+                assert!(r.makespan <= c.makespan * 1.10, "{pct}%: rockmate {} vs {}", r.makespan, c.makespan);
+                compared += 1;
+            }
+            if let Some(r) = hire {
+                assert!(r.makespan <= c.makespan * 1.10, "{pct}%: hiremate {} vs {}", r.makespan, c.makespan);
+            }
+        }
+    }
+    assert!(compared >= 2);
+}
+
+/// HiRemate plans graphs that are not sequential: the encoder-decoder Transformer (the
+/// decoder reads the encoder's output at every layer) and U-Net (skip connections across
+/// the whole network). Every schedule fits in the simulator, and the tighter budget
+/// never makes it faster.
+#[test]
+fn hiremate_plans_non_sequential_graphs() {
+    // The Transformer's loss (its vocabulary-wide logits) alone takes most of the peak:
+    // below about 75% nothing fits (DTR, too, runs out of tensors to evict).
+    for (name, o, pct) in [
+        ("transformer", ModelOptions { layers: Some(2), seq: Some(16), batch: Some(1), ..Default::default() }, 80),
+        ("unet", ModelOptions { image: Some(32), batch: Some(1), ..Default::default() }, 70),
+    ] {
+        let g = pebble_zoo::build(name, &o).unwrap().graph;
+        let f = fixed(&g);
+        let peak = run("store-all", &g, u64::MAX).unwrap();
+        let full = run("hiremate", &g, peak.peak_bytes).expect("store-all's peak fits");
+        let tight = run("hiremate", &g, f + (peak.peak_bytes - f) * pct / 100);
+        eprintln!(
+            "{name}: {} forward ops, store-all {:.4e}, hiremate at 100% {:.4e}, at {pct}% {:?}",
+            g.compute.iter().filter(|c| c.kind == pebble_graph::ComputeKind::Forward).count(),
+            peak.makespan,
+            full.makespan,
+            tight.as_ref().map(|r| r.makespan)
+        );
+        assert!(full.makespan <= peak.makespan * 1.01, "{name}");
+        let tight = tight.unwrap_or_else(|| panic!("{name}: hiremate finds no schedule at {pct}%"));
+        assert!(tight.makespan >= full.makespan * (1.0 - 1e-9), "{name}");
+    }
+}
+
