@@ -516,8 +516,10 @@ pub fn solve(h: &HGraph, budget: u64, save: Option<u64>, time_limit: Option<f64>
     if structural {
         return Err(IlpError::Infeasible);
     }
+    // The start values are store-all's (each node once, in its own stage, option 0, every
+    // tensor kept to its last reader): HiGHS takes them when they fit the budget.
     let options = [("mip_rel_gap", 1e-4), ("mip_abs_gap", 1e-6)];
-    let (values, optimal) = match milp.solve(time_limit, false, &options)? {
+    let (values, optimal) = match milp.solve(time_limit, true, &options)? {
         Outcome::Optimal(v) => (v, true),
         Outcome::Incumbent(v, _) => (v, false),
     };

@@ -3,6 +3,7 @@
 //! (the executor runs the same kernels in the same order; recomputation replays dropout).
 
 use burn_flex::{Flex, FlexDevice};
+use pebble_ilp as _;
 use pebble_runtime::session::read_floats;
 use pebble_runtime::train::lower;
 use pebble_runtime::{OptimizerKind, Session};
@@ -11,6 +12,9 @@ use pebble_solve::{Problem, SolveOptions};
 use pebble_zoo::ModelOptions;
 
 const SOLVERS: [&str; 6] = ["sequential", "chen-sqrt", "revolve", "recompute-all", "rotor", "rotor-optimal"];
+
+/// The ILP graph solvers (`pebble-ilp`); rk-Checkmate, the slowest, on the MLP only.
+const ILP_SOLVERS: [&str; 2] = ["rockmate", "hiremate"];
 
 fn opts(
     batch: usize,
@@ -31,7 +35,7 @@ fn grads_of(session: &Session<Flex>, schedule: &Schedule) -> (Vec<f32>, Vec<Vec<
     (loss, grads)
 }
 
-fn check(model: &str, options: ModelOptions) {
+fn check(model: &str, options: ModelOptions, ilp: &[&str]) {
     let lowered = lower::<Flex>(model, &options, None).expect("model");
     let chain = lowered.chain.clone();
     let graph = lowered.graph.clone();
@@ -67,6 +71,29 @@ fn check(model: &str, options: ModelOptions) {
         assert!(grads_of(&session, &plan.schedule) == reference, "{model} dtr at {budget}: gradients differ");
     }
     assert!(recomputed, "{model}: no budget made DTR recompute");
+    // The ILP solvers' schedules (recomputation, forwards without grad that a later
+    // grad-mode forward of the same node redoes): the tightest of 60%, 70%, 80% of the
+    // activation memory that the solver meets, and 90%.
+    let mut no_grad = false;
+    for &name in ilp {
+        let solver = pebble_solve::solver(name).expect("registered");
+        let at = |k: u64| {
+            let budget = fixed + (graph_peak - fixed) * k / 10;
+            pebble_solve::plan(solver, Problem::Graph(&graph), budget, &options).map(|plan| (k, budget, plan))
+        };
+        let tight =
+            [6, 7, 8].into_iter().find_map(|k| at(k).map_err(|e| println!("{model} {name} at {k}0%: {e}")).ok());
+        let tight = tight.unwrap_or_else(|| panic!("{model} {name}: infeasible at 80% of the activation memory"));
+        let loose = at(9).unwrap_or_else(|e| panic!("{model} {name} at 90%: {e}"));
+        for (k, budget, plan) in [tight, loose] {
+            let computes = plan.schedule.ops.iter().filter(|op| matches!(op, pebble_schedule::Op::Compute { .. }));
+            println!("{model} {name} at {k}0%: {} computes ({} nodes)", computes.count(), graph.compute.len());
+            no_grad |=
+                plan.schedule.ops.iter().any(|op| matches!(op, pebble_schedule::Op::Compute { no_grad: true, .. }));
+            assert!(grads_of(&session, &plan.schedule) == reference, "{model} {name} at {budget}: gradients differ");
+        }
+    }
+    assert!(ilp.is_empty() || no_grad, "{model}: no ILP schedule runs a forward without grad");
     for name in SOLVERS {
         let solver = pebble_solve::solver(name).expect("registered");
         let problem = Problem::Chain(&chain);
@@ -92,15 +119,16 @@ fn check(model: &str, options: ModelOptions) {
 
 #[test]
 fn mlp_gradients_do_not_depend_on_the_plan() {
-    check("mlp", ModelOptions { batch: Some(4), layers: Some(4), ..ModelOptions::default() });
+    let ilp = [ILP_SOLVERS[0], ILP_SOLVERS[1], "rk-checkmate"];
+    check("mlp", ModelOptions { batch: Some(4), layers: Some(4), ..ModelOptions::default() }, &ilp);
 }
 
 #[test]
 fn resnet_gradients_do_not_depend_on_the_plan() {
-    check("resnet", opts(2, Some(32), None, 1, Some(8), None));
+    check("resnet", opts(2, Some(32), None, 1, Some(8), None), &ILP_SOLVERS);
 }
 
 #[test]
 fn gpt_gradients_do_not_depend_on_the_plan() {
-    check("gpt", opts(2, None, Some(16), 3, Some(32), Some(4)));
+    check("gpt", opts(2, None, Some(16), 3, Some(32), Some(4)), &ILP_SOLVERS);
 }
