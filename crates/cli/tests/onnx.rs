@@ -143,3 +143,16 @@ fn bad_onnx_files_are_bad_input() {
     bad_input(&["info", "--onnx", &light("resnet50"), "--image", "64"], &["--image", "--onnx"]);
     bad_input(&["info", "--onnx", &light("resnet50"), "--batch", "0"], &["--onnx", "batch size must be positive"]);
 }
+
+/// HiRemate plans graphs that are not sequential: SqueezeNet's fire modules (two branches
+/// joined by a concat, whose gradient two backward nodes accumulate into).
+#[test]
+fn hiremate_plans_an_onnx_squeezenet() {
+    let model = light("squeezenet");
+    let j = ok_json(&[
+        "plan", "--onnx", &model, "--batch", "1", "--solver", "hiremate", "--activation-budget", "70%", "--json",
+    ]);
+    assert_eq!(j["feasible"], true);
+    assert_eq!(j["view"], "graph");
+    assert!(j["predicted_peak_bytes"].as_u64() <= j["budget_bytes"].as_u64());
+}

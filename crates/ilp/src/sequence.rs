@@ -11,6 +11,7 @@
 //! sub-graph) to measure the peaks an option records.
 
 use pebble_graph::{ComputeId, DataKind, TrainingGraph};
+
 use pebble_schedule::{Op, Schedule, Tensor, View};
 
 /// One compute node of a training graph, and whether it runs without grad (a forward
@@ -24,8 +25,8 @@ pub struct Liveness<'g> {
     tracked: Vec<bool>,
     /// A gradient nobody reads is an output of the step: kept to the end.
     pinned: Vec<bool>,
-    /// The first producer of a data node with several (the others accumulate into it).
-    first_producer: Vec<Option<ComputeId>>,
+    /// Made by several compute nodes (a gradient they accumulate into).
+    multi: Vec<bool>,
 }
 
 impl<'g> Liveness<'g> {
@@ -35,17 +36,18 @@ impl<'g> Liveness<'g> {
         let tracked: Vec<bool> =
             g.data.iter().map(|d| !(d.kind.is_static() || d.kind == DataKind::Input)).collect();
         let mut read = vec![false; nd];
-        let mut first_producer = vec![None; nd];
-        for (k, c) in g.compute.iter().enumerate() {
+        let mut producers = vec![0usize; nd];
+        for c in &g.compute {
             for &d in &c.inputs {
                 read[d] = true;
             }
             for &d in &c.outputs {
-                first_producer[d].get_or_insert(k);
+                producers[d] += 1;
             }
         }
+        let multi = producers.iter().map(|&n| n > 1).collect();
         let pinned = (0..nd).map(|d| tracked[d] && !read[d] && g.data[d].kind == DataKind::Gradient).collect();
-        Liveness { g, tracked, pinned, first_producer }
+        Liveness { g, tracked, pinned, multi }
     }
 
     /// Whether the schedule allocates and frees `d`.
@@ -53,39 +55,43 @@ impl<'g> Liveness<'g> {
         self.tracked[d]
     }
 
-    /// The tracked data a step allocates: its outputs (not the saved ones in no-grad
-    /// mode), except gradients it only accumulates into.
-    pub fn allocates(&self, (k, no_grad): Step) -> impl Iterator<Item = usize> + '_ {
+    /// What a step writes that the schedule tracks: its outputs, not the saved ones in
+    /// no-grad mode.
+    fn writes(&self, (k, no_grad): Step) -> impl Iterator<Item = usize> + '_ {
         self.g.compute[k].outputs.iter().copied().filter(move |&d| {
-            self.tracked[d]
-                && self.first_producer[d] == Some(k)
-                && !(no_grad && self.g.data[d].kind == DataKind::Saved)
+            self.tracked[d] && !(no_grad && self.g.data[d].kind == DataKind::Saved)
         })
     }
 
-    /// The tracked data a step needs resident: its inputs, and the gradients it
-    /// accumulates into.
-    pub fn needs(&self, (k, _): Step) -> impl Iterator<Item = usize> + '_ {
-        let c = &self.g.compute[k];
-        let acc = c.outputs.iter().copied().filter(move |&d| self.tracked[d] && self.first_producer[d] != Some(k));
-        c.inputs.iter().copied().filter(|&d| self.tracked[d]).chain(acc)
-    }
-
-    /// For each step, the data freed right after it: each tracked data node after its
-    /// last use before it is allocated again or the sequence ends (pinned gradients never).
-    pub fn frees(&self, seq: &[Step]) -> Vec<Vec<usize>> {
+    /// For each step, the data it allocates and the data freed right after it.
+    ///
+    /// A data node with one producer is freed after its last use before it is produced
+    /// again (or the sequence ends). One with several producers (a gradient, which
+    /// backward nodes accumulate into, each once) lives from whichever producer runs first
+    /// in the sequence (not necessarily the first in the graph's list) to its last use.
+    /// Pinned gradients are never freed.
+    pub fn lifetimes(&self, seq: &[Step]) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
         let nd = self.g.data.len();
+        let mut alloc_at: Vec<Vec<usize>> = vec![Vec::new(); seq.len()];
         let mut frees_after: Vec<Vec<usize>> = vec![Vec::new(); seq.len()];
         let mut last_event: Vec<Option<usize>> = vec![None; nd];
         for (p, &step) in seq.iter().enumerate() {
-            for d in self.allocates(step) {
-                if let Some(q) = last_event[d].replace(p) {
-                    if !self.pinned[d] {
-                        frees_after[q].push(d);
+            for d in self.writes(step) {
+                if self.multi[d] {
+                    if last_event[d].is_none() {
+                        alloc_at[p].push(d);
+                    }
+                    last_event[d] = Some(p);
+                } else {
+                    alloc_at[p].push(d);
+                    if let Some(q) = last_event[d].replace(p) {
+                        if !self.pinned[d] {
+                            frees_after[q].push(d);
+                        }
                     }
                 }
             }
-            for d in self.needs(step) {
+            for &d in self.g.compute[step.0].inputs.iter().filter(|&&d| self.tracked[d]) {
                 last_event[d] = Some(p);
             }
         }
@@ -94,11 +100,16 @@ impl<'g> Liveness<'g> {
                 frees_after[*q].push(d);
             }
         }
-        for f in &mut frees_after {
+        for f in alloc_at.iter_mut().chain(frees_after.iter_mut()) {
             f.sort_unstable();
             f.dedup();
         }
-        frees_after
+        (alloc_at, frees_after)
+    }
+
+    /// For each step, the data freed right after it (see [`Liveness::lifetimes`]).
+    pub fn frees(&self, seq: &[Step]) -> Vec<Vec<usize>> {
+        self.lifetimes(seq).1
     }
 
     /// The schedule of a sequence: each step, then the frees after it.
@@ -117,12 +128,12 @@ impl<'g> Liveness<'g> {
     /// plus what it allocates, plus its temporary memory: the simulator's count), and
     /// what stays resident after its frees.
     pub fn replay(&self, seq: &[Step]) -> Vec<(u64, u64)> {
-        let frees = self.frees(seq);
+        let (alloc_at, frees) = self.lifetimes(seq);
         let mut resident = vec![false; self.g.data.len()];
         let mut bytes = 0u64;
         let mut out = Vec::with_capacity(seq.len());
-        for (&step, f) in seq.iter().zip(&frees) {
-            for d in self.allocates(step) {
+        for ((&step, f), a) in seq.iter().zip(&frees).zip(&alloc_at) {
+            for &d in a {
                 if !resident[d] {
                     resident[d] = true;
                     bytes += self.g.data[d].size;
@@ -145,6 +156,57 @@ mod tests {
     use super::*;
     use pebble_sim::SimConfig;
     use pebble_zoo::ModelOptions;
+
+    /// A gradient two backward nodes accumulate into lives from whichever runs first
+    /// (Inception's concat gradients: the H-ILP orders backward nodes by cluster, not by
+    /// the graph's list).
+    #[test]
+    fn a_gradient_lives_from_the_first_producer_in_the_sequence() {
+        use pebble_graph::{ComputeKind as K, ComputeNode, DataKind as D, DataNode};
+        let data = |name: &str, kind, size| DataNode { name: name.into(), kind, size };
+        let node = |name: &str, kind, inputs: Vec<usize>, outputs: Vec<usize>, forward| ComputeNode {
+            name: name.into(),
+            kind,
+            time: 1.0,
+            tmp: 0,
+            inputs,
+            outputs,
+            op: None,
+            forward,
+            stage: None,
+        };
+        // x → f1 → a; a → f2 → b; a → f3 → c; loss(b, c); ga accumulated by b3 and b2.
+        let g = TrainingGraph {
+            name: None,
+            data: vec![
+                data("x", D::Input, 1),
+                data("a", D::Activation, 10),
+                data("b", D::Activation, 20),
+                data("c", D::Activation, 30),
+                data("gb", D::Gradient, 20),
+                data("gc", D::Gradient, 30),
+                data("ga", D::Gradient, 10),
+            ],
+            compute: vec![
+                node("f1", K::Forward, vec![0], vec![1], None),
+                node("f2", K::Forward, vec![1], vec![2], None),
+                node("f3", K::Forward, vec![1], vec![3], None),
+                node("loss", K::Loss, vec![2, 3], vec![4, 5], None),
+                node("b3", K::Backward, vec![5, 1], vec![6], Some(2)),
+                node("b2", K::Backward, vec![4, 1], vec![6], Some(1)),
+                node("b1", K::Backward, vec![6], vec![], Some(0)),
+            ],
+        };
+        g.validate().unwrap();
+        let live = Liveness::new(&g);
+        for order in [[4, 5], [5, 4]] {
+            let seq: Vec<Step> = [0, 1, 2, 3, order[0], order[1], 6].iter().map(|&k| (k, false)).collect();
+            let r = pebble_sim::simulate_graph(&g, &live.schedule(&seq), &SimConfig::default())
+                .unwrap_or_else(|e| panic!("{order:?}: {e}"));
+            let local = live.replay(&seq).iter().map(|p| p.0).max().unwrap();
+            assert_eq!(r.peak_bytes, 1 + local, "{order:?}");
+        }
+    }
 
     #[test]
     fn store_all_sequence_matches_the_simulator() {
