@@ -58,8 +58,20 @@ fn an_infeasible_budget_reports_the_least_feasible_one() {
 #[test]
 fn hiremate_plans_the_encoder_decoder_transformer() {
     let (code, j, err) = pebble(&[
-        "plan", "--model", "transformer", "--layers", "2", "--seq", "16", "--batch", "1", "--solver", "hiremate",
-        "--activation-budget", "90%", "--json",
+        "plan",
+        "--model",
+        "transformer",
+        "--layers",
+        "2",
+        "--seq",
+        "16",
+        "--batch",
+        "1",
+        "--solver",
+        "hiremate",
+        "--activation-budget",
+        "90%",
+        "--json",
     ]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(j["feasible"], true);
@@ -74,7 +86,8 @@ fn a_chain_is_not_for_graph_solvers() {
     std::fs::write(&chain, r#"{"ftime":[1,1],"btime":[1,1,0],"x":[1,1,1],"xbar":[1,1,1],"ftmp":[0,0],"btmp":[0,0,0]}"#)
         .unwrap();
     for solver in ["rockmate", "hiremate"] {
-        let (code, _, err) = pebble(&["plan", "--chain", chain.to_str().unwrap(), "--solver", solver, "--budget", "10"]);
+        let (code, _, err) =
+            pebble(&["plan", "--chain", chain.to_str().unwrap(), "--solver", solver, "--budget", "10"]);
         assert_eq!(code, 2, "{solver}: {err}");
         assert!(err.contains(solver), "{err}");
     }

@@ -44,28 +44,8 @@ fn bad_input(args: &[&str], parts: &[&str]) {
 /// A light model, fetched once with the other eight if missing.
 fn light(name: &str) -> String {
     static FETCHED: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let dir = FETCHED.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let dir = root.join("models/onnx");
-        let names = ["resnet50", "squeezenet", "bvlc_alexnet"];
-        if names.iter().all(|m| dir.join(format!("light_{m}.onnx")).is_file()) {
-            return Ok(dir);
-        }
-        let out = Command::new("bash")
-            .arg(root.join("scripts/fetch-onnx-models.sh"))
-            .arg(&dir)
-            .current_dir(&root)
-            .output()
-            .map_err(|e| format!("cannot run scripts/fetch-onnx-models.sh: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "scripts/fetch-onnx-models.sh failed (it downloads the onnx wheel from PyPI):\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        Ok(dir)
-    });
-    let dir = dir.clone().unwrap_or_else(|e| panic!("{e}"));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = FETCHED.get_or_init(|| pebble_onnx::fetch_light_models(&root)).clone().unwrap_or_else(|e| panic!("{e}"));
     dir.join(format!("light_{name}.onnx")).to_str().expect("utf-8 path").to_string()
 }
 
@@ -150,7 +130,16 @@ fn bad_onnx_files_are_bad_input() {
 fn hiremate_plans_an_onnx_squeezenet() {
     let model = light("squeezenet");
     let j = ok_json(&[
-        "plan", "--onnx", &model, "--batch", "1", "--solver", "hiremate", "--activation-budget", "70%", "--json",
+        "plan",
+        "--onnx",
+        &model,
+        "--batch",
+        "1",
+        "--solver",
+        "hiremate",
+        "--activation-budget",
+        "70%",
+        "--json",
     ]);
     assert_eq!(j["feasible"], true);
     assert_eq!(j["view"], "graph");

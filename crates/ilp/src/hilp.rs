@@ -219,15 +219,16 @@ pub fn solve(h: &HGraph, budget: u64, save: Option<u64>, time_limit: Option<f64>
 
     let mut milp = Milp::new();
     let mut structural = false;
+    // Debugging aid: with PEBBLE_TRACE_ILP set, every row store-all's start values break
+    // is printed with its tag. Without a budget, none should be: that found the bug of a
+    // cluster reading what it writes.
     let trace = std::env::var_os("PEBBLE_TRACE_ILP").is_some();
-    let mut row = |milp: &mut Milp, line: u32, lo: f64, e: &Lin, hi: f64| {
-        if trace && !e.is_constant() && !Milp::holds(lo, &Lin::constant(e.eval(milp.start_values())), hi) {
-            eprintln!("store-all violates the row at hilp.rs:{line}: {lo} <= {} <= {hi}", e.eval(milp.start_values()));
+    let mut row = |milp: &mut Milp, tag: u32, lo: f64, e: &Lin, hi: f64| {
+        let value = e.eval(milp.start_values());
+        if trace && !Milp::holds(lo, &Lin::constant(value), hi) {
+            eprintln!("store-all breaks row #{tag}: {lo} <= {value} <= {hi}");
         }
         if e.is_constant() {
-            if !Milp::holds(lo, e, hi) && std::env::var_os("PEBBLE_TRACE").is_some() {
-                eprintln!("constant row violated: {lo} <= {} <= {hi}", e.constant);
-            }
             structural |= !Milp::holds(lo, e, hi);
         } else {
             milp.row(lo, e, hi);
@@ -474,8 +475,8 @@ pub fn solve(h: &HGraph, budget: u64, save: Option<u64>, time_limit: Option<f64>
             row(&mut milp, 454, f64::NEG_INFINITY, &with_tmp, cap);
             // After the frees.
             let mut after = peak;
-            for d in 0..na {
-                if let Some(&(_, del)) = delete[d].iter().find(|(kk, _)| *kk == k) {
+            for (d, dels) in delete.iter().enumerate() {
+                if let Some(&(_, del)) = dels.iter().find(|(kk, _)| *kk == k) {
                     after.add_bin(del, -mem(h.sizes[d]));
                 }
                 if let Life::Fixed { end: Some(e), .. } = m.life[d] {

@@ -26,9 +26,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use pebble_graph::{h_partition, identical_clusters, ComputeKind, DataKind, HPartitionConfig, Hierarchy, Part, TrainingGraph};
+use pebble_graph::{
+    h_partition, identical_clusters, ComputeKind, DataKind, HPartitionConfig, Hierarchy, Part, TrainingGraph,
+};
 use pebble_schedule::{Schedule, View};
-use pebble_sim::SimConfig;
 use pebble_solve::{Problem, SolveError, SolveOptions, Solver};
 
 use crate::hgraph::{HGraph, HKind, HNode, HOption};
@@ -46,8 +47,6 @@ pub const BUDGETS: usize = 8;
 pub const MAX_OPTIONS: usize = 60;
 /// Each ILP's time limit when the user sets none, in seconds.
 pub const DEFAULT_ILP_LIMIT: f64 = 10.0;
-
-const RETRIES: usize = 3;
 
 impl Solver for Hiremate {
     fn name(&self) -> &'static str {
@@ -140,7 +139,11 @@ pub(crate) fn graph_key(g: &TrainingGraph) -> u64 {
 
 impl<'g> Prepared<'g> {
     /// Partitions `g` and builds the options of every cluster below the top.
-    pub fn new(g: &'g TrainingGraph, cfg: &HPartitionConfig, time_limit: Option<f64>) -> Result<Prepared<'g>, IlpError> {
+    pub fn new(
+        g: &'g TrainingGraph,
+        cfg: &HPartitionConfig,
+        time_limit: Option<f64>,
+    ) -> Result<Prepared<'g>, IlpError> {
         g.validate().map_err(|e| IlpError::InvalidGraph(e.to_string()))?;
         let limit = time_limit.unwrap_or(DEFAULT_ILP_LIMIT);
         let key = (graph_key(g), limit.to_bits() ^ (cfg.max_sub as u64) << 32 ^ cfg.max_top as u64);
@@ -151,23 +154,20 @@ impl<'g> Prepared<'g> {
         let rep = identical_clusters(g, &h);
         let subs = h.clusters.iter().map(|c| SubGraph::extract(g, &c.ops)).collect::<Result<Vec<_>, _>>()?;
         let mut p = Built { options: vec![None; h.clusters.len()], h, rep, subs, limit };
-        let trace = std::env::var_os("PEBBLE_TRACE").is_some();
-        for c in 0..p.h.clusters.len() {
-            if c != p.h.top && p.rep[c] == c {
-                let t = std::time::Instant::now();
-                let o = p.cluster_options(c)?;
-                if trace {
-                    eprintln!(
-                        "cluster {c}: {} parts, {} ops, {} options, {:.2} s",
-                        p.h.clusters[c].parts.len(),
-                        p.h.clusters[c].ops.len(),
-                        o.options.len(),
-                        t.elapsed().as_secs_f64()
-                    );
-                }
-                p.options[c] = Some(o);
-            }
+        let todo: Vec<usize> = (0..p.h.clusters.len()).filter(|&c| c != p.h.top && p.rep[c] == c).collect();
+        let bar = crate::progress::bar(todo.len(), "HiRemate: solving clusters");
+        for c in todo {
+            let o = p.cluster_options(c)?;
+            bar.set_message(format!(
+                "cluster {c}: {} parts, {} ops, {} options",
+                p.h.clusters[c].parts.len(),
+                p.h.clusters[c].ops.len(),
+                o.options.len()
+            ));
+            bar.inc(1);
+            p.options[c] = Some(o);
         }
+        bar.finish_and_clear();
         let built = Arc::new(p);
         cache().lock().expect("cache").insert(key, built.clone());
         Ok(Prepared { g, built })
@@ -278,11 +278,20 @@ impl Built {
                     let mut options: Vec<HOption> = co
                         .options
                         .iter()
-                        .map(|o| HOption { time: o.fwd_time, overhead: o.fwd_overhead, phantom: o.phantom, reads: Vec::new() })
+                        .map(|o| HOption {
+                            time: o.fwd_time,
+                            overhead: o.fwd_overhead,
+                            phantom: o.phantom,
+                            reads: Vec::new(),
+                        })
                         .collect();
                     options.push(HOption { time: co.ff_time, overhead: co.ff_overhead, phantom: 0, reads: Vec::new() });
                     nodes.push(HNode { kind: HKind::Forward { pair: p }, inputs, outputs, options });
-                    expand.push(Expand::Cluster { child: cc, forward: true, map: self.local_map(child, &global_to_local) });
+                    expand.push(Expand::Cluster {
+                        child: cc,
+                        forward: true,
+                        map: self.local_map(child, &global_to_local),
+                    });
                 }
             }
         }
@@ -329,11 +338,20 @@ impl Built {
                             time: o.bwd_time,
                             overhead: o.bwd_overhead,
                             phantom: 0,
-                            reads: an(&mut o.reads.iter().filter_map(|&cd| to_local(child.data[cd])).collect::<Vec<_>>().iter()),
+                            reads: an(&mut o
+                                .reads
+                                .iter()
+                                .filter_map(|&cd| to_local(child.data[cd]))
+                                .collect::<Vec<_>>()
+                                .iter()),
                         })
                         .collect();
                     nodes.push(HNode { kind: HKind::Backward { pair: p }, inputs, outputs, options });
-                    expand.push(Expand::Cluster { child: cc, forward: false, map: self.local_map(child, &global_to_local) });
+                    expand.push(Expand::Cluster {
+                        child: cc,
+                        forward: false,
+                        map: self.local_map(child, &global_to_local),
+                    });
                 }
             }
         }
@@ -424,14 +442,12 @@ impl Built {
             ff_overhead: ff_peak.saturating_sub(outs),
         })
     }
-
 }
 
 impl Prepared<'_> {
     /// Bytes resident whatever the schedule: static memory and inputs.
     pub fn fixed(&self) -> u64 {
-        self.g.static_bytes()
-            + self.g.data.iter().filter(|d| d.kind == DataKind::Input).map(|d| d.size).sum::<u64>()
+        crate::fixed_bytes(self.g)
     }
 
     /// Solves the top cluster within `budget` bytes.
@@ -441,14 +457,7 @@ impl Prepared<'_> {
         let (h, expand) = self.hgraph(top).map_err(|e| infeasible(e.to_string()))?;
         let (h, remap) = select_options(h);
         let sub = &self.subs[top];
-        let live = Liveness::new(self.g);
-        let fixed = self.fixed();
-        let config = SimConfig { budget: None, bandwidth: options.bandwidth, timeline: false };
-        let mut slack = 0u64;
-        for _ in 0..=RETRIES {
-            let memory = budget
-                .checked_sub(fixed + slack)
-                .ok_or_else(|| infeasible(format!("{fixed} bytes are fixed (static memory and inputs)")))?;
+        crate::within_budget(self.g, budget, options, |memory| {
             let sol = match hilp::solve(&h, memory, None, Some(options.time_limit.unwrap_or(self.limit * 6.0))) {
                 Ok(s) => s,
                 Err(IlpError::Infeasible) => {
@@ -462,18 +471,12 @@ impl Prepared<'_> {
                 }
                 Err(e) => return Err(infeasible(e.to_string())),
             };
-            let steps: Vec<Step> = self
+            Ok(self
                 .steps(&remap, &expand, &sol.seq)
                 .into_iter()
                 .map(|(l, ng)| (sub.compute[l].expect("the top holds the real loss"), ng))
-                .collect();
-            let schedule = live.schedule(&steps);
-            match pebble_sim::simulate_graph(self.g, &schedule, &config) {
-                Ok(r) if r.peak_bytes > budget => slack += r.peak_bytes - budget,
-                _ => return Ok(schedule),
-            }
-        }
-        Err(infeasible(format!("the schedules exceed the budget in simulation even {slack} bytes below it")))
+                .collect())
+        })
     }
 }
 
@@ -484,7 +487,11 @@ enum Expand {
     OpBackward(usize),
     Loss(usize),
     /// A sub-cluster: its options' parts, mapped from its local ids to ours.
-    Cluster { child: usize, forward: bool, map: Vec<usize> },
+    Cluster {
+        child: usize,
+        forward: bool,
+        map: Vec<usize>,
+    },
 }
 
 fn option_of(sub: &SubGraph, live: &Liveness<'_>, forward: Vec<Step>, backward: Vec<Step>) -> ClusterOption {
@@ -596,7 +603,8 @@ pub fn spread(values: &[u64], quota: usize) -> Vec<usize> {
         let mut vals: Vec<u64> = chosen.iter().map(|&i| values[i]).collect();
         vals.sort_unstable();
         // The widest gap between consecutive chosen values, and its middle.
-        let (lo, hi) = vals.windows(2).map(|w| (w[0], w[1])).max_by_key(|&(a, b)| (b - a, std::cmp::Reverse(a))).unwrap_or((0, 0));
+        let (lo, hi) =
+            vals.windows(2).map(|w| (w[0], w[1])).max_by_key(|&(a, b)| (b - a, std::cmp::Reverse(a))).unwrap_or((0, 0));
         let mid = (lo + hi) as f64 / 2.0;
         let next = (0..values.len())
             .filter(|i| !chosen.contains(i))
@@ -624,4 +632,3 @@ mod tests {
         assert_eq!(picked, vec![100, 10, 55]);
     }
 }
-

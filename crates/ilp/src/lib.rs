@@ -24,9 +24,10 @@
 
 pub mod checkmate;
 pub mod hgraph;
-pub mod hiremate;
 pub mod hilp;
+pub mod hiremate;
 pub mod milp;
+mod progress;
 pub mod rockmate;
 pub mod sequence;
 pub mod subgraph;
@@ -64,4 +65,42 @@ pub enum IlpError {
         /// Seconds spent.
         seconds: f64,
     },
+}
+
+/// How many times a solver tightens its budget when the simulator finds its schedule above
+/// the budget.
+const RETRIES: usize = 3;
+
+/// Bytes resident whatever the schedule: static memory and the step's inputs.
+pub(crate) fn fixed_bytes(g: &pebble_graph::TrainingGraph) -> u64 {
+    g.static_bytes() + g.data.iter().filter(|d| d.kind == pebble_graph::DataKind::Input).map(|d| d.size).sum::<u64>()
+}
+
+/// Runs `solve(memory)` on the memory left after the fixed bytes, simulates the sequence
+/// it returns (with frees by liveness) and, should the simulated peak exceed `budget` (an
+/// ILP's tolerance, a DP's rounding), solves again with the excess taken off. The
+/// architecture invariant on rounding, in one place for Zhao's solvers.
+pub(crate) fn within_budget(
+    g: &pebble_graph::TrainingGraph,
+    budget: u64,
+    options: &pebble_solve::SolveOptions,
+    mut solve: impl FnMut(u64) -> Result<Vec<sequence::Step>, pebble_solve::SolveError>,
+) -> Result<pebble_schedule::Schedule, pebble_solve::SolveError> {
+    let fixed = fixed_bytes(g);
+    let infeasible = |reason: String| pebble_solve::SolveError::Infeasible { budget, reason };
+    let live = sequence::Liveness::new(g);
+    let config = pebble_sim::SimConfig { budget: None, bandwidth: options.bandwidth, timeline: false };
+    let mut slack = 0u64;
+    for _ in 0..=RETRIES {
+        let memory = budget
+            .checked_sub(fixed + slack)
+            .ok_or_else(|| infeasible(format!("{fixed} bytes are fixed (static memory and inputs)")))?;
+        let schedule = live.schedule(&solve(memory)?);
+        match pebble_sim::simulate_graph(g, &schedule, &config) {
+            Ok(r) if r.peak_bytes > budget => slack += r.peak_bytes - budget,
+            // Fits, or a solver bug that `plan` reports.
+            _ => return Ok(schedule),
+        }
+    }
+    Err(infeasible(format!("the schedules exceed the budget in simulation even {slack} bytes below it")))
 }

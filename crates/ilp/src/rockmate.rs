@@ -26,9 +26,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-use pebble_graph::{ComputeKind, DataKind, TrainingGraph};
+use pebble_graph::{ComputeKind, TrainingGraph};
 use pebble_schedule::{Schedule, View};
-use pebble_sim::SimConfig;
 use pebble_solve::rk_rotor::{self, BlockOption, FastForward, RkBlock, RkChain, RkLoss, RkOp};
 use pebble_solve::{Problem, Slots, SolveError, SolveOptions, Solver};
 
@@ -46,8 +45,6 @@ pub const GRID: (usize, usize) = (10, 10);
 
 /// Each rk-Checkmate ILP's time limit when the user sets none, in seconds.
 pub const DEFAULT_ILP_LIMIT: f64 = 20.0;
-
-const RETRIES: usize = 3;
 
 /// Blocks with more compute nodes than this get at most a 6 × 6 grid (the thesis, Fig.
 /// 2.5: "(6,6) should allow RK-CHECKMATE to find fine-grained options"): a ResNet
@@ -76,10 +73,8 @@ impl Solver for Rockmate {
             Problem::Graph(g) => g,
             Problem::Chain(_) => return Err(SolveError::NotApplicable { solver: "rockmate", view: View::Chain }),
         };
-        let plan = Prepared::new(g, GRID, options.time_limit).map_err(|e| SolveError::Infeasible {
-            budget,
-            reason: e.to_string(),
-        })?;
+        let plan = Prepared::new(g, GRID, options.time_limit)
+            .map_err(|e| SolveError::Infeasible { budget, reason: e.to_string() })?;
         plan.schedule(budget, options)
     }
 }
@@ -165,10 +160,16 @@ impl<'g> Prepared<'g> {
             }
             class_of.push(c);
         }
+        let bar = crate::progress::bar(representatives.len(), "Rockmate: solving unique blocks");
         let classes = representatives
             .iter()
-            .map(|&i| block_options(&blocks[i], grid, limit))
+            .map(|&i| {
+                let o = block_options(&blocks[i], grid, limit);
+                bar.inc(1);
+                o
+            })
             .collect::<Result<Vec<_>, _>>()?;
+        bar.finish_and_clear();
         let built = Arc::new(Blocks { blocks, class_of, classes, seconds: started.elapsed().as_secs_f64() });
         cache().lock().expect("cache").insert(key, built.clone());
         Ok(Prepared { g, built })
@@ -186,23 +187,23 @@ impl<'g> Prepared<'g> {
                 RkBlock {
                     x_in: bytes(&b.graph, &b.inputs),
                     delta_out: bytes(&b.graph, &b.grads_in),
-                    f0: class.f0.clone(),
-                    options: class.options.iter().map(|o| o.stats.clone()).collect(),
+                    f0: class.f0,
+                    options: class.options.iter().map(|o| o.stats).collect(),
                 }
             })
             .collect();
         let l = g.loss().expect("validated");
         let node = &g.compute[l];
         let live = Liveness::new(g);
-        let peak: u64 = node.inputs.iter().chain(&node.outputs).filter(|&&d| live.tracked(d)).map(|&d| g.data[d].size).sum::<u64>()
-            + node.tmp;
+        let peak: u64 =
+            node.inputs.iter().chain(&node.outputs).filter(|&&d| live.tracked(d)).map(|&d| g.data[d].size).sum::<u64>()
+                + node.tmp;
         RkChain { blocks, loss: RkLoss { time: node.time, peak } }
     }
 
     /// Bytes resident for the whole step whatever the schedule: static memory and inputs.
     pub fn fixed(&self) -> u64 {
-        self.g.static_bytes()
-            + self.g.data.iter().filter(|d| d.kind == DataKind::Input).map(|d| d.size).sum::<u64>()
+        crate::fixed_bytes(self.g)
     }
 
     /// The compute sequence of rk-Rotor's plan.
@@ -237,32 +238,23 @@ impl<'g> Prepared<'g> {
 
     /// The schedule within `budget` bytes.
     pub fn schedule(&self, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
-        let fixed = self.fixed();
-        let infeasible = |reason: String| SolveError::Infeasible { budget, reason };
         let chain = self.chain();
         let slots = match options.slots {
             Slots::Count(s) => Some(s),
             Slots::Exact => None,
         };
-        let live = Liveness::new(self.g);
-        let config = SimConfig { budget: None, bandwidth: options.bandwidth, timeline: false };
-        let mut slack = 0u64;
-        for _ in 0..=RETRIES {
-            let memory = budget.saturating_sub(fixed).saturating_sub(slack);
-            let Some(sol) = rk_rotor::rk_rotor(&chain, memory, slots) else {
-                return Err(infeasible(format!(
-                    "rk-Rotor finds no sequence of the {} blocks' options in {memory} bytes ({fixed} bytes are fixed: \
+        crate::within_budget(self.g, budget, options, |memory| {
+            let sol = rk_rotor::rk_rotor(&chain, memory, slots).ok_or_else(|| SolveError::Infeasible {
+                budget,
+                reason: format!(
+                    "rk-Rotor finds no sequence of the {} blocks' options in {memory} bytes ({} bytes are fixed: \
                      static memory and inputs)",
-                    self.blocks.len()
-                )));
-            };
-            let schedule = live.schedule(&self.expand(&sol.ops));
-            match pebble_sim::simulate_graph(self.g, &schedule, &config) {
-                Ok(r) if r.peak_bytes > budget => slack += r.peak_bytes - budget,
-                _ => return Ok(schedule),
-            }
-        }
-        Err(infeasible(format!("the schedules exceed the budget in simulation even {slack} bytes below it")))
+                    self.blocks.len(),
+                    self.fixed()
+                ),
+            })?;
+            Ok(self.expand(&sol.ops))
+        })
     }
 }
 
@@ -420,14 +412,7 @@ impl Solver for RkCheckmate {
         let infeasible = |reason: String| SolveError::Infeasible { budget, reason };
         g.validate().map_err(|e| infeasible(e.to_string()))?;
         let (h, _) = HGraph::bottom(g).map_err(|e| infeasible(e.to_string()))?;
-        let fixed = g.static_bytes() + g.data.iter().filter(|d| d.kind == DataKind::Input).map(|d| d.size).sum::<u64>();
-        let live = Liveness::new(g);
-        let config = SimConfig { budget: None, bandwidth: options.bandwidth, timeline: false };
-        let mut slack = 0u64;
-        for _ in 0..=RETRIES {
-            let memory = budget.checked_sub(fixed + slack).ok_or_else(|| {
-                infeasible(format!("{fixed} bytes are fixed (static memory and inputs)"))
-            })?;
+        crate::within_budget(g, budget, options, |memory| {
             let sol = match hilp::solve(&h, memory, None, options.time_limit) {
                 Ok(sol) => sol,
                 Err(IlpError::Infeasible) => return Err(infeasible("the rk-Checkmate ILP has no solution".into())),
@@ -436,15 +421,8 @@ impl Solver for RkCheckmate {
                 }
                 Err(e) => return Err(infeasible(e.to_string())),
             };
-            let steps: Vec<Step> =
-                sol.seq.iter().map(|&(k, o)| (k, g.compute[k].kind == ComputeKind::Forward && o == 1)).collect();
-            let schedule = live.schedule(&steps);
-            match pebble_sim::simulate_graph(g, &schedule, &config) {
-                Ok(r) if r.peak_bytes > budget => slack += r.peak_bytes - budget,
-                _ => return Ok(schedule),
-            }
-        }
-        Err(infeasible(format!("the schedules exceed the budget in simulation even {slack} bytes below it")))
+            Ok(sol.seq.iter().map(|&(k, o)| (k, g.compute[k].kind == ComputeKind::Forward && o == 1)).collect())
+        })
     }
 }
 

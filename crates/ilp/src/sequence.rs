@@ -33,8 +33,7 @@ impl<'g> Liveness<'g> {
     /// The liveness rules of `g`.
     pub fn new(g: &'g TrainingGraph) -> Liveness<'g> {
         let nd = g.data.len();
-        let tracked: Vec<bool> =
-            g.data.iter().map(|d| !(d.kind.is_static() || d.kind == DataKind::Input)).collect();
+        let tracked: Vec<bool> = g.data.iter().map(|d| !(d.kind.is_static() || d.kind == DataKind::Input)).collect();
         let mut read = vec![false; nd];
         let mut producers = vec![0usize; nd];
         for c in &g.compute {
@@ -58,9 +57,11 @@ impl<'g> Liveness<'g> {
     /// What a step writes that the schedule tracks: its outputs, not the saved ones in
     /// no-grad mode.
     fn writes(&self, (k, no_grad): Step) -> impl Iterator<Item = usize> + '_ {
-        self.g.compute[k].outputs.iter().copied().filter(move |&d| {
-            self.tracked[d] && !(no_grad && self.g.data[d].kind == DataKind::Saved)
-        })
+        self.g.compute[k]
+            .outputs
+            .iter()
+            .copied()
+            .filter(move |&d| self.tracked[d] && !(no_grad && self.g.data[d].kind == DataKind::Saved))
     }
 
     /// For each step, the data it allocates and the data freed right after it.
@@ -217,8 +218,8 @@ mod tests {
             let live = Liveness::new(&g);
             let s = live.schedule(&seq);
             let r = pebble_sim::simulate_graph(&g, &s, &SimConfig::default()).unwrap();
-            let fixed: u64 = g.static_bytes()
-                + g.data.iter().filter(|d| d.kind == DataKind::Input).map(|d| d.size).sum::<u64>();
+            let fixed: u64 =
+                g.static_bytes() + g.data.iter().filter(|d| d.kind == DataKind::Input).map(|d| d.size).sum::<u64>();
             let local = live.replay(&seq).iter().map(|p| p.0).max().unwrap();
             assert_eq!(r.peak_bytes, fixed + local, "{model}");
         }

@@ -72,7 +72,15 @@ impl SubGraph {
         let read_outside = |d: usize| consumers[d].iter().any(|&c| !member[c]);
 
         let made_in: Vec<bool> = (0..g.data.len()).map(made_inside).collect();
-        let mut b = Builder { g, made_in: &made_in, local: HashMap::new(), data: Vec::new(), nodes: Vec::new(), inputs: Vec::new(), compute: Vec::new() };
+        let mut b = Builder {
+            g,
+            made_in: &made_in,
+            local: HashMap::new(),
+            data: Vec::new(),
+            nodes: Vec::new(),
+            inputs: Vec::new(),
+            compute: Vec::new(),
+        };
         let mut map = Vec::new();
         for &k in &fwd {
             b.push(k);
@@ -124,8 +132,7 @@ impl SubGraph {
         }
         let Builder { data, nodes: nodes_data, inputs, mut compute, .. } = b;
         // Backward nodes point at their local forward node.
-        let local_of: HashMap<usize, usize> =
-            map.iter().enumerate().filter_map(|(i, k)| k.map(|k| (k, i))).collect();
+        let local_of: HashMap<usize, usize> = map.iter().enumerate().filter_map(|(i, k)| k.map(|k| (k, i))).collect();
         for (i, k) in map.iter().enumerate() {
             if let Some(k) = k {
                 if let Some(f) = g.compute[*k].forward {

@@ -45,7 +45,7 @@ fn gpt_blocks_are_cut_at_each_residual_and_identical_layers_share_a_class() {
 }
 
 /// rk-Checkmate has every Checkmate schedule (and fast forwards besides), so on the whole
-/// graph it is never slower; Rockmate, restricted to block options, stays within 10% of
+/// graph it is never slower; Rockmate, restricted to block options, stays within 5% of
 /// Checkmate's optimum on a one-layer GPT at budgets down to 80% of the activation peak.
 #[test]
 fn rockmate_and_rk_checkmate_against_checkmate() {
@@ -70,11 +70,11 @@ fn rockmate_and_rk_checkmate_against_checkmate() {
             let rk = rk.expect("rk-checkmate finds what checkmate finds");
             assert!(rk.makespan <= c.makespan * (1.0 + 1e-6), "{pct}%");
             if let Some(r) = rock {
-                assert!(r.makespan <= c.makespan * 1.10, "{pct}%: rockmate {} vs {}", r.makespan, c.makespan);
+                assert!(r.makespan <= c.makespan * 1.05, "{pct}%: rockmate {} vs {}", r.makespan, c.makespan);
                 compared += 1;
             }
             if let Some(r) = hire {
-                assert!(r.makespan <= c.makespan * 1.10, "{pct}%: hiremate {} vs {}", r.makespan, c.makespan);
+                assert!(r.makespan <= c.makespan * 1.05, "{pct}%: hiremate {} vs {}", r.makespan, c.makespan);
             }
         }
     }
@@ -110,4 +110,3 @@ fn hiremate_plans_non_sequential_graphs() {
         assert!(tight.makespan >= full.makespan * (1.0 - 1e-9), "{name}");
     }
 }
-

@@ -88,3 +88,40 @@ pub fn import_bytes(bytes: &[u8], name: &str, options: &ImportOptions) -> Result
     let model = proto::ModelProto::decode(bytes).map_err(|e| OnnxError::Decode(e.to_string()))?;
     import::import(&model, name, options)
 }
+
+/// The "light" models of the ONNX backend test suite (each with its weights replaced by
+/// `ConstantOfShape` nodes), as `scripts/fetch-onnx-models.sh` names them.
+pub const LIGHT_MODELS: [&str; 9] = [
+    "resnet50",
+    "densenet121",
+    "inception_v1",
+    "inception_v2",
+    "vgg19",
+    "shufflenet",
+    "squeezenet",
+    "bvlc_alexnet",
+    "zfnet512",
+];
+
+/// `ROOT/models/onnx` with every light model, running `ROOT/scripts/fetch-onnx-models.sh`
+/// first if one is missing (it downloads the `onnx` wheel from PyPI). For tests and
+/// benchmarks; `root` is the workspace root.
+pub fn fetch_light_models(root: &Path) -> Result<std::path::PathBuf, String> {
+    let dir = root.join("models/onnx");
+    if LIGHT_MODELS.iter().all(|m| dir.join(format!("light_{m}.onnx")).is_file()) {
+        return Ok(dir);
+    }
+    let out = std::process::Command::new("bash")
+        .arg(root.join("scripts/fetch-onnx-models.sh"))
+        .arg(&dir)
+        .current_dir(root)
+        .output()
+        .map_err(|e| format!("cannot run scripts/fetch-onnx-models.sh: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "scripts/fetch-onnx-models.sh failed (it downloads the onnx wheel from PyPI):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(dir)
+}

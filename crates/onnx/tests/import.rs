@@ -3,7 +3,6 @@
 //! here with the crate's own protobuf messages.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 use pebble_graph::DataKind;
@@ -17,42 +16,11 @@ use pebble_zoo::ops::{Elem, Operand, Saved};
 use pebble_zoo::{build, CostModel, ModelOptions, Network, OpKind, Optimizer};
 use prost::Message;
 
-const LIGHT: [&str; 9] = [
-    "resnet50",
-    "densenet121",
-    "inception_v1",
-    "inception_v2",
-    "vgg19",
-    "shufflenet",
-    "squeezenet",
-    "bvlc_alexnet",
-    "zfnet512",
-];
-
 /// `models/onnx/` with every light model, fetched once if missing.
 fn models() -> PathBuf {
     static FETCHED: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let fetched = FETCHED.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let dir = root.join("models/onnx");
-        if LIGHT.iter().all(|m| dir.join(format!("light_{m}.onnx")).is_file()) {
-            return Ok(dir);
-        }
-        let out = Command::new("bash")
-            .arg(root.join("scripts/fetch-onnx-models.sh"))
-            .arg(&dir)
-            .current_dir(&root)
-            .output()
-            .map_err(|e| format!("cannot run scripts/fetch-onnx-models.sh: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "scripts/fetch-onnx-models.sh failed (it downloads the onnx wheel from PyPI):\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        Ok(dir)
-    });
-    fetched.clone().unwrap_or_else(|e| panic!("{e}"))
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    FETCHED.get_or_init(|| pebble_onnx::fetch_light_models(&root)).clone().unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn light(name: &str, batch: usize) -> Network {
