@@ -533,7 +533,10 @@ fn train_reports_bad_input_and_infeasible_budgets() {
     bad_input(&["train", "--model", "nope", "--budget", "50%", "--solver", "rotor"], &["nope"]);
     bad_input(&cat(&[&["train"], &TINY_GPT, &["--image", "32", "--budget", "50%", "--solver", "rotor"]]), &["image"]);
     // Without the feature (or without a driver), CUDA is refused with a message, not a panic.
-    bad_input(&cat(&[&["train"], &TINY_GPT, &["--budget", "100%", "--solver", "rotor", "--device", "cuda"]]), &["--device cuda"]);
+    bad_input(
+        &cat(&[&["train"], &TINY_GPT, &["--budget", "100%", "--solver", "rotor", "--device", "cuda"]]),
+        &["--device cuda"],
+    );
     let run = pebble(&cat(&[&["train"], &TINY_GPT, &["--budget", "1KiB", "--solver", "rotor", "--steps", "1"]]));
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(run.stderr.contains("minimum feasible budget"), "{}", run.stderr);
