@@ -6,39 +6,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use serde_json::Value;
-
-/// What one run of `pebble` did.
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    /// The stdout as JSON.
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", self.stdout))
-    }
-}
-
-fn pebble(args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_pebble")).args(args).output().expect("the binary runs");
-    let run = Run {
-        code: out.status.code().expect("exited, not killed by a signal"),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
-    assert!(!run.stderr.contains("panicked"), "pebble {args:?} panicked:\n{}", run.stderr);
-    run
-}
-
-/// Runs and expects success.
-fn ok(args: &[&str]) -> Run {
-    let run = pebble(args);
-    assert_eq!(run.code, 0, "pebble {args:?} failed:\n{}", run.stderr);
-    run
-}
+mod common;
+use common::{ok, pebble, Run};
 
 /// A fresh scratch directory for one test, removed when dropped.
 struct Scratch(PathBuf);

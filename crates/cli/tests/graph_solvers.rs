@@ -1,15 +1,12 @@
 //! The CLI contract of the graph solvers `rockmate`, `hiremate` and `rk-checkmate`.
 
-use std::process::Command;
-
 use serde_json::Value;
 
+mod common;
+
 fn pebble(args: &[&str]) -> (i32, Value, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pebble")).args(args).output().expect("the binary runs");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!stderr.contains("panicked"), "pebble {args:?} panicked:\n{stderr}");
-    let json = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    (out.status.code().expect("exited"), json, stderr)
+    let run = common::pebble(args);
+    (run.code, serde_json::from_str(&run.stdout).unwrap_or(Value::Null), run.stderr)
 }
 
 const GPT: [&str; 10] = ["--model", "gpt", "--layers", "2", "--width", "64", "--seq", "32", "--batch", "1"];

@@ -2,33 +2,15 @@
 //! The models are fetched once into `models/onnx/` by `scripts/fetch-onnx-models.sh`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 use serde_json::Value;
 
-/// What one run of `pebble` did.
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn pebble(args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_pebble")).args(args).output().expect("the binary runs");
-    let run = Run {
-        code: out.status.code().expect("exited, not killed by a signal"),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
-    assert!(!run.stderr.contains("panicked"), "pebble {args:?} panicked:\n{}", run.stderr);
-    run
-}
+mod common;
+use common::{ok, pebble};
 
 fn ok_json(args: &[&str]) -> Value {
-    let run = pebble(args);
-    assert_eq!(run.code, 0, "pebble {args:?} failed:\n{}", run.stderr);
-    serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", run.stdout))
+    ok(args).json()
 }
 
 /// Expects bad input: exit code 2 and one line on standard error holding every part.

@@ -425,22 +425,30 @@ fn identical_motifs_are_classed_together() {
     assert_eq!(identical_clusters(&g, &h2), vec![0, 1, 2, 3, 1, 5]);
 }
 
-#[test]
-fn a_chain_of_diamonds_of_1500_ops_partitions() {
-    let g = uniform_graph(&chain_of_diamonds(375)); // 1501 ops
+/// Partitions with the default configuration, checks the hierarchy, prints its shape (and
+/// the time, for the record: no test asserts it), and returns it with its class count.
+fn partition_and_report(name: &str, g: &TrainingGraph) -> (Hierarchy, usize) {
     let cfg = HPartitionConfig::default();
     let start = std::time::Instant::now();
-    let h = h_partition(&g, &cfg).unwrap();
+    let h = h_partition(g, &cfg).unwrap();
     let took = start.elapsed();
-    check_hierarchy(&g, &h, &cfg);
-    let classes = identical_clusters(&g, &h);
+    check_hierarchy(g, &h, &cfg);
+    let classes = identical_clusters(g, &h);
     let distinct = classes.iter().enumerate().filter(|&(i, &c)| i == c).count();
     eprintln!(
-        "chain of diamonds: {} ops, {} clusters ({distinct} distinct), depth {}, partitioned in {took:?}",
+        "{name}: {} ops, {} clusters ({distinct} distinct), depth {}, top {} parts, partitioned in {took:?}",
         h.clusters[h.top].ops.len(),
         h.clusters.len(),
         depth(&h, Part::Cluster(h.top)),
+        h.clusters[h.top].parts.len(),
     );
+    (h, distinct)
+}
+
+#[test]
+fn a_chain_of_diamonds_of_1500_ops_partitions() {
+    let g = uniform_graph(&chain_of_diamonds(375)); // 1501 ops
+    let (h, distinct) = partition_and_report("chain of diamonds", &g);
     assert!(distinct < h.clusters.len() / 2, "repeated blocks give repeated clusters");
 }
 
@@ -549,20 +557,7 @@ fn transformer(enc: usize, dec: usize) -> (Vec<Vec<usize>>, Vec<u64>, Vec<&'stat
 fn an_encoder_decoder_transformer_partitions() {
     let (preds, sizes, ops) = transformer(24, 24);
     let g = graph_from_dag(&preds, &sizes, &ops);
-    let cfg = HPartitionConfig::default();
-    let start = std::time::Instant::now();
-    let h = h_partition(&g, &cfg).unwrap();
-    let took = start.elapsed();
-    check_hierarchy(&g, &h, &cfg);
-    let classes = identical_clusters(&g, &h);
-    let distinct = classes.iter().enumerate().filter(|&(i, &c)| i == c).count();
-    eprintln!(
-        "transformer 24+24: {} ops, {} clusters ({distinct} distinct), depth {}, top {} parts, partitioned in {took:?}",
-        h.clusters[h.top].ops.len(),
-        h.clusters.len(),
-        depth(&h, Part::Cluster(h.top)),
-        h.clusters[h.top].parts.len(),
-    );
+    let (h, distinct) = partition_and_report("transformer 24+24", &g);
     assert_eq!(h.clusters[h.top].ops.len(), 24 * 25 + 24 * 44 + 7);
     assert!(distinct < h.clusters.len() / 2, "repeated layers give repeated clusters");
 }
