@@ -129,14 +129,6 @@ fn cache() -> &'static Cache {
     CACHE.get_or_init(Default::default)
 }
 
-/// A hash of everything a plan depends on: the graph, its costs and sizes.
-pub(crate) fn graph_key(g: &TrainingGraph) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    g.to_json().hash(&mut hasher);
-    hasher.finish()
-}
-
 impl<'g> Prepared<'g> {
     /// Partitions `g` and builds the options of every cluster below the top.
     pub fn new(
@@ -146,7 +138,7 @@ impl<'g> Prepared<'g> {
     ) -> Result<Prepared<'g>, IlpError> {
         g.validate().map_err(|e| IlpError::InvalidGraph(e.to_string()))?;
         let limit = time_limit.unwrap_or(DEFAULT_ILP_LIMIT);
-        let key = (graph_key(g), limit.to_bits() ^ (cfg.max_sub as u64) << 32 ^ cfg.max_top as u64);
+        let key = (crate::graph_key(g), limit.to_bits() ^ (cfg.max_sub as u64) << 32 ^ cfg.max_top as u64);
         if let Some(built) = cache().lock().expect("cache").get(&key) {
             return Ok(Prepared { g, built: built.clone() });
         }

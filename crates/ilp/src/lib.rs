@@ -71,6 +71,15 @@ pub enum IlpError {
 /// the budget.
 const RETRIES: usize = 3;
 
+/// A hash of everything a plan depends on (the graph, its costs and sizes): the key of
+/// Rockmate's and HiRemate's per-graph caches.
+pub(crate) fn graph_key(g: &pebble_graph::TrainingGraph) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    g.to_json().hash(&mut hasher);
+    hasher.finish()
+}
+
 /// Bytes resident whatever the schedule: static memory and the step's inputs.
 pub(crate) fn fixed_bytes(g: &pebble_graph::TrainingGraph) -> u64 {
     g.static_bytes() + g.data.iter().filter(|d| d.kind == pebble_graph::DataKind::Input).map(|d| d.size).sum::<u64>()

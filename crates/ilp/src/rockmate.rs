@@ -143,7 +143,7 @@ impl<'g> Prepared<'g> {
         let started = Instant::now();
         g.validate().map_err(|e| IlpError::InvalidGraph(e.to_string()))?;
         let limit = time_limit.unwrap_or(DEFAULT_ILP_LIMIT);
-        let key = (crate::hiremate::graph_key(g), limit.to_bits() ^ ((grid.0 as u64) << 48) ^ ((grid.1 as u64) << 40));
+        let key = (crate::graph_key(g), limit.to_bits() ^ ((grid.0 as u64) << 48) ^ ((grid.1 as u64) << 40));
         if let Some(built) = cache().lock().expect("cache").get(&key) {
             return Ok(Prepared { g, built: built.clone() });
         }
