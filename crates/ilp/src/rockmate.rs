@@ -238,6 +238,16 @@ impl<'g> Prepared<'g> {
 
     /// The schedule within `budget` bytes.
     pub fn schedule(&self, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
+        if self.blocks.len() >= rk_rotor::MAX_BLOCKS {
+            return Err(SolveError::TooLarge {
+                solver: "rockmate",
+                why: format!(
+                    "{} sequential blocks (rk-Rotor takes fewer than {})",
+                    self.blocks.len(),
+                    rk_rotor::MAX_BLOCKS
+                ),
+            });
+        }
         let chain = self.chain();
         let slots = match options.slots {
             Slots::Count(s) => Some(s),

@@ -179,6 +179,10 @@ const EXACT_LIMIT: u64 = 10_000;
 /// Choice codes at or above this are Case 2 (`code − CASE2` is `i`).
 const CASE2: u16 = 0x8000;
 
+/// The most blocks, and options per block, minus one, that [`rk_rotor`] takes (choices
+/// are stored in 15 bits); callers check it, and `rk_rotor` asserts it.
+pub const MAX_BLOCKS: usize = CASE2 as usize;
+
 /// The chain's sizes in slots, each capped at `top + 1` (anything above `top` never fits).
 struct Quantized {
     /// Slots available at the top.
@@ -402,8 +406,11 @@ fn build(q: &Quantized, table: &Table, s: usize, t: usize, m: usize, ops: &mut V
 /// choice codes are 15 bits).
 pub fn rk_rotor(chain: &RkChain, memory: u64, slots: Option<usize>) -> Option<RkSolution> {
     let l = chain.blocks.len();
-    assert!(l < CASE2 as usize, "rk_rotor: at most 32767 blocks");
-    assert!(chain.blocks.iter().all(|b| b.options.len() < CASE2 as usize), "rk_rotor: at most 32767 options per block");
+    assert!(l < MAX_BLOCKS, "rk_rotor: fewer than {MAX_BLOCKS} blocks");
+    assert!(
+        chain.blocks.iter().all(|b| b.options.len() < MAX_BLOCKS),
+        "rk_rotor: fewer than {MAX_BLOCKS} options per block"
+    );
     let q = Quantized::new(chain, memory, slots);
     let table = fill(chain, &q);
     let time = table.val[table.row(0, l) * table.w + q.top];
