@@ -87,23 +87,16 @@ impl HGraph {
         let mut nodes = Vec::with_capacity(g.compute.len());
         for (k, c) in g.compute.iter().enumerate() {
             let keep = |ids: &[usize]| ids.iter().filter(|&&d| anode[d] != usize::MAX).map(|&d| anode[d]).collect();
-            let one = |phantom| HOption { time: c.time, overhead: c.tmp, phantom, reads: Vec::new() };
-            let (kind, options) = match c.kind {
-                ComputeKind::Loss => (HKind::Loss, vec![one(0)]),
-                ComputeKind::Backward => {
-                    let f = c.forward.ok_or_else(|| {
+            let kind = match c.kind {
+                ComputeKind::Loss => HKind::Loss,
+                ComputeKind::Backward => HKind::Backward {
+                    pair: c.forward.ok_or_else(|| {
                         IlpError::InvalidGraph(format!("backward node {k} `{}` names no forward node", c.name))
-                    })?;
-                    (HKind::Backward { pair: f }, vec![one(0)])
-                }
-                ComputeKind::Forward => {
-                    let saved: u64 =
-                        c.outputs.iter().filter(|&&d| g.data[d].kind == DataKind::Saved).map(|&d| g.data[d].size).sum();
-                    let options = if saved > 0 { vec![one(saved), one(0)] } else { vec![one(0)] };
-                    (HKind::Forward { pair: k }, options)
-                }
+                    })?,
+                },
+                ComputeKind::Forward => HKind::Forward { pair: k },
             };
-            nodes.push(HNode { kind, inputs: keep(&c.inputs), outputs: keep(&c.outputs), options });
+            nodes.push(HNode { kind, inputs: keep(&c.inputs), outputs: keep(&c.outputs), options: op_options(g, k) });
         }
         // A saved tensor must be read by its forward's backward alone.
         for (k, c) in g.compute.iter().enumerate() {
@@ -124,5 +117,19 @@ impl HGraph {
     /// The index of the loss node.
     pub fn loss(&self) -> Option<usize> {
         self.nodes.iter().position(|n| n.kind == HKind::Loss)
+    }
+}
+
+/// The options of one op of a training graph as a cNode: a forward that saves tensors
+/// runs with grad (its phantom: those tensors) or fast (no phantom); any other node has
+/// one option.
+pub fn op_options(g: &TrainingGraph, k: usize) -> Vec<HOption> {
+    let c = &g.compute[k];
+    let one = |phantom| HOption { time: c.time, overhead: c.tmp, phantom, reads: Vec::new() };
+    let saved: u64 = c.outputs.iter().filter(|&&d| g.data[d].kind == DataKind::Saved).map(|&d| g.data[d].size).sum();
+    if c.kind == ComputeKind::Forward && saved > 0 {
+        vec![one(saved), one(0)]
+    } else {
+        vec![one(0)]
     }
 }

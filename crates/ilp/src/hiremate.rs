@@ -32,7 +32,7 @@ use pebble_graph::{
 use pebble_schedule::{Schedule, View};
 use pebble_solve::{Problem, SolveError, SolveOptions, Solver};
 
-use crate::hgraph::{HGraph, HKind, HNode, HOption};
+use crate::hgraph::{op_options, HGraph, HKind, HNode, HOption};
 use crate::hilp;
 use crate::sequence::{Liveness, Step};
 use crate::subgraph::SubGraph;
@@ -243,14 +243,7 @@ impl Built {
                 Part::Op(_) => {
                     let l = fwd_nodes(p).next().expect("an op part has its forward");
                     let node = &lg.compute[l];
-                    let saved: u64 = node
-                        .outputs
-                        .iter()
-                        .filter(|&&d| lg.data[d].kind == DataKind::Saved)
-                        .map(|&d| lg.data[d].size)
-                        .sum();
-                    let one = |phantom| HOption { time: node.time, overhead: node.tmp, phantom, reads: Vec::new() };
-                    let options = if saved > 0 { vec![one(saved), one(0)] } else { vec![one(0)] };
+                    let options = op_options(lg, l);
                     nodes.push(HNode {
                         kind: HKind::Forward { pair: p },
                         inputs: an(&mut node.inputs.iter()),
@@ -309,7 +302,7 @@ impl Built {
                         kind: HKind::Backward { pair: p },
                         inputs: an(&mut node.inputs.iter()),
                         outputs: an(&mut node.outputs.iter()),
-                        options: vec![HOption { time: node.time, overhead: node.tmp, phantom: 0, reads: Vec::new() }],
+                        options: op_options(lg, ls[0]),
                     });
                     expand.push(Expand::OpBackward(ls[0]));
                 }
@@ -390,18 +383,9 @@ impl Built {
         let all: Vec<Step> = (0..lg.compute.len()).map(|k| (k, false)).collect();
         let max_peak = live.replay(&all).iter().map(|p| p.0).max().unwrap_or(0);
         let min_peak = min_need(&h);
-        let budgets = linspace(min_peak, max_peak.max(min_peak), BUDGETS);
+        let budgets = crate::linspace(min_peak, max_peak.max(min_peak), BUDGETS);
         let limit = self.limit;
-        let results: Vec<Result<hilp::HSolution, IlpError>> = std::thread::scope(|s| {
-            let half = budgets.len().div_ceil(2);
-            let (a, b) = budgets.split_at(half);
-            let hh = &h;
-            let ha = s.spawn(move || a.iter().map(|&m| hilp::solve(hh, m, None, Some(limit))).collect::<Vec<_>>());
-            let mut rb: Vec<_> = b.iter().map(|&m| hilp::solve(hh, m, None, Some(limit))).collect();
-            let mut ra = ha.join().expect("a solver thread panicked");
-            ra.append(&mut rb);
-            ra
-        });
+        let results = crate::on_two_threads(&budgets, |&m| hilp::solve(&h, m, None, Some(limit)));
         let mut options: Vec<ClusterOption> = Vec::new();
         for r in results {
             let sol = match r {
@@ -531,15 +515,6 @@ fn min_need(h: &HGraph) -> u64 {
         })
         .max()
         .unwrap_or(0)
-}
-
-fn linspace(lo: u64, hi: u64, n: usize) -> Vec<u64> {
-    if n <= 1 || hi <= lo {
-        return vec![hi.max(lo)];
-    }
-    let mut v: Vec<u64> = (0..n).map(|i| lo + ((hi - lo) as f64 * i as f64 / (n - 1) as f64).round() as u64).collect();
-    v.dedup();
-    v
 }
 
 /// Option selection (§3.4.5): at most [`MAX_OPTIONS`] over the H-graph, each pair at

@@ -71,6 +71,32 @@ pub enum IlpError {
 /// the budget.
 const RETRIES: usize = 3;
 
+/// Evenly spaced budgets from `lo` to `hi`, both included, without repeats (one value if
+/// `n` is 1 or the range is empty): the grids Rockmate's blocks and HiRemate's clusters
+/// are solved over.
+pub(crate) fn linspace(lo: u64, hi: u64, n: usize) -> Vec<u64> {
+    if n <= 1 || hi <= lo {
+        return vec![hi.max(lo)];
+    }
+    let mut v: Vec<u64> = (0..n).map(|i| lo + ((hi - lo) as f64 * i as f64 / (n - 1) as f64).round() as u64).collect();
+    v.dedup();
+    v
+}
+
+/// `items.iter().map(f)`, the first half on a second thread (a grid's ILPs are
+/// independent; this machine class has two cores).
+pub(crate) fn on_two_threads<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    std::thread::scope(|s| {
+        let (a, b) = items.split_at(items.len().div_ceil(2));
+        let f = &f;
+        let first = s.spawn(move || a.iter().map(f).collect::<Vec<_>>());
+        let rest: Vec<R> = b.iter().map(f).collect();
+        let mut out = first.join().expect("a solver thread panicked");
+        out.extend(rest);
+        out
+    })
+}
+
 /// A hash of everything a plan depends on (the graph, its costs and sizes): the key of
 /// Rockmate's and HiRemate's per-graph caches.
 pub(crate) fn graph_key(g: &pebble_graph::TrainingGraph) -> u64 {

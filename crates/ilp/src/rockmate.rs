@@ -272,14 +272,6 @@ fn bytes(g: &TrainingGraph, ids: &[usize]) -> u64 {
     ids.iter().map(|&d| g.data[d].size).sum()
 }
 
-/// Evenly spaced values from `lo` to `hi`, both included (one value if `n` is 1).
-fn linspace(lo: u64, hi: u64, n: usize) -> Vec<u64> {
-    if n <= 1 || hi <= lo {
-        return vec![hi.max(lo)];
-    }
-    (0..n).map(|i| lo + ((hi - lo) as f64 * i as f64 / (n - 1) as f64).round() as u64).collect()
-}
-
 /// The options of one block: rk-Checkmate over the budget grid.
 pub fn block_options(b: &SubGraph, grid: (usize, usize), limit: f64) -> Result<BlockOptions, IlpError> {
     let g = &b.graph;
@@ -316,22 +308,13 @@ pub fn block_options(b: &SubGraph, grid: (usize, usize), limit: f64) -> Result<B
         grid
     };
     let mut budgets = Vec::new();
-    for peak in linspace(min_peak, max_peak, grid.0).into_iter().filter(|_| grid.0 > 0) {
-        for save in linspace(min_save.min(peak), peak, grid.1) {
+    for peak in crate::linspace(min_peak, max_peak, grid.0).into_iter().filter(|_| grid.0 > 0) {
+        for save in crate::linspace(min_save.min(peak), peak, grid.1) {
             budgets.push((peak, save));
         }
     }
-    // Solve the grid on two threads.
     let solve = |&(peak, save): &(u64, u64)| hilp::solve(&h, peak, Some(save), Some(limit));
-    let results: Vec<Result<hilp::HSolution, IlpError>> = std::thread::scope(|s| {
-        let half = budgets.len().div_ceil(2);
-        let (a, bb) = budgets.split_at(half);
-        let ha = s.spawn(|| a.iter().map(solve).collect::<Vec<_>>());
-        let mut rb: Vec<_> = bb.iter().map(solve).collect();
-        let mut ra = ha.join().expect("a solver thread panicked");
-        ra.append(&mut rb);
-        ra
-    });
+    let results = crate::on_two_threads(&budgets, solve);
     let mut options: Vec<BlockPlan> = Vec::new();
     let mut solved = (0, 0);
     for r in results {
