@@ -88,7 +88,6 @@ use std::time::Instant;
 use highs::Col;
 use pebble_graph::{ComputeKind, DataKind, TrainingGraph};
 use pebble_schedule::{Op, Schedule, Tensor, View};
-use pebble_sim::SimConfig;
 use pebble_solve::{Problem, SolveError, SolveOptions, Solver};
 
 use crate::milp::{Bin, Lin, Milp, Outcome};
@@ -143,7 +142,7 @@ pub fn solve_graph(g: &TrainingGraph, budget: u64, options: &SolveOptions) -> Re
             why: format!("the ILP of {} nodes would have about {size} columns (limit {MAX_COLUMNS})", inst.n),
         });
     }
-    let config = SimConfig { budget: None, bandwidth: options.bandwidth, timeline: false };
+    let config = options.sim_config();
     let mut slack = 0u64;
     for _ in 0..=RETRIES {
         let remaining = options.time_limit.map(|l| (l - started.elapsed().as_secs_f64()).max(0.0));

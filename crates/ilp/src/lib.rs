@@ -124,7 +124,7 @@ pub(crate) fn within_budget(
     let fixed = fixed_bytes(g);
     let infeasible = |reason: String| pebble_solve::SolveError::Infeasible { budget, reason };
     let live = sequence::Liveness::new(g);
-    let config = pebble_sim::SimConfig { budget: None, bandwidth: options.bandwidth, timeline: false };
+    let config = options.sim_config();
     let mut slack = 0u64;
     for _ in 0..=RETRIES {
         let memory = budget

@@ -52,7 +52,7 @@ trait DefaultV100 {
 
 impl DefaultV100 for CostModel {
     fn default_v100() -> CostModel {
-        CostModel { device: ModelOptions::default().device }
+        CostModel { profile: ModelOptions::default().profile }
     }
 }
 

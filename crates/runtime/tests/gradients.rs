@@ -97,7 +97,7 @@ fn check(model: &str, options: ModelOptions, ilp: &[&str]) {
     for name in SOLVERS {
         let solver = pebble_solve::solver(name).expect("registered");
         let problem = Problem::Chain(&chain);
-        let min = pebble_solve::min_feasible_budget(solver, problem, &options).expect("some budget fits");
+        let min = pebble_solve::min_feasible_budget(solver, problem, &options).unwrap().expect("some budget fits");
         let top = pebble_solve::simulate(
             problem,
             &pebble_solve::baseline::store_all::store_all_schedule(problem),

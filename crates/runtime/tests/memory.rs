@@ -67,7 +67,7 @@ fn check(model: &str, options: ModelOptions, graph_solvers: &[&str], report: &mu
     let mut session = Session::<Flex>::new(lowered.network, lowered.index, optimizer, 3, FlexDevice);
     for name in SOLVERS {
         let solver = pebble_solve::solver(name).expect("registered");
-        let min = pebble_solve::min_feasible_budget(solver, problem, &solve).expect("some budget fits");
+        let min = pebble_solve::min_feasible_budget(solver, problem, &solve).unwrap().expect("some budget fits");
         let min = budget_for(min);
         let top = budget_for(top).max(min);
         for budget in [min, (min + top) / 2, top] {

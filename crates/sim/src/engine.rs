@@ -26,6 +26,7 @@
 //! read a tensor whose offload is in flight, as in Shilova's model where `ā_ℓ` is offloaded
 //! while `F_{ℓ+1}` reads it) and never frees memory under a running op.
 
+use pebble_machine::Link;
 use pebble_schedule::{Op, Tensor};
 
 use crate::{MemoryPoint, SimConfig, SimError, SimReport};
@@ -39,7 +40,13 @@ pub(crate) const EPS: f64 = 1e-9;
 struct Ev {
     time: f64,
     key: u64,
-    delta: i64,
+    delta: i128,
+}
+
+/// Bytes in use as a `u64`: sums of sizes are kept in `i128`, so that no size up to
+/// `u64::MAX` wraps; a total beyond `u64::MAX` reads as `u64::MAX` (over any budget).
+fn saturate(bytes: i128) -> u64 {
+    bytes.clamp(0, u64::MAX as i128) as u64
 }
 
 const OP_MASK: u64 = (1 << 62) - 1;
@@ -125,7 +132,8 @@ pub(crate) struct Effect<'a> {
 pub(crate) struct Engine<'s> {
     ops: &'s [Op],
     budget: Option<u64>,
-    bandwidth: f64,
+    d2h: Link,
+    h2d: Link,
     timeline: bool,
     t: Vec<TState>,
     names: Vec<Tensor>,
@@ -166,7 +174,8 @@ impl<'s> Engine<'s> {
         Engine {
             ops,
             budget: config.budget,
-            bandwidth: config.bandwidth,
+            d2h: config.machine.d2h,
+            h2d: config.machine.h2d,
             timeline: config.timeline,
             t,
             names,
@@ -254,7 +263,7 @@ impl<'s> Engine<'s> {
             grow = grow.saturating_add(s.size);
         }
         if grow > 0 {
-            self.dev.push(Ev { time: start, key: key(1, op, ALLOC), delta: grow as i64 });
+            self.dev.push(Ev { time: start, key: key(1, op, ALLOC), delta: grow as i128 });
         }
         for &r in eff.reads {
             for p in &mut self.t[r].pending {
@@ -264,7 +273,7 @@ impl<'s> Engine<'s> {
         }
         if eff.tmp > 0 {
             let class = Self::class(end, start, start);
-            self.dev.push(Ev { time: end, key: key(class, op, RELEASE), delta: -(eff.tmp as i64) });
+            self.dev.push(Ev { time: end, key: key(class, op, RELEASE), delta: -(eff.tmp as i128) });
         }
         for &f in eff.frees {
             if self.t[f].present() {
@@ -292,8 +301,13 @@ impl<'s> Engine<'s> {
         if !(fraction > 0.0 && fraction <= 1.0) {
             return Err(self.invalid(op, format!("fraction {fraction} is not in (0, 1]")));
         }
-        if self.bandwidth.is_nan() || self.bandwidth <= 0.0 {
-            return Err(self.invalid(op, format!("a transfer needs a positive bandwidth, got {}", self.bandwidth)));
+        for (dir, link) in [("device→host", &self.d2h), ("host→device", &self.h2d)] {
+            if !(link.bandwidth > 0.0 && link.bandwidth.is_finite()) {
+                return Err(self.invalid(op, format!("a transfer needs a positive {dir} bandwidth, got {}", link.bandwidth)));
+            }
+            if !(link.latency >= 0.0 && link.latency.is_finite()) {
+                return Err(self.invalid(op, format!("the {dir} latency must be non-negative, got {}", link.latency)));
+            }
         }
         Ok(())
     }
@@ -316,14 +330,14 @@ impl<'s> Engine<'s> {
             ));
         }
         let start = self.cursor.max(self.d2h_free).max(s.ready);
-        let end = start + (s.size as f64) * fraction / self.bandwidth;
+        let end = start + self.d2h.transfer_time(s.size as f64 * fraction);
         self.d2h_free = end;
         let s = &mut self.t[id];
         // Host copy: grows at the start.
         let host_frac = (s.host_frac + fraction).min(1.0);
         let host_bytes = if host_frac >= 1.0 - EPS { s.size } else { Self::part(s.size, host_frac).max(s.host_bytes) };
         if host_bytes > s.host_bytes {
-            self.host.push(Ev { time: start, key: key(1, op, ALLOC), delta: (host_bytes - s.host_bytes) as i64 });
+            self.host.push(Ev { time: start, key: key(1, op, ALLOC), delta: (host_bytes - s.host_bytes) as i128 });
             s.host_last_alloc = start;
         }
         s.host_frac = host_frac;
@@ -367,7 +381,7 @@ impl<'s> Engine<'s> {
         self.settle(id);
         let s = &self.t[id];
         let start = self.cursor.max(self.h2d_free).max(s.host_ready);
-        let end = start + (s.size as f64) * fraction / self.bandwidth;
+        let end = start + self.h2d.transfer_time(s.size as f64 * fraction);
         self.h2d_free = end;
         let s = &mut self.t[id];
         let frac = s.dev_frac + fraction;
@@ -377,7 +391,7 @@ impl<'s> Engine<'s> {
             Self::part(s.size, fraction).min(s.size - s.dev_bytes)
         };
         if bytes > 0 {
-            self.dev.push(Ev { time: start, key: key(1, op, ALLOC), delta: bytes as i64 });
+            self.dev.push(Ev { time: start, key: key(1, op, ALLOC), delta: bytes as i128 });
         }
         s.last_alloc = start;
         s.dev_bytes += bytes;
@@ -417,7 +431,7 @@ impl<'s> Engine<'s> {
         for p in s.pending.drain(..) {
             if p.bytes > 0 {
                 let class = Self::class(p.time, s.last_alloc, p.floor);
-                self.dev.push(Ev { time: p.time, key: key(class, p.op, RELEASE), delta: -(p.bytes as i64) });
+                self.dev.push(Ev { time: p.time, key: key(class, p.op, RELEASE), delta: -(p.bytes as i128) });
             }
         }
         s.intact = s.dev_frac >= 1.0 - EPS;
@@ -443,11 +457,11 @@ impl<'s> Engine<'s> {
         }
         if bytes > 0 {
             let class = Self::class(when, s.last_alloc, floor);
-            self.dev.push(Ev { time: when, key: key(class, op, RELEASE), delta: -(bytes as i64) });
+            self.dev.push(Ev { time: when, key: key(class, op, RELEASE), delta: -(bytes as i128) });
         }
         if s.host_bytes > 0 {
             let class = Self::class(when, s.host_last_alloc, floor);
-            self.host.push(Ev { time: when, key: key(class, op, RELEASE), delta: -(s.host_bytes as i64) });
+            self.host.push(Ev { time: when, key: key(class, op, RELEASE), delta: -(s.host_bytes as i128) });
         }
         s.dev_frac = 0.0;
         s.dev_bytes = 0;
@@ -481,7 +495,7 @@ impl<'s> Engine<'s> {
         if self.timeline {
             timeline.push(MemoryPoint { time: 0.0, bytes: self.base });
         }
-        let mut running = self.base as i64;
+        let mut running = self.base as i128;
         let mut peak = running;
         let evs = &self.dev;
         let mut i = 0;
@@ -497,13 +511,13 @@ impl<'s> Engine<'s> {
                         top = running;
                     }
                     if let Some(b) = budget {
-                        if running as i128 > b as i128 {
+                        if running > b as i128 {
                             let op = key_op(e.key);
                             return Err(SimError::BudgetExceeded {
                                 op,
                                 text: self.text(op),
                                 time,
-                                bytes: running as u64,
+                                bytes: saturate(running),
                                 budget: b,
                             });
                         }
@@ -514,20 +528,20 @@ impl<'s> Engine<'s> {
             peak = peak.max(top);
             if self.timeline {
                 if top > before && top > running {
-                    timeline.push(MemoryPoint { time, bytes: top as u64 });
+                    timeline.push(MemoryPoint { time, bytes: saturate(top) });
                 }
-                if timeline.last().map(|p| p.bytes as i64) != Some(running) {
-                    timeline.push(MemoryPoint { time, bytes: running.max(0) as u64 });
+                if timeline.last().map(|p| p.bytes as i128) != Some(running) {
+                    timeline.push(MemoryPoint { time, bytes: saturate(running) });
                 }
             }
         }
-        let mut host = 0i64;
-        let mut host_peak = 0i64;
+        let mut host = 0i128;
+        let mut host_peak = 0i128;
         for e in &self.host {
             host += e.delta;
             host_peak = host_peak.max(host);
         }
-        Ok((peak.max(0) as u64, host_peak.max(0) as u64, timeline))
+        Ok((saturate(peak), saturate(host_peak), timeline))
     }
 
     /// Ends the simulation: settles the offloads and derives the report.

@@ -12,7 +12,8 @@
 //!   issued at the end of the last compute op before it (0 if none) and starts when its
 //!   stream is free (one transfer at a time per direction) and its data is complete (an
 //!   offload waits for the tensor's producer or prefetch; a prefetch waits for the offload
-//!   that filled the host copy). It lasts `size × fraction / bandwidth`.
+//!   that filled the host copy). It lasts `latency + size × fraction / bandwidth` of its
+//!   direction's [`Link`] in [`SimConfig::machine`].
 //! * `makespan` is the end of the last op on any stream.
 //!
 //! # Memory
@@ -73,24 +74,26 @@ mod engine;
 mod graph;
 
 use pebble_graph::{Chain, TrainingGraph};
+pub use pebble_machine::{Link, Machine};
 use pebble_schedule::{Schedule, Tensor};
 use serde::Serialize;
 use thiserror::Error;
 
 /// How to run a simulation.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct SimConfig {
     /// Device memory limit in bytes, counting everything resident; `None` = unlimited.
     pub budget: Option<u64>,
-    /// Bandwidth of each transfer direction, bytes per time unit (β).
-    pub bandwidth: f64,
+    /// The machine: its host links time the transfers (β per direction, and latency).
+    pub machine: Machine,
     /// Record the memory timeline in the report.
     pub timeline: bool,
 }
 
-impl Default for SimConfig {
-    fn default() -> Self {
-        SimConfig { budget: None, bandwidth: 16e9, timeline: false }
+impl SimConfig {
+    /// No budget, no timeline, on `machine`.
+    pub fn on(machine: Machine) -> SimConfig {
+        SimConfig { machine, ..SimConfig::default() }
     }
 }
 

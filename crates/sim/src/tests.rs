@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use pebble_graph::{Chain, ComputeKind, ComputeNode, DataKind, DataNode, TrainingGraph};
 use pebble_schedule::{ForwardMode, Op, Schedule, Tensor, View};
 
-use crate::{simulate_chain, simulate_graph, MemoryPoint, SimConfig, SimError, SimReport};
+use crate::{simulate_chain, simulate_graph, Link, Machine, MemoryPoint, SimConfig, SimError, SimReport};
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * (1.0 + a.abs().max(b.abs()))
@@ -332,7 +332,7 @@ fn off_sched(fraction: f64) -> Schedule {
 }
 
 fn bw(b: f64) -> SimConfig {
-    SimConfig { bandwidth: b, ..cfg() }
+    SimConfig { machine: Machine::default().with_bandwidth(b), ..cfg() }
 }
 
 #[test]
@@ -370,10 +370,10 @@ fn offload_prefetch() {
     assert!(simulate_chain(
         &c,
         &sched("F0ck F1all L F0all B1 B0", 2),
-        &SimConfig { budget: Some(16), bandwidth: 4.0, timeline: false }
+        &SimConfig { budget: Some(16), machine: Machine::default().with_bandwidth(4.0), timeline: false }
     )
     .is_err());
-    assert!(simulate_chain(&c, &s, &SimConfig { budget: Some(16), bandwidth: 4.0, timeline: false }).is_ok());
+    assert!(simulate_chain(&c, &s, &SimConfig { budget: Some(16), machine: Machine::default().with_bandwidth(4.0), timeline: false }).is_ok());
 
     // Half of a_1 (2 bytes): the loss peaks at 16; the prefetch [6,6.5] ends before B1.
     let r = simulate_chain(&c, &off_sched(0.5), &bw(4.0)).unwrap();
@@ -383,9 +383,41 @@ fn offload_prefetch() {
 }
 
 #[test]
+fn each_direction_has_its_own_link() {
+    let c = chain_off();
+    let s = off_sched(1.0);
+    // Offload at β 4 with latency 1: [1,3], released at 3 as before. Prefetch at β 2 with
+    // latency 0.5: issued at 6, [6,8.5]; B1 waits for it: 11 + 1.5.
+    let machine = Machine {
+        d2h: Link { bandwidth: 4.0, latency: 1.0 },
+        h2d: Link { bandwidth: 2.0, latency: 0.5 },
+        ..Machine::default()
+    };
+    let r = simulate_chain(&c, &s, &SimConfig::on(machine)).unwrap();
+    assert_eq!(r.makespan, 12.5);
+    assert_eq!(r.compute_time, 11.0);
+    // A zero or negative bandwidth in either direction is an invalid transfer.
+    let dead = Machine { h2d: Link { bandwidth: 0.0, latency: 0.0 }, ..Machine::default() };
+    assert!(matches!(simulate_chain(&c, &s, &SimConfig::on(dead)), Err(SimError::InvalidOp { .. })));
+}
+
+#[test]
+fn sizes_beyond_i64_do_not_wrap() {
+    // Two tensors of 2^63 bytes: their sum is 2^64, which a signed 64-bit count would wrap
+    // to a negative (or small) number and let through a budget.
+    let big = 1u64 << 63;
+    let c = Chain::homogeneous(1, 1.0, 1.0, big);
+    let s = sched("F0all L B0", 1);
+    let r = simulate_chain(&c, &s, &cfg()).unwrap();
+    assert_eq!(r.peak_bytes, u64::MAX);
+    let over = simulate_chain(&c, &s, &SimConfig { budget: Some(u64::MAX - 1), ..cfg() });
+    assert!(matches!(over, Err(SimError::BudgetExceeded { .. })), "{over:?}");
+}
+
+#[test]
 fn offload_timeline_and_free() {
     let c = chain_off();
-    let r = simulate_chain(&c, &off_sched(1.0), &SimConfig { bandwidth: 4.0, timeline: true, budget: None }).unwrap();
+    let r = simulate_chain(&c, &off_sched(1.0), &SimConfig { machine: Machine::default().with_bandwidth(4.0), timeline: true, budget: None }).unwrap();
     // 0: a_0 1 + a_1 4 = 5; 1: + ā_2 2 = 7; 3: - a_1 4 + δ_2 1 + 10 = 14; 6: - 10, + a_1 4
     // (prefetch) + ā_1 4 (F0all) = 12; 7: + δ_1 4 = 16; 9: - δ_2 1 - ā_2 2 - a_1 4 = 9;
     // 9: + δ_0 1 = 10; 11: - δ_1 4 - ā_1 4 - a_0 1 = 1.
@@ -413,10 +445,10 @@ fn offload_timeline_and_free() {
             Op::Forward { stage: 0, mode: ForwardMode::KeepAll },
         ],
     );
-    let r = simulate_chain(&c, &s, &SimConfig { bandwidth: 0.5, timeline: true, budget: Some(9) });
+    let r = simulate_chain(&c, &s, &SimConfig { machine: Machine::default().with_bandwidth(0.5), timeline: true, budget: Some(9) });
     assert_eq!(r.unwrap_err(), SimError::Incomplete("δ_0 was never computed".into()));
     // Budget 8: a_0 1 + a_1 4 + ā_1 4 = 9 at time 1 > 8, because a_1 is held until 9.
-    let r = simulate_chain(&c, &s, &SimConfig { bandwidth: 0.5, timeline: false, budget: Some(8) });
+    let r = simulate_chain(&c, &s, &SimConfig { machine: Machine::default().with_bandwidth(0.5), timeline: false, budget: Some(8) });
     assert_eq!(
         r.unwrap_err(),
         SimError::BudgetExceeded { op: 3, text: "F0all".into(), time: 1.0, bytes: 9, budget: 8 }
@@ -929,7 +961,7 @@ fn releases_come_before_allocations_at_equal_times() {
     // At t = 5, op5's release of X (5) goes before op4's allocation of Z (1), even though
     // op4 comes first in program order: 11 -> 6 -> 7, so the peak is 11, not 12.
     let ops: Vec<Op> = (0..6).map(|node| Op::Compute { node, no_grad: false }).collect();
-    let config = SimConfig { budget: Some(11), bandwidth: 1.0, timeline: true };
+    let config = SimConfig { budget: Some(11), machine: Machine::default().with_bandwidth(1.0), timeline: true };
     let spec = |d: usize, size: u64, resident: bool| TensorSpec { name: Tensor::Data(d), size, resident };
     let mut eng =
         Engine::new(&ops, &config, 0, [spec(0, 5, true), spec(1, 2, true), spec(2, 1, true), spec(3, 4, false)]);

@@ -8,15 +8,18 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use pebble_graph::{Chain, TrainingGraph};
+use pebble_machine::Machine;
 use pebble_schedule::{Schedule, View};
 use pebble_sim::{SimConfig, SimError, SimReport};
 use thiserror::Error;
 
 pub mod baseline;
 pub mod brute;
+pub mod budget;
 mod discretize;
 pub mod multichain;
 pub mod revolve;
@@ -61,13 +64,60 @@ pub struct SolveOptions {
     pub slots: Slots,
     /// Wall-clock limit for MILP solvers, in seconds.
     pub time_limit: Option<f64>,
-    /// Host↔device bandwidth (bytes per time unit) for offloading solvers and the simulator.
-    pub bandwidth: f64,
+    /// The machine: its links time transfers for offloading solvers and the simulator.
+    pub machine: Machine,
+    /// Where long solves report how far they are.
+    pub progress: Progress,
 }
 
 impl Default for SolveOptions {
     fn default() -> Self {
-        SolveOptions { slots: Slots::Count(500), time_limit: None, bandwidth: SimConfig::default().bandwidth }
+        SolveOptions { slots: Slots::Count(500), time_limit: None, machine: Machine::default(), progress: Progress::none() }
+    }
+}
+
+impl SolveOptions {
+    /// The simulator's configuration for these options: no budget, no timeline.
+    pub fn sim_config(&self) -> SimConfig {
+        SimConfig::on(self.machine)
+    }
+}
+
+/// A callback for solves that take minutes: `(what, done, total)`, e.g. `("HiRemate:
+/// solving clusters", 3, 17)`. Solvers call it and draw nothing themselves; the CLI draws
+/// a bar. Two `Progress` values always compare equal: reporting is not an option that
+/// changes a plan.
+#[derive(Clone, Default)]
+pub struct Progress(Option<Arc<dyn Fn(&str, usize, usize) + Send + Sync>>);
+
+impl Progress {
+    /// Reports nothing.
+    pub fn none() -> Progress {
+        Progress(None)
+    }
+
+    /// Reports to `f`.
+    pub fn new(f: impl Fn(&str, usize, usize) + Send + Sync + 'static) -> Progress {
+        Progress(Some(Arc::new(f)))
+    }
+
+    /// `done` of `total` steps of `what` are finished.
+    pub fn report(&self, what: &str, done: usize, total: usize) {
+        if let Some(f) = &self.0 {
+            f(what, done, total);
+        }
+    }
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Progress(callback)" } else { "Progress(none)" })
+    }
+}
+
+impl PartialEq for Progress {
+    fn eq(&self, _: &Progress) -> bool {
+        true
     }
 }
 
@@ -111,6 +161,42 @@ pub trait Solver: Sync {
     fn views(&self) -> &'static [View];
     /// Plans the problem within `budget` bytes of device memory (everything resident counted).
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError>;
+    /// Does the work that does not depend on the budget once (Rockmate's block options,
+    /// HiRemate's cluster options), for callers that solve one problem at many budgets:
+    /// [`min_feasible_budget`]'s bisection, a sweep. The default does nothing ahead and
+    /// calls [`Solver::solve`] at each budget. A solver that overrides it must give the
+    /// same schedules as `solve`.
+    fn prepare<'a>(
+        &'a self,
+        problem: Problem<'a>,
+        options: &'a SolveOptions,
+    ) -> Result<Box<dyn Prepared + 'a>, SolveError> {
+        Ok(Box::new(Unprepared { solver: self.name(), solve: move |budget| self.solve(problem, budget, options) }))
+    }
+}
+
+/// A solver bound to one problem and its options, ready to plan at any budget.
+pub trait Prepared {
+    /// The solver's name.
+    fn solver(&self) -> &'static str;
+    /// Plans within `budget` bytes, as [`Solver::solve`] would.
+    fn solve(&self, budget: u64) -> Result<Schedule, SolveError>;
+}
+
+/// [`Solver::prepare`]'s default: nothing prepared, each budget solved from scratch.
+struct Unprepared<F> {
+    solver: &'static str,
+    solve: F,
+}
+
+impl<F: Fn(u64) -> Result<Schedule, SolveError>> Prepared for Unprepared<F> {
+    fn solver(&self) -> &'static str {
+        self.solver
+    }
+
+    fn solve(&self, budget: u64) -> Result<Schedule, SolveError> {
+        (self.solve)(budget)
+    }
 }
 
 /// A registered solver. Submit one with `inventory::submit!(Registration(&MySolver))`.
@@ -124,9 +210,23 @@ pub fn registry() -> Vec<&'static dyn Solver> {
     v
 }
 
-/// The solver called `name`, if any.
-pub fn solver(name: &str) -> Option<&'static dyn Solver> {
-    registry().into_iter().find(|s| s.name() == name)
+/// The solver called `name`.
+pub fn solver(name: &str) -> Result<&'static dyn Solver, UnknownSolver> {
+    let all = registry();
+    all.iter().copied().find(|s| s.name() == name).ok_or_else(|| UnknownSolver {
+        name: name.to_string(),
+        known: all.iter().map(|s| s.name()).collect(),
+    })
+}
+
+/// No registered solver has this name.
+#[derive(Debug, Error, Clone, PartialEq)]
+#[error("unknown solver `{name}` (known: {})", known.join(", "))]
+pub struct UnknownSolver {
+    /// The name asked for.
+    pub name: String,
+    /// Every registered solver's name, sorted.
+    pub known: Vec<&'static str>,
 }
 
 /// A solver's schedule with the simulator's verdict on it.
@@ -160,12 +260,39 @@ pub enum PlanError {
 /// Runs `solver` and scores its schedule with the simulator under `budget`.
 pub fn plan(solver: &dyn Solver, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Plan, PlanError> {
     let start = Instant::now();
-    let schedule = solver.solve(problem, budget, options)?.with_solver(solver.name());
+    let prepared = solver.prepare(problem, options)?;
+    plan_prepared(prepared.as_ref(), problem, budget, options, start)
+}
+
+/// [`plan`] with a prepared solver; `start` is when solving began (preparation included).
+fn plan_prepared(
+    prepared: &dyn Prepared,
+    problem: Problem<'_>,
+    budget: u64,
+    options: &SolveOptions,
+    start: Instant,
+) -> Result<Plan, PlanError> {
+    let solver = prepared.solver();
+    let schedule = prepared.solve(budget)?.with_solver(solver);
     let solve_seconds = start.elapsed().as_secs_f64();
-    let config = SimConfig { budget: Some(budget), bandwidth: options.bandwidth, timeline: false };
-    let report =
-        simulate(problem, &schedule, &config).map_err(|error| PlanError::Invalid { solver: solver.name(), error })?;
+    let config = SimConfig { budget: Some(budget), ..options.sim_config() };
+    let report = simulate(problem, &schedule, &config).map_err(|error| PlanError::Invalid { solver, error })?;
     Ok(Plan { schedule, report, solve_seconds })
+}
+
+/// Plans one problem at several budgets, preparing the solver once (see
+/// [`Solver::prepare`]). Each result is what [`plan`] would return at that budget.
+pub fn plan_many(
+    solver: &dyn Solver,
+    problem: Problem<'_>,
+    budgets: &[u64],
+    options: &SolveOptions,
+) -> Result<Vec<Result<Plan, PlanError>>, PlanError> {
+    let prepared = solver.prepare(problem, options)?;
+    Ok(budgets
+        .iter()
+        .map(|&b| plan_prepared(prepared.as_ref(), problem, b, options, Instant::now()))
+        .collect())
 }
 
 /// Simulates a schedule on either view.
@@ -180,41 +307,56 @@ pub fn simulate(problem: Problem<'_>, schedule: &Schedule, config: &SimConfig) -
 ///
 /// The search starts from the peak of the store-all schedule (simulated without a
 /// budget) and doubles it, up to `2^63`, until the solver succeeds; then it bisects
-/// between 0 and there, assuming feasibility is monotone in the budget. The result is
-/// a budget at which [`plan`] was seen to succeed. `None` when the solver fails even at
-/// `2^63` bytes, or does not plan this problem at all (wrong view, too large).
-pub fn min_feasible_budget(solver: &dyn Solver, problem: Problem<'_>, options: &SolveOptions) -> Option<u64> {
+/// between 0 and there, assuming feasibility is monotone in the budget. The solver is
+/// prepared once ([`Solver::prepare`]). The result is a budget at which [`plan`] was seen
+/// to succeed. `Ok(None)` when the solver fails even at `2^63` bytes, or does not plan
+/// this problem at all (wrong view, too large).
+///
+/// Only [`SolveError::Infeasible`] counts as "does not fit": a schedule the simulator
+/// rejects is a solver bug, returned as [`PlanError::Invalid`], never taken for a budget
+/// that is too small.
+pub fn min_feasible_budget(
+    solver: &dyn Solver,
+    problem: Problem<'_>,
+    options: &SolveOptions,
+) -> Result<Option<u64>, PlanError> {
     const CAP: u64 = 1 << 63;
-    // Some(true): feasible; Some(false): not at this budget; None: never.
-    let ok = |budget: u64| match plan(solver, problem, budget, options) {
-        Ok(_) => Some(true),
-        Err(PlanError::Solve(SolveError::NotApplicable { .. } | SolveError::TooLarge { .. })) => None,
-        Err(_) => Some(false),
+    let prepared = match solver.prepare(problem, options) {
+        Ok(p) => p,
+        Err(SolveError::NotApplicable { .. } | SolveError::TooLarge { .. }) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    // Ok(Some(true)): feasible; Ok(Some(false)): not at this budget; Ok(None): never.
+    let ok = |budget: u64| match plan_prepared(prepared.as_ref(), problem, budget, options, Instant::now()) {
+        Ok(_) => Ok(Some(true)),
+        Err(PlanError::Solve(SolveError::NotApplicable { .. } | SolveError::TooLarge { .. })) => Ok(None),
+        Err(PlanError::Solve(SolveError::Infeasible { .. })) => Ok(Some(false)),
+        Err(e) => Err(e),
     };
     let store_all = baseline::store_all::store_all_schedule(problem);
-    let config = SimConfig { budget: None, bandwidth: options.bandwidth, timeline: false };
-    let mut hi = simulate(problem, &store_all, &config).map(|r| r.peak_bytes).unwrap_or(1).clamp(1, CAP);
+    let mut hi = simulate(problem, &store_all, &options.sim_config()).map(|r| r.peak_bytes).unwrap_or(1).clamp(1, CAP);
     loop {
-        if ok(hi)? {
-            break;
+        match ok(hi)? {
+            None => return Ok(None),
+            Some(true) => break,
+            Some(false) if hi >= CAP => return Ok(None),
+            Some(false) => hi = hi.saturating_mul(2).min(CAP),
         }
-        if hi >= CAP {
-            return None;
-        }
-        hi = hi.saturating_mul(2).min(CAP);
     }
-    if ok(0)? {
-        return Some(0);
+    match ok(0)? {
+        None => return Ok(None),
+        Some(true) => return Ok(Some(0)),
+        Some(false) => {}
     }
     // Invariant: infeasible at `lo`, feasible at `hi`.
     let mut lo = 0u64;
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
-        if ok(mid)? {
-            hi = mid;
-        } else {
-            lo = mid;
+        match ok(mid)? {
+            None => return Ok(None),
+            Some(true) => hi = mid,
+            Some(false) => lo = mid,
         }
     }
-    Some(hi)
+    Ok(Some(hi))
 }

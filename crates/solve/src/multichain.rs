@@ -144,7 +144,7 @@ impl Solver for MultiChain {
         }
         let sat = mmin.max(lengths.iter().map(|&l| l + 1).sum());
         let mut dp = MultiChainDp::new(kj.costs(g));
-        let config = SimConfig { budget: Some(budget), bandwidth: options.bandwidth, timeline: false };
+        let config = SimConfig { budget: Some(budget), ..options.sim_config() };
         let mut last_err = String::new();
         let mut attempt = |m: usize, keep_saved: bool| -> Option<(Schedule, f64)> {
             let ops = dp.schedule(&lengths, m, &b)?;

@@ -1,6 +1,6 @@
 //! The model zoo: every model as a network of typed ops with shapes, lowered to both
 //! planner views (training graph and chain) with sizes from the shapes and times from a
-//! roofline [`CostModel`] on a [`DeviceProfile`].
+//! roofline [`CostModel`] on a device [`Profile`].
 //!
 //! * [`ops`]: the op library. Each [`OpKind`] declares its output shape, parameters,
 //!   what its backward saves, its temporary memory and FLOPs. The executor runs the same
@@ -26,7 +26,8 @@ use pebble_graph::{partition, Chain, TrainingGraph};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-pub use cost::{CostModel, DeviceProfile};
+pub use cost::CostModel;
+pub use pebble_machine::{Machine, Profile};
 pub use models::{build, catalog, ModelSpec};
 pub use network::{GraphIndex, NetBuilder, NetOp, NetParam, NetTensor, Network, OpCosts, ParamId, TensorId};
 pub use ops::{Elem, OpKind};
@@ -61,9 +62,6 @@ pub enum ZooError {
         /// What is wrong.
         why: String,
     },
-    /// A device profile that cannot be used.
-    #[error("device profile: {0}")]
-    Device(String),
     /// The lowered graph failed validation (a zoo bug).
     #[error("model `{model}`: {error}")]
     Graph {
@@ -147,8 +145,9 @@ pub struct ModelOptions {
     pub dtype: DType,
     /// Optimizer (for the static memory it keeps).
     pub optimizer: Optimizer,
-    /// Device the costs are for.
-    pub device: DeviceProfile,
+    /// The device profile: compute rates for the costs, and the machine (memory, links,
+    /// the executor's runtime overhead, its integer width).
+    pub profile: Profile,
 }
 
 impl Default for ModelOptions {
@@ -162,7 +161,7 @@ impl Default for ModelOptions {
             heads: None,
             dtype: DType::F32,
             optimizer: Optimizer::Adam,
-            device: DeviceProfile::lookup("v100").expect("built-in"),
+            profile: Profile::lookup("v100").expect("built-in"),
         }
     }
 }
@@ -209,7 +208,11 @@ impl Model {
         network: Network,
         options: &ModelOptions,
     ) -> Result<Model, ZooError> {
-        let cost = CostModel { device: options.device.clone() };
+        // Integers as wide as the executor stores them, so that every command sizes token
+        // ids and labels alike.
+        let mut network = network;
+        network.int_bytes = options.profile.machine.runtime.int_bytes;
+        let cost = CostModel { profile: options.profile.clone() };
         let graph = network.training_graph(&cost, options.optimizer);
         let err = |error| ZooError::Graph { model: spec.name.to_string(), error };
         graph.validate().map_err(err)?;

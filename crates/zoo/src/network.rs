@@ -5,7 +5,6 @@
 use pebble_graph::{ComputeKind, ComputeNode, DataKind, DataNode, TrainingGraph};
 use serde::{Deserialize, Serialize};
 
-use crate::cost::CostModel;
 use crate::ops::{Elem, OpDecl, OpKind, Operand, Saved, Shape};
 use crate::{DType, Optimizer, ZooError};
 
@@ -104,27 +103,12 @@ pub struct GraphIndex {
 }
 
 /// The cost of each op's forward and backward: time in seconds and temporary bytes.
-/// The roofline [`CostModel`] is one; an executor's profiler is another.
+/// The roofline [`CostModel`](crate::CostModel) is one; an executor's profiler is another.
 pub trait OpCosts {
     /// Forward of `net.ops[op]`: (seconds, temporary bytes).
     fn forward(&self, net: &Network, op: usize) -> (f64, u64);
     /// Backward of `net.ops[op]` (for the loss: forward and backward at once).
     fn backward(&self, net: &Network, op: usize) -> (f64, u64);
-}
-
-impl OpCosts for CostModel {
-    fn forward(&self, net: &Network, op: usize) -> (f64, u64) {
-        let o = &net.ops[op];
-        (self.forward_time(net, o), o.decl.forward_tmp as u64 * net.dtype.bytes())
-    }
-    fn backward(&self, net: &Network, op: usize) -> (f64, u64) {
-        let o = &net.ops[op];
-        if o.decl.loss {
-            let tmp = o.decl.forward_tmp.max(o.decl.backward_tmp) as u64 * net.dtype.bytes();
-            return (self.forward_time(net, o) + self.backward_time(net, o), tmp);
-        }
-        (self.backward_time(net, o), o.decl.backward_tmp as u64 * net.dtype.bytes())
-    }
 }
 
 /// Builds a [`Network`] op by op.
@@ -353,7 +337,7 @@ impl Network {
 
     /// Lowers the network to the forward+backward training graph, timing each node with
     /// `cost` and counting `optimizer`'s state.
-    pub fn training_graph(&self, cost: &CostModel, optimizer: Optimizer) -> TrainingGraph {
+    pub fn training_graph(&self, cost: &dyn OpCosts, optimizer: Optimizer) -> TrainingGraph {
         self.training_graph_indexed(cost, optimizer).0
     }
 

@@ -179,7 +179,7 @@ fn valid_monotone_and_store_all_at_its_peak() {
     for (name, g) in graphs() {
         let problem = Problem::Graph(&g);
         let sa = store_all(&g);
-        let min = min_feasible_budget(checkmate(), problem, &opts).expect("feasible at some budget");
+        let min = min_feasible_budget(checkmate(), problem, &opts).unwrap().expect("feasible at some budget");
         assert!(min <= sa.peak_bytes, "{name}: least budget {min} above store-all's {}", sa.peak_bytes);
         match plan(checkmate(), problem, min - 1, &opts) {
             Err(PlanError::Solve(SolveError::Infeasible { budget, .. })) => assert_eq!(budget, min - 1),
@@ -212,7 +212,7 @@ fn no_worse_than_the_other_graph_solvers() {
     for (name, g) in graphs() {
         let problem = Problem::Graph(&g);
         let sa = store_all(&g);
-        let lo = min_feasible_budget(checkmate(), problem, &opts).unwrap();
+        let lo = min_feasible_budget(checkmate(), problem, &opts).unwrap().unwrap();
         for budget in grid(lo, sa.peak_bytes, 5) {
             let mine = plan(checkmate(), problem, budget, &opts).unwrap_or_else(|e| panic!("{name} at {budget}: {e}"));
             for other in &others {
@@ -276,7 +276,7 @@ fn recomputes_under_pressure_and_accumulates_gradients() {
     let g = residual_graph();
     let problem = Problem::Graph(&g);
     let opts = options();
-    let min = min_feasible_budget(checkmate(), problem, &opts).unwrap();
+    let min = min_feasible_budget(checkmate(), problem, &opts).unwrap().unwrap();
     let sa = store_all(&g);
     assert!(min < sa.peak_bytes);
     let p = plan(checkmate(), problem, min, &opts).unwrap();

@@ -323,7 +323,7 @@ mod tests {
     use crate::testkit::tiny_graph;
 
     fn sim(g: &TrainingGraph, s: &Schedule, budget: Option<u64>) -> pebble_sim::SimReport {
-        let config = pebble_sim::SimConfig { budget, bandwidth: 1e9, timeline: false };
+        let config = pebble_sim::SimConfig { budget, ..pebble_sim::SimConfig::default() };
         pebble_sim::simulate_graph(g, s, &config).expect("the simulator accepts DTR's schedule")
     }
 

@@ -123,7 +123,7 @@ mod tests {
     use crate::baseline::store_all::graph_store_all;
 
     fn sim(g: &TrainingGraph, s: &Schedule) -> pebble_sim::SimReport {
-        let config = pebble_sim::SimConfig { budget: None, bandwidth: 1e9, timeline: false };
+        let config = pebble_sim::SimConfig::default();
         pebble_sim::simulate_graph(g, s, &config).expect("the simulator accepts the schedule")
     }
 

@@ -25,7 +25,7 @@ mod solver_tests;
 
 use pebble_graph::Chain;
 use pebble_schedule::{ForwardMode, Op, Schedule, View};
-use pebble_sim::{SimConfig, SimError, SimReport};
+use pebble_sim::{SimError, SimReport};
 
 use crate::{Problem, SolveError, SolveOptions};
 
@@ -51,7 +51,7 @@ pub(crate) fn simulate_unbounded(
     schedule: &Schedule,
     options: &SolveOptions,
 ) -> Result<SimReport, SimError> {
-    let config = SimConfig { budget: None, bandwidth: options.bandwidth, timeline: false };
+    let config = options.sim_config();
     crate::simulate(problem, schedule, &config)
 }
 

@@ -30,9 +30,11 @@ use crate::testkit::hand_chain;
 #[test]
 fn registry_lists_the_baselines() {
     for name in BASELINES {
-        assert_eq!(solver(name).map(|s| s.name()), Some(name));
+        assert_eq!(solver(name).map(|s| s.name()), Ok(name));
     }
-    assert_eq!(solver("revolve-optimal").map(|s| s.name()), Some("revolve-optimal"));
+    assert_eq!(solver("revolve-optimal").map(|s| s.name()), Ok("revolve-optimal"));
+    let unknown = solver("rotr").map(|s| s.name()).unwrap_err();
+    assert!(unknown.known.contains(&"rotor") && unknown.to_string().contains("known: "), "{unknown}");
     let g = tiny_graph();
     for name in ["sequential", "chen-sqrt", "recompute-all", "revolve"] {
         let e = solver(name).unwrap().solve(Problem::Graph(&g), BIG, &SolveOptions::default()).unwrap_err();
@@ -206,18 +208,18 @@ fn min_feasible_budgets() {
         let problem = Problem::Chain(&chain);
         let sp = sim(&chain, store_all_ops(l)).peak_bytes;
         let rp = sim(&chain, recompute_all_ops(l)).peak_bytes;
-        assert_eq!(min_feasible_budget(solver("store-all").unwrap(), problem, &options), Some(sp));
-        assert_eq!(min_feasible_budget(solver("recompute-all").unwrap(), problem, &options), Some(rp));
+        assert_eq!(min_feasible_budget(solver("store-all").unwrap(), problem, &options).unwrap(), Some(sp));
+        assert_eq!(min_feasible_budget(solver("recompute-all").unwrap(), problem, &options).unwrap(), Some(rp));
         let seq = (1..=l).map(|k| sim(&chain, sequential_ops(l, k)).peak_bytes).min().unwrap();
-        assert_eq!(min_feasible_budget(solver("sequential").unwrap(), problem, &options), Some(seq));
+        assert_eq!(min_feasible_budget(solver("sequential").unwrap(), problem, &options).unwrap(), Some(seq));
         let table = crate::revolve::Opt0Table::new(l, l + 2, 1.0, 1.0);
         let rev = (1..=l).map(|c| sim(&chain, revolve::revolve_schedule(&table, l, c).ops).peak_bytes).min().unwrap();
-        assert_eq!(min_feasible_budget(solver("revolve").unwrap(), problem, &options), Some(rev));
+        assert_eq!(min_feasible_budget(solver("revolve").unwrap(), problem, &options).unwrap(), Some(rev));
         assert!(rev <= rp);
     }
     let g = tiny_graph();
-    assert_eq!(min_feasible_budget(solver("revolve").unwrap(), Problem::Graph(&g), &options), None);
-    assert_eq!(min_feasible_budget(solver("store-all").unwrap(), Problem::Graph(&g), &options), Some(77));
+    assert_eq!(min_feasible_budget(solver("revolve").unwrap(), Problem::Graph(&g), &options).unwrap(), None);
+    assert_eq!(min_feasible_budget(solver("store-all").unwrap(), Problem::Graph(&g), &options).unwrap(), Some(77));
 }
 
 #[test]

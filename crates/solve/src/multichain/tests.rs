@@ -522,7 +522,7 @@ fn solver_is_registered_and_plans_kjoin_graphs() {
     }
     // The minimal feasible budget on a staged graph is m_min.
     let g = kjoin_graph(&[3, 5], &bits("00"), Costs::UNIT, KJoinLayout::Staged);
-    assert_eq!(crate::min_feasible_budget(s, Problem::Graph(&g), &options), Some(5));
+    assert_eq!(crate::min_feasible_budget(s, Problem::Graph(&g), &options).unwrap(), Some(5));
 }
 
 #[test]
@@ -539,7 +539,7 @@ fn solver_on_a_single_chain_with_saved_tensors() {
     let peak = sim(&g, &store_all, None).peak_bytes;
     let p = plan(s, Problem::Graph(&g), peak, &options).unwrap();
     assert!(p.report.peak_bytes <= peak);
-    let low = crate::min_feasible_budget(s, Problem::Graph(&g), &options).unwrap();
+    let low = crate::min_feasible_budget(s, Problem::Graph(&g), &options).unwrap().unwrap();
     assert!(low <= peak);
 }
 
@@ -650,7 +650,7 @@ fn solver_on_a_siamese_like_graph() {
     let options = SolveOptions::default();
     let store_all = crate::baseline::store_all::graph_store_all(&g);
     let sa = sim(&g, &store_all, None);
-    let low = crate::min_feasible_budget(s, Problem::Graph(&g), &options).unwrap();
+    let low = crate::min_feasible_budget(s, Problem::Graph(&g), &options).unwrap().unwrap();
     assert!(low < sa.peak_bytes, "multichain needs {low}, store-all {}", sa.peak_bytes);
     let mut prev = 0.0;
     for budget in [low, (low + sa.peak_bytes) / 2, sa.peak_bytes, 2 * sa.peak_bytes] {
