@@ -26,7 +26,6 @@ use std::collections::{BinaryHeap, HashMap};
 use pebble_graph::Chain;
 use pebble_schedule::{ForwardMode, Op, Schedule, View};
 
-use crate::baseline::chain_of;
 use crate::{Problem, SolveError, SolveOptions, Solver};
 
 /// The largest chain [`Brute`] accepts.
@@ -49,7 +48,7 @@ impl Solver for Brute {
     }
 
     fn solve(&self, problem: Problem<'_>, budget: u64, _options: &SolveOptions) -> Result<Schedule, SolveError> {
-        let chain = chain_of(problem, self.name())?;
+        let chain = problem.chain_for(self.name())?;
         let (_, ops) = brute_force(chain, budget, MAX_STAGES)?;
         Ok(Schedule::new(View::Chain, ops))
     }
@@ -216,41 +215,12 @@ pub(crate) mod tests {
     use crate::baseline::{recompute_all_ops, store_all_ops};
     use crate::rotor::persistent;
     use crate::rotor_optimal::floating;
-    use crate::testkit::{random_chain, Rng};
+    use pebble_testkit::{random_chain, small_chain, Rng};
     use crate::{min_feasible_budget, plan, solver, Slots};
     use pebble_sim::{simulate_chain, SimConfig};
 
     /// A budget nothing reaches.
     pub(crate) const BIG: u64 = 1 << 50;
-
-    /// A random chain with small sizes (`x` in `0..=10`, mostly positive), `xbar` up to 5
-    /// above, temporaries in `0..=3`, a little static memory; integer times in `0..=9`, or
-    /// fractional ones.
-    pub(crate) fn small_chain(rng: &mut Rng, l: usize, integer_times: bool) -> Chain {
-        let size = |rng: &mut Rng| if rng.range(0, 9) == 0 { 0 } else { rng.range(1, 10) };
-        let x: Vec<u64> = (0..=l).map(|_| size(rng)).collect();
-        let xbar = (0..=l).map(|i| if i == 0 { x[0] } else { x[i] + rng.range(0, 5) }).collect();
-        let time = |rng: &mut Rng| {
-            if integer_times {
-                rng.range(0, 9) as f64
-            } else {
-                rng.range(0, 1_000_000) as f64 / 7919.0
-            }
-        };
-        let chain = Chain {
-            name: Some(format!("small-{l}")),
-            ftime: (0..l).map(|_| time(rng)).collect(),
-            btime: (0..=l).map(|_| time(rng)).collect(),
-            x,
-            xbar,
-            ftmp: (0..l).map(|_| rng.range(0, 3)).collect(),
-            btmp: (0..=l).map(|_| rng.range(0, 3)).collect(),
-            w: None,
-            static_bytes: rng.range(0, 5),
-        };
-        chain.validate().unwrap();
-        chain
-    }
 
     pub(crate) fn same(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)

@@ -38,12 +38,20 @@ pub enum Problem<'a> {
     Graph(&'a TrainingGraph),
 }
 
-impl Problem<'_> {
+impl<'a> Problem<'a> {
     /// The view of the problem.
     pub fn view(&self) -> View {
         match self {
             Problem::Chain(_) => View::Chain,
             Problem::Graph(_) => View::Graph,
+        }
+    }
+
+    /// The chain of a chain-only solver's problem, or [`SolveError::NotApplicable`].
+    pub fn chain_for(&self, solver: &'static str) -> Result<&'a Chain, SolveError> {
+        match *self {
+            Problem::Chain(c) => Ok(c),
+            Problem::Graph(_) => Err(SolveError::NotApplicable { solver, view: View::Graph }),
         }
     }
 }

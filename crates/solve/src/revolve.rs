@@ -41,6 +41,8 @@
 //! (e.g. `t(l, 1) = l(l−1)/2` gives (1.2) again), which [`binomial_revolve_cost`]
 //! evaluates and the tests check against the DP.
 
+use pebble_schedule::{ForwardMode, Op};
+
 /// One step of a Revolve sequence on ADJCHAIN(ℓ, m), 0-based as in the module doc.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RevolveAction {
@@ -235,6 +237,28 @@ pub fn binomial_revolve_cost(l: usize, m: usize) -> f64 {
 /// this one is the DP's own answer for the budget.
 pub struct RevolveOptimal;
 
+/// A Revolve sequence on an `L`-stage chain (its ADJCHAIN has `ℓ = L`, the loss being the
+/// top backward step) turned into chain ops: a kept advance is `F_ck`, a consuming one
+/// `F_∅`, and each backward `B_i` (`i < L`) is preceded by `F_i all`, which produces
+/// its saved set just in time.
+pub fn revolve_ops(l: usize, seq: &[RevolveAction]) -> Vec<Op> {
+    let mut ops = Vec::with_capacity(seq.len() + l);
+    for a in seq {
+        match *a {
+            RevolveAction::Advance { stage, keep_input } => {
+                ops.push(Op::Forward { stage, mode: if keep_input { ForwardMode::Checkpoint } else { ForwardMode::Discard } })
+            }
+            RevolveAction::Reverse { stage } => {
+                if stage < l {
+                    ops.push(Op::Forward { stage, mode: ForwardMode::KeepAll });
+                }
+                ops.push(Op::Backward { stage });
+            }
+        }
+    }
+    ops
+}
+
 impl crate::Solver for RevolveOptimal {
     fn name(&self) -> &'static str {
         "revolve-optimal"
@@ -254,7 +278,7 @@ impl crate::Solver for RevolveOptimal {
         budget: u64,
         _options: &crate::SolveOptions,
     ) -> Result<pebble_schedule::Schedule, crate::SolveError> {
-        let chain = crate::baseline::chain_of(problem, self.name())?;
+        let chain = problem.chain_for(self.name())?;
         let l = chain.len();
         let slot = chain.x.iter().chain(&chain.xbar[1..]).copied().max().unwrap_or(0).max(1);
         let tmp = chain.ftmp.iter().chain(&chain.btmp).copied().max().unwrap_or(0);
@@ -266,7 +290,7 @@ impl crate::Solver for RevolveOptimal {
                 "Opt_0 needs 3 slots of {slot} bytes plus 2 for the backward step; the budget leaves {k} after static memory and {tmp} bytes of temporary memory"
             ),
         })?;
-        Ok(pebble_schedule::Schedule::new(pebble_schedule::View::Chain, crate::baseline::revolve_ops(l, &seq)))
+        Ok(pebble_schedule::Schedule::new(pebble_schedule::View::Chain, revolve_ops(l, &seq)))
     }
 }
 
@@ -460,10 +484,10 @@ mod tests {
     fn revolve_optimal_schedules_fit_on_random_chains() {
         use crate::{plan, solver, PlanError, Problem, SolveError, SolveOptions};
         let s = solver("revolve-optimal").expect("registered");
-        let mut rng = crate::testkit::Rng::new(7);
+        let mut rng = pebble_testkit::Rng::new(7);
         for _ in 0..200 {
             let l = rng.range(1, 10) as usize;
-            let chain = crate::testkit::random_chain(&mut rng, l);
+            let chain = pebble_testkit::random_chain(&mut rng, l);
             let budget = rng.range(10, 200);
             match plan(s, Problem::Chain(&chain), budget, &SolveOptions::default()) {
                 Ok(p) => assert!(p.report.peak_bytes <= budget),

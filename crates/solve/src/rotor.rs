@@ -76,7 +76,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use pebble_graph::Chain;
 use pebble_schedule::{ForwardMode, Op, Schedule, View};
 
-use crate::baseline::chain_of;
 use crate::discretize::{discretize, first_fitting, ops_time, store_all_if_it_fits, Discrete};
 use crate::{Problem, Slots, SolveError, SolveOptions, Solver};
 
@@ -98,7 +97,7 @@ impl Solver for Rotor {
     }
 
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
-        let chain = chain_of(problem, self.name())?;
+        let chain = problem.chain_for(self.name())?;
         let (_, ops) = persistent(chain, budget, options.slots)?;
         Ok(Schedule::new(View::Chain, ops))
     }
@@ -680,7 +679,7 @@ mod tests {
 
     use super::*;
     use crate::brute::tests::check;
-    use crate::testkit::{random_chain, Rng};
+    use pebble_testkit::{random_chain, Rng};
     use pebble_sim::{simulate_chain, SimConfig};
 
     fn store_all_peak(chain: &Chain) -> u64 {

@@ -44,7 +44,6 @@
 use pebble_graph::Chain;
 use pebble_schedule::{ForwardMode, Op, Schedule, View};
 
-use crate::baseline::chain_of;
 use crate::discretize::{discretize, first_fitting, store_all_if_it_fits, Discrete};
 use crate::{Problem, Slots, SolveError, SolveOptions, Solver};
 
@@ -66,7 +65,7 @@ impl Solver for RotorOptimal {
     }
 
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
-        let chain = chain_of(problem, self.name())?;
+        let chain = problem.chain_for(self.name())?;
         let (_, ops) = floating(chain, budget, options.slots)?;
         Ok(Schedule::new(View::Chain, ops))
     }
@@ -451,9 +450,9 @@ impl<'a> Floating<'a> {
 mod tests {
     use super::*;
     use crate::brute::brute_force;
-    use crate::brute::tests::{check, same, small_chain, BIG};
+    use crate::brute::tests::{check, same, BIG};
     use crate::rotor::persistent;
-    use crate::testkit::Rng;
+    use pebble_testkit::{small_chain, Rng};
 
     /// Shilova's persistence counterexample (§2.3.1, Fig. 2.3) in this crate's format.
     ///

@@ -2,7 +2,7 @@
 
 use pebble_schedule::{Schedule, View};
 
-use super::{chain_of, fastest_fitting, sequential_ops};
+use super::{fastest_fitting, sequential_ops};
 use crate::{Problem, SolveError, SolveOptions, Solver};
 
 /// `checkpoint_sequential` with `k = ⌈√L⌉` segments, whatever the budget.
@@ -34,7 +34,7 @@ impl Solver for ChenSqrt {
     }
 
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
-        let l = chain_of(problem, self.name())?.len();
+        let l = problem.chain_for(self.name())?.len();
         let schedule = Schedule::new(View::Chain, sequential_ops(l, sqrt_segments(l)));
         fastest_fitting(problem, budget, options, "chen-sqrt", [schedule])
     }

@@ -23,8 +23,7 @@ pub mod store_all;
 #[cfg(test)]
 mod solver_tests;
 
-use pebble_graph::Chain;
-use pebble_schedule::{ForwardMode, Op, Schedule, View};
+use pebble_schedule::{ForwardMode, Op, Schedule};
 use pebble_sim::{SimError, SimReport};
 
 use crate::{Problem, SolveError, SolveOptions};
@@ -35,14 +34,6 @@ pub(crate) fn fwd(stage: usize, mode: ForwardMode) -> Op {
 
 pub(crate) fn bwd(stage: usize) -> Op {
     Op::Backward { stage }
-}
-
-/// The chain of a chain-only solver's problem.
-pub(crate) fn chain_of<'a>(problem: Problem<'a>, solver: &'static str) -> Result<&'a Chain, SolveError> {
-    match problem {
-        Problem::Chain(c) => Ok(c),
-        Problem::Graph(_) => Err(SolveError::NotApplicable { solver, view: View::Graph }),
-    }
 }
 
 /// Simulates with no budget, to learn a schedule's peak and makespan.
@@ -184,35 +175,13 @@ pub fn recompute_all_ops(l: usize) -> Vec<Op> {
     ops
 }
 
-/// A Revolve sequence on an `L`-stage chain (its ADJCHAIN has `ℓ = L`, the loss being the
-/// top backward step) turned into chain ops: a kept advance is `F_ck`, a consuming one
-/// `F_∅`, and each backward `B_i` (`i < L`) is preceded by `F_i all`, which produces
-/// its saved set just in time.
-pub fn revolve_ops(l: usize, seq: &[crate::revolve::RevolveAction]) -> Vec<Op> {
-    use crate::revolve::RevolveAction;
-    let mut ops = Vec::with_capacity(seq.len() + l);
-    for a in seq {
-        match *a {
-            RevolveAction::Advance { stage, keep_input } => {
-                ops.push(fwd(stage, if keep_input { ForwardMode::Checkpoint } else { ForwardMode::Discard }))
-            }
-            RevolveAction::Reverse { stage } => {
-                if stage < l {
-                    ops.push(fwd(stage, ForwardMode::KeepAll));
-                }
-                ops.push(bwd(stage));
-            }
-        }
-    }
-    ops
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn notation(ops: Vec<Op>) -> String {
-        Schedule::new(View::Chain, ops).to_notation()
+        Schedule::new(pebble_schedule::View::Chain, ops).to_notation()
     }
 
     #[test]
@@ -246,11 +215,11 @@ mod tests {
             Reverse { stage: 1 },
             Reverse { stage: 0 },
         ];
-        assert_eq!(notation(revolve_ops(4, &seq)), "F0ck F1none F2ck F3ck B4 F3all B3 F2all B2 F0ck F1all B1 F0all B0");
+        assert_eq!(notation(crate::revolve::revolve_ops(4, &seq)), "F0ck F1none F2ck F3ck B4 F3all B3 F2all B2 F0ck F1all B1 F0all B0");
         // With three slots Revolve is recompute-all.
         for l in 1..8 {
             let seq = crate::revolve::opt0_sequence(l, 3).unwrap();
-            assert_eq!(revolve_ops(l, &seq), recompute_all_ops(l), "L = {l}");
+            assert_eq!(crate::revolve::revolve_ops(l, &seq), recompute_all_ops(l), "L = {l}");
         }
     }
 }

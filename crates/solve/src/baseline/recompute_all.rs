@@ -2,7 +2,7 @@
 
 use pebble_schedule::{Schedule, View};
 
-use super::{chain_of, fastest_fitting, recompute_all_ops};
+use super::{fastest_fitting, recompute_all_ops};
 use crate::{Problem, SolveError, SolveOptions, Solver};
 
 /// The least-memory baseline: only `a_0` is kept; before each `B_i` the chain is
@@ -23,7 +23,7 @@ impl Solver for RecomputeAll {
     }
 
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
-        let l = chain_of(problem, self.name())?.len();
+        let l = problem.chain_for(self.name())?.len();
         fastest_fitting(problem, budget, options, "recompute-all", [Schedule::new(View::Chain, recompute_all_ops(l))])
     }
 }

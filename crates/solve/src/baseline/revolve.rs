@@ -2,7 +2,8 @@
 
 use pebble_schedule::{Schedule, View};
 
-use super::{chain_of, fastest_fitting, revolve_ops};
+use super::fastest_fitting;
+use crate::revolve::revolve_ops;
 use crate::revolve::Opt0Table;
 use crate::{Problem, SolveError, SolveOptions, Solver};
 
@@ -34,7 +35,7 @@ impl Solver for Revolve {
     }
 
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
-        let chain = chain_of(problem, self.name())?;
+        let chain = problem.chain_for(self.name())?;
         let l = chain.len();
         // The schedules minimize the forward count, whatever the (positive) unit costs.
         let table = Opt0Table::new(l, l + 2, 1.0, 1.0);

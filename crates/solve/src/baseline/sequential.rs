@@ -2,7 +2,7 @@
 
 use pebble_schedule::{Schedule, View};
 
-use super::{chain_of, fastest_fitting, sequential_ops};
+use super::{fastest_fitting, sequential_ops};
 use crate::{Problem, SolveError, SolveOptions, Solver};
 
 /// `checkpoint_sequential(k)` for every `k` in `1..=L` (`k = 1` is store-all); the
@@ -23,7 +23,7 @@ impl Solver for Sequential {
     }
 
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
-        let l = chain_of(problem, self.name())?.len();
+        let l = problem.chain_for(self.name())?.len();
         let candidates = (1..=l).map(|k| Schedule::new(View::Chain, sequential_ops(l, k)));
         fastest_fitting(problem, budget, options, "checkpoint_sequential", candidates)
     }
