@@ -23,6 +23,7 @@
 #![forbid(unsafe_code)]
 
 mod chain;
+pub mod cut;
 mod error;
 pub mod hpartition;
 pub mod partition;

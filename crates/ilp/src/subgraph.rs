@@ -8,13 +8,14 @@
 //! outside nobody reads inside: they are the piece's outputs, kept to its end.
 //!
 //! [`sequential_blocks`] cuts the forward graph where a single activation crosses (the
-//! 1-separators of rk-GB), and [`SubGraph::signature`] tells identical blocks apart
+//! 1-separators of rk-GB, found by [`pebble_graph::cut::single_crossing_cuts`]), and [`SubGraph::signature`] tells identical blocks apart
 //! from different ones by comparing them node by node, names left out (§2.3: not graph
 //! isomorphism, so identical blocks written differently are solved twice, which costs
 //! time only).
 
 use std::collections::HashMap;
 
+use pebble_graph::cut::single_crossing_cuts;
 use pebble_graph::{ComputeId, ComputeKind, ComputeNode, DataId, DataKind, DataNode, TrainingGraph};
 
 use crate::IlpError;
@@ -212,45 +213,39 @@ impl Builder<'_> {
 
 /// The sequential blocks of a graph's forward nodes (list order): a block ends after a
 /// forward node past which exactly one activation is still read by a later forward node
-/// or the loss. Each block's forward nodes then read only that one activation from the
-/// blocks before (plus inputs and parameters).
+/// or the loss ([`single_crossing_cuts`] over the forward nodes, the loss their final
+/// reader; inputs and parameters do not count). Each block's forward nodes then read
+/// only that one activation from the blocks before (plus inputs and parameters).
 pub fn sequential_blocks(g: &TrainingGraph) -> Vec<Vec<ComputeId>> {
     let fwd: Vec<usize> =
         g.compute.iter().enumerate().filter(|(_, c)| c.kind == ComputeKind::Forward).map(|(k, _)| k).collect();
     let n = fwd.len();
-    let mut pos = vec![usize::MAX; g.compute.len()];
+    let mut pos = vec![None; g.compute.len()];
     for (i, &k) in fwd.iter().enumerate() {
-        pos[k] = i;
+        pos[k] = Some(i);
     }
     if let Some(l) = g.loss() {
-        pos[l] = n;
+        pos[l] = Some(n);
     }
-    let consumers = g.consumers();
-    // crossing[i] = activations made at positions ≤ i and read at a position > i.
-    let mut delta = vec![0i64; n + 1];
-    let mut last_made = vec![usize::MAX; n + 1];
+    let mut made_by = vec![None; g.data.len()];
     for (i, &k) in fwd.iter().enumerate() {
         for &d in &g.compute[k].outputs {
-            if g.data[d].kind != DataKind::Activation {
-                continue;
-            }
-            let last = consumers[d].iter().filter(|&&c| pos[c] != usize::MAX).map(|&c| pos[c]).max();
-            if let Some(r) = last.filter(|&r| r > i) {
-                delta[i] += 1;
-                delta[r] -= 1;
-                if r > i {
-                    last_made[i] = d;
-                }
+            if g.data[d].kind == DataKind::Activation {
+                made_by[d] = Some(i);
             }
         }
     }
+    let consumers = g.consumers();
+    let reads = (0..g.data.len())
+        .filter(|&d| made_by[d].is_some())
+        .flat_map(|d| consumers[d].iter().filter_map(|&c| pos[c]).map(move |r| (d, r)));
+    // No cut after the last forward node: the loss alone would follow.
+    let mut cuts = single_crossing_cuts(n, &made_by, reads).into_iter().filter(|&i| i + 1 < n).peekable();
     let mut blocks = Vec::new();
     let mut current = Vec::new();
-    let mut crossing = 0i64;
-    for i in 0..n {
-        crossing += delta[i];
-        current.push(fwd[i]);
-        if crossing == 1 && last_made[i] != usize::MAX && i + 1 < n {
+    for (i, &k) in fwd.iter().enumerate() {
+        current.push(k);
+        if cuts.next_if_eq(&i).is_some() {
             blocks.push(std::mem::take(&mut current));
         }
     }

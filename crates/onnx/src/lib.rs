@@ -40,7 +40,7 @@
 //! end), applies log-softmax itself and reads the logits before it, flattened to
 //! `[N, classes]`. Ops are grouped into stages (chain blocks) at sequential cut points:
 //! a new stage begins after every op whose output is the only tensor crossing to later
-//! ops.
+//! ops ([`pebble_graph::cut::single_crossing_cuts`]).
 //!
 //! **Batch.** [`ImportOptions::batch`] replaces the first dimension of the data inputs
 //! (files say 1 or a symbol); a `Reshape` whose constant target begins with the file's
@@ -52,6 +52,9 @@
 //! or along one channel, control flow, and ops the zoo has no equivalent for (`Sigmoid`,
 //! `Clip`, `Pad`, `Sub`, `Div`, ...). The executor has no kernels yet for `lrn`,
 //! `permute`, `channel_affine` and `pool2d`: models using them plan but do not run.
+//!
+//! [`Network`]: pebble_zoo::Network
+//! [`Network::training_graph_indexed`]: pebble_zoo::Network::training_graph_indexed
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -61,10 +64,10 @@ pub mod proto;
 
 use std::path::Path;
 
-use pebble_zoo::{DType, Network};
-use prost::Message;
+use pebble_zoo::DType;
 
 pub use error::OnnxError;
+pub use import::{import_bytes, import_file};
 
 /// How to import a model.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -74,19 +77,6 @@ pub struct ImportOptions {
     pub batch: Option<usize>,
     /// Float type of parameters and activations.
     pub dtype: DType,
-}
-
-/// Imports an ONNX file; the network is named after the file's stem.
-pub fn import_file(path: &Path, options: &ImportOptions) -> Result<Network, OnnxError> {
-    let bytes = std::fs::read(path).map_err(|source| OnnxError::Io { path: path.to_path_buf(), source })?;
-    let name = path.file_stem().map_or_else(|| "onnx".to_string(), |s| s.to_string_lossy().into_owned());
-    import_bytes(&bytes, &name, options)
-}
-
-/// Imports an ONNX model from its bytes, naming the network `name`.
-pub fn import_bytes(bytes: &[u8], name: &str, options: &ImportOptions) -> Result<Network, OnnxError> {
-    let model = proto::ModelProto::decode(bytes).map_err(|e| OnnxError::Decode(e.to_string()))?;
-    import::import(&model, name, options)
 }
 
 /// The "light" models of the ONNX backend test suite (each with its weights replaced by
