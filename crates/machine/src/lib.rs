@@ -68,8 +68,9 @@ pub struct RuntimeOverhead {
 }
 
 impl RuntimeOverhead {
-    /// No overhead: an abstract machine (hand-written chains and graphs), 8-byte integers.
-    pub const NONE: RuntimeOverhead = RuntimeOverhead { reserve_bytes: 0, reserve_per_10k: 0, int_bytes: 8 };
+    /// No overhead: an abstract machine (hand-written chains and graphs); integers as
+    /// wide as the executor's.
+    pub const NONE: RuntimeOverhead = RuntimeOverhead { reserve_bytes: 0, reserve_per_10k: 0, int_bytes: 4 };
 
     /// pebble's executor on Burn: 64 KiB + 1% (measured at 35 KB on the CPU for the small
     /// test models, with room for the allocator on a GPU), 4-byte integers (`i32`, the

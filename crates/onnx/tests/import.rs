@@ -76,9 +76,11 @@ fn resnet50_matches_the_zoo() {
         assert_eq!(bytes_of(&onnx, kinds), bytes_of(&zoo, kinds), "{kinds:?}");
     }
     let activations = bytes_of(&onnx, &[DataKind::Activation, DataKind::Saved]);
-    assert_eq!(activations, 4_859_245_056, "activation and saved bytes at batch 32");
+    // The max-pool's 32×64×56×56 indices in 4-byte integers, as the executor stores them
+    // (25,690,112 bytes fewer than in int64).
+    assert_eq!(activations, 4_833_554_944, "activation and saved bytes at batch 32");
     assert_eq!(store_all_peak(&onnx), store_all_peak(&zoo));
-    assert_eq!(store_all_peak(&onnx), 3_183_657_344);
+    assert_eq!(store_all_peak(&onnx), 3_183_657_344 - 25_690_112);
     let kinds = |n: &Network| n.ops.iter().map(|o| o.kind.name()).collect::<Vec<_>>();
     let (a, b) = (kinds(&onnx), kinds(&zoo));
     assert_eq!(a.len(), b.len());

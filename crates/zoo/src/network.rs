@@ -71,8 +71,9 @@ pub struct Network {
     pub params: Vec<NetParam>,
     /// Ops, in execution order; the last is the loss.
     pub ops: Vec<NetOp>,
-    /// Bytes of an integer element: 8 (PyTorch's int64) unless an executor with narrower
-    /// integers (burn-flex's i32) says otherwise before lowering.
+    /// Bytes of an integer element (token ids, labels, max-pool indices): 4, as pebble's
+    /// executor stores them (Burn's `i32`), unless the profile's runtime says otherwise
+    /// (`Model::from_network` applies it).
     pub int_bytes: u64,
 }
 
@@ -143,7 +144,8 @@ impl NetBuilder {
                 tensors: Vec::new(),
                 params: Vec::new(),
                 ops: Vec::new(),
-                int_bytes: 8,
+                // As the executor stores them (Burn's `i32`); a profile may say otherwise.
+                int_bytes: pebble_machine::RuntimeOverhead::BURN.int_bytes,
             },
             stage: 0,
             stage_used: false,
