@@ -80,7 +80,9 @@ fn resnet50_matches_the_zoo() {
     // (25,690,112 bytes fewer than in int64).
     assert_eq!(activations, 4_833_554_944, "activation and saved bytes at batch 32");
     assert_eq!(store_all_peak(&onnx), store_all_peak(&zoo));
-    assert_eq!(store_all_peak(&onnx), 3_183_657_344 - 25_690_112);
+    // 4-byte integers: the pool indices (25,690,112 bytes) and the 32 labels (128 bytes)
+    // take half of what int64 took.
+    assert_eq!(store_all_peak(&onnx), 3_157_967_104);
     let kinds = |n: &Network| n.ops.iter().map(|o| o.kind.name()).collect::<Vec<_>>();
     let (a, b) = (kinds(&onnx), kinds(&zoo));
     assert_eq!(a.len(), b.len());
