@@ -7,21 +7,60 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use burn_autodiff::checkpoint::strategy::{BalancedCheckpointing, CheckpointStrategy, NoCheckpointing};
+use burn_autodiff::Autodiff;
 use burn_backend::tensor::FloatTensor;
-use burn_backend::AutodiffBackend;
-use pebble_zoo::TensorId;
+use burn_backend::{AutodiffBackend, Backend};
+use pebble_zoo::{GraphIndex, Network, TensorId};
 
-use crate::exec::op_seed;
 use crate::ops::{self, OpCtx};
-use crate::session::{read_floats, Session, StepReport};
+use crate::rng::op_seed;
+use crate::session::{OptimizerKind, Session, StepReport};
+use crate::value::{read_floats, sync};
 use crate::{memory, RuntimeError, Value};
+
+/// Burn's checkpointing strategy for its autodiff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checkpointing {
+    /// `NoCheckpointing`: every tensor the backward reads is kept.
+    None,
+    /// `BalancedCheckpointing`: cheap ops are recomputed in the backward.
+    Balanced,
+}
+
+/// Runs `steps` training steps of `network` under Burn's autodiff on `B` with `strategy`,
+/// from parameters and a batch drawn from `seed` (the same as a [`Session`]'s).
+pub fn autodiff_steps<B: Backend>(
+    strategy: Checkpointing,
+    network: Network,
+    index: GraphIndex,
+    optimizer: OptimizerKind,
+    seed: u64,
+    steps: usize,
+    device: B::Device,
+) -> Result<Vec<StepReport>, RuntimeError> {
+    fn go<B: Backend, C: CheckpointStrategy>(
+        network: Network,
+        index: GraphIndex,
+        optimizer: OptimizerKind,
+        seed: u64,
+        steps: usize,
+        device: B::Device,
+    ) -> Result<Vec<StepReport>, RuntimeError> {
+        let mut session = Session::<Autodiff<B, C>>::new(network, index, optimizer, seed, device);
+        (0..steps).map(|_| session.autodiff_step()).collect()
+    }
+    match strategy {
+        Checkpointing::None => go::<B, NoCheckpointing>(network, index, optimizer, seed, steps, device),
+        Checkpointing::Balanced => go::<B, BalancedCheckpointing>(network, index, optimizer, seed, steps, device),
+    }
+}
 
 impl<B: AutodiffBackend> Session<B> {
     /// One training step under Burn's autodiff: forward through every op, backward by
     /// Burn, then the same optimizer update as [`Session::step`].
     pub fn autodiff_step(&mut self) -> Result<StepReport, RuntimeError> {
-        let sync = |d: &B::Device| B::sync(d).map_err(|e| RuntimeError::Other(format!("device: {e:?}")));
-        sync(&self.device)?;
+        sync::<B>(&self.device)?;
         let before = memory::start_step();
         let start = Instant::now();
         let params: Vec<FloatTensor<B>> =
@@ -42,7 +81,11 @@ impl<B: AutodiffBackend> Session<B> {
             let inputs = op
                 .inputs
                 .iter()
-                .map(|t| env.get(t).cloned().ok_or_else(|| RuntimeError::Other(format!("tensor {t} is missing"))))
+                .map(|&t| {
+                    env.get(&t)
+                        .cloned()
+                        .ok_or_else(|| RuntimeError::NotResident { tensor: net.tensors[t].name.clone() })
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             let ctx = OpCtx { device: &self.device, grad: false, seed: op_seed(seed, o) };
             if o == loss_op {
@@ -60,12 +103,12 @@ impl<B: AutodiffBackend> Session<B> {
             }
         }
         drop(env);
-        let loss = loss.ok_or_else(|| RuntimeError::Other("the network has no loss".into()))?;
+        let loss = loss.ok_or(RuntimeError::NoLoss)?;
         let grads = B::backward(loss.clone());
         memory::sample();
         let inner: Vec<Option<FloatTensor<B>>> = params.iter().map(|p| B::grad(p, &grads).map(B::from_inner)).collect();
         drop(grads);
-        sync(&self.device)?;
+        sync::<B>(&self.device)?;
         let seconds = start.elapsed().as_secs_f64();
         let peak_bytes = self.measured_peak(before);
         let loss = read_floats::<B>(B::float_detach(loss))?.first().copied().unwrap_or(f32::NAN);

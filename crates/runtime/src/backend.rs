@@ -1,10 +1,12 @@
 //! The backends pebble runs on, chosen at run time: burn-flex on the CPU, and burn-cuda
 //! when built with the `cuda` feature. The CUDA backend loads the driver and compiles its
 //! kernels with NVRTC when it starts, so the binary builds without CUDA installed.
+//!
+//! Code generic over the backend runs on the one a [`DeviceKind`] names through
+//! [`run_on`]: callers (`pebble-train`) never name burn-flex or burn-cuda themselves, so
+//! the `cuda` feature lives here alone.
 
-use pebble_zoo::ModelOptions;
-
-use crate::train::{self, Lowered, TrainConfig, TrainError, TrainReport};
+use burn_backend::Backend;
 
 /// burn-flex, on the CPU.
 pub type Cpu = burn_flex::Flex;
@@ -45,23 +47,6 @@ pub fn cuda_driver_present() -> bool {
             .unwrap_or(false)
 }
 
-/// Prepares measurement on `kind`: on CUDA, the device-memory probe.
-fn setup(kind: DeviceKind) -> Result<(), TrainError> {
-    if kind == DeviceKind::Cuda && cfg!(feature = "cuda") && !cuda_driver_present() {
-        return Err(TrainError::Input(
-            "--device cuda: no CUDA driver (libcuda.so) found; run on a machine with an NVIDIA GPU".into(),
-        ));
-    }
-    match kind {
-        DeviceKind::Cpu => crate::memory::set_probe(None),
-        #[cfg(feature = "cuda")]
-        DeviceKind::Cuda => crate::memory::set_probe(Some(cuda_bytes_in_use)),
-        #[cfg(not(feature = "cuda"))]
-        DeviceKind::Cuda => {}
-    }
-    Ok(())
-}
-
 /// Where to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeviceKind {
@@ -71,61 +56,51 @@ pub enum DeviceKind {
     Cuda,
 }
 
-#[cfg(not(feature = "cuda"))]
-fn no_cuda() -> TrainError {
-    TrainError::Input(
-        "--device cuda: this binary was built without the `cuda` feature (cargo build --features cuda)".into(),
-    )
+/// Why a device cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Unavailable {
+    /// CUDA was asked for, and this binary was built without the `cuda` feature.
+    #[error("this binary was built without the `cuda` feature (cargo build --features cuda)")]
+    CudaNotBuilt,
+    /// CUDA was asked for, and the driver library cannot be found on this machine.
+    #[error("no CUDA driver (libcuda.so) found; run on a machine with an NVIDIA GPU")]
+    NoCudaDriver,
 }
 
-/// [`train::train`] on the chosen device.
-pub fn train_on(kind: DeviceKind, config: &TrainConfig) -> Result<TrainReport, TrainError> {
-    setup(kind)?;
+/// Prepares measurement on `kind` (on CUDA, the device-memory probe), or says why the
+/// device cannot be used.
+pub fn prepare(kind: DeviceKind) -> Result<(), Unavailable> {
     match kind {
-        DeviceKind::Cpu => train::train::<Cpu>(config, burn_flex::FlexDevice),
+        DeviceKind::Cpu => crate::memory::set_probe(None),
         #[cfg(feature = "cuda")]
-        DeviceKind::Cuda => train::train::<Gpu>(config, burn_cuda::CudaDevice::default()),
+        DeviceKind::Cuda => {
+            if !cuda_driver_present() {
+                return Err(Unavailable::NoCudaDriver);
+            }
+            crate::memory::set_probe(Some(cuda_bytes_in_use))
+        }
         #[cfg(not(feature = "cuda"))]
-        DeviceKind::Cuda => Err(no_cuda()),
+        DeviceKind::Cuda => return Err(Unavailable::CudaNotBuilt),
     }
+    Ok(())
 }
 
-/// Builds `name`, profiles its ops on the chosen device, and lowers it with the measured costs.
-pub fn profile_on(kind: DeviceKind, name: &str, options: &ModelOptions, seed: u64) -> Result<Lowered, TrainError> {
-    setup(kind)?;
-    fn go<B: burn_backend::Backend>(
-        name: &str,
-        options: &ModelOptions,
-        seed: u64,
-        device: B::Device,
-    ) -> Result<Lowered, TrainError> {
-        let first = train::lower::<B>(name, options, None)?;
-        let profile = crate::profile::profile::<B>(&first.network, &device, seed)?;
-        train::lower::<B>(name, options, Some(&profile))
-    }
-    match kind {
-        DeviceKind::Cpu => go::<Cpu>(name, options, seed, burn_flex::FlexDevice),
-        #[cfg(feature = "cuda")]
-        DeviceKind::Cuda => go::<Gpu>(name, options, seed, burn_cuda::CudaDevice::default()),
-        #[cfg(not(feature = "cuda"))]
-        DeviceKind::Cuda => Err(no_cuda()),
-    }
+/// Work generic over the backend, for [`run_on`] (Rust has no generic closures).
+pub trait OnBackend {
+    /// What the work gives.
+    type Output;
+    /// Does the work on backend `B`, on `device`.
+    fn run<B: Backend>(self, device: B::Device) -> Self::Output;
 }
 
-/// [`bench::compare`](crate::bench::compare) on the chosen device.
-pub fn bench_on(
-    kind: DeviceKind,
-    name: &str,
-    options: &ModelOptions,
-    steps: usize,
-    seed: u64,
-) -> Result<crate::bench::BenchReport, TrainError> {
-    setup(kind)?;
+/// Runs `work` on the backend `kind` names, on its first device, after [`prepare`].
+pub fn run_on<W: OnBackend>(kind: DeviceKind, work: W) -> Result<W::Output, Unavailable> {
+    prepare(kind)?;
     match kind {
-        DeviceKind::Cpu => crate::bench::compare::<Cpu>(name, options, steps, seed, burn_flex::FlexDevice),
+        DeviceKind::Cpu => Ok(work.run::<Cpu>(burn_flex::FlexDevice)),
         #[cfg(feature = "cuda")]
-        DeviceKind::Cuda => crate::bench::compare::<Gpu>(name, options, steps, seed, burn_cuda::CudaDevice::default()),
+        DeviceKind::Cuda => Ok(work.run::<Gpu>(burn_cuda::CudaDevice::default())),
         #[cfg(not(feature = "cuda"))]
-        DeviceKind::Cuda => Err(no_cuda()),
+        DeviceKind::Cuda => Err(Unavailable::CudaNotBuilt),
     }
 }

@@ -22,6 +22,7 @@ use pebble_zoo::{GraphIndex, TensorId};
 
 use crate::ops::{self, OpCtx};
 use crate::program::{Key, Program, Source};
+use crate::rng::op_seed;
 use crate::{RuntimeError, Value};
 
 type Env<B> = HashMap<TensorId, Value<B>>;
@@ -53,14 +54,6 @@ pub struct StepOutput<B: Backend> {
     pub grads: Vec<Option<FloatTensor<B>>>,
 }
 
-/// The seed of op `op` in a step seeded `seed` (splitmix64 of both).
-pub fn op_seed(seed: u64, op: usize) -> u64 {
-    let mut z = seed ^ (op as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// Runs one training step of `schedule` on `program`, on `device`.
 pub fn run<B: Backend>(
     program: &Program,
@@ -77,7 +70,7 @@ pub fn run<B: Backend>(
         View::Chain => runner.chain(schedule)?,
         View::Graph => runner.graph(index, schedule)?,
     }
-    let loss = runner.loss.take().ok_or_else(|| RuntimeError::Other("the schedule never ran the loss".into()))?;
+    let loss = runner.loss.take().ok_or(RuntimeError::NoLoss)?;
     Ok(StepOutput { loss, grads: runner.grads })
 }
 
@@ -133,7 +126,7 @@ impl<B: Backend> Runner<'_, B> {
             .inputs
             .get(&t)
             .cloned()
-            .ok_or_else(|| RuntimeError::Other(format!("no value for step input `{}`", self.p.net.tensors[t].name)))
+            .ok_or_else(|| RuntimeError::MissingInput { tensor: self.p.net.tensors[t].name.clone() })
     }
 
     // ---------------------------------------------------------------- chain view
@@ -228,9 +221,9 @@ impl<B: Backend> Runner<'_, B> {
                     }
                     Source::Saved(k) => saved.inner.get(k).cloned(),
                 };
-                values.push(v.ok_or_else(|| {
-                    RuntimeError::Other(format!("backward of `{}` misses a saved tensor ({src:?})", op.name))
-                })?);
+                values.push(
+                    v.ok_or_else(|| RuntimeError::MissingSaved { op: op.name.clone(), slot: format!("{src:?}") })?,
+                );
             }
             for src in sources {
                 if let Source::Saved(k) = src {
@@ -271,7 +264,8 @@ impl<B: Backend> Runner<'_, B> {
         for &o in views {
             let op = &self.p.net.ops[o];
             let inputs = op.inputs.iter().map(|t| env.get(t).cloned().ok_or(*t)).collect::<Result<Vec<_>, _>>();
-            let inputs = inputs.map_err(|t| RuntimeError::Other(format!("loss stage misses tensor {t}")))?;
+            let inputs =
+                inputs.map_err(|t| RuntimeError::NotResident { tensor: self.p.net.tensors[t].name.clone() })?;
             let out = ops::forward(op, inputs, &[], &self.ctx(o, true))?;
             env.insert(op.output, out.output);
         }
@@ -394,7 +388,7 @@ impl<B: Backend> Runner<'_, B> {
             }
             return data[index.tensor[t]]
                 .clone()
-                .ok_or_else(|| RuntimeError::Other(format!("`{}` is not resident", tensor.name)));
+                .ok_or_else(|| RuntimeError::NotResident { tensor: tensor.name.clone() });
         }
         let o = tensor.producer.expect("a view has a producer");
         let op = &self.p.net.ops[o];
@@ -425,7 +419,7 @@ impl<B: Backend> Runner<'_, B> {
                 .into_iter()
                 .next()
                 .flatten()
-                .ok_or_else(|| RuntimeError::Other("view backward gave nothing".into()))?;
+                .ok_or_else(|| RuntimeError::NoInputGradient { op: self.p.net.ops[o].name.clone() })?;
             t = self.p.net.ops[o].inputs[0];
         }
         let slot = &mut data[index.grad[t]];

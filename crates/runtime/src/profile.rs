@@ -16,7 +16,8 @@ use pebble_zoo::ops::Saved;
 use pebble_zoo::{Elem, Network, OpCosts, OpKind};
 
 use crate::ops::{self, OpCtx};
-use crate::session::SplitMix;
+use crate::rng::SplitMix;
+use crate::value::sync;
 use crate::{memory, RuntimeError, Value};
 
 /// Measured costs of every op of a network.
@@ -37,26 +38,12 @@ impl OpCosts for Profile {
     }
 }
 
-/// Bytes a value holds on its device.
-pub fn value_bytes<B: Backend>(v: &Value<B>) -> u64 {
-    let (n, size) = match v {
-        Value::Float(t) => (t.shape().num_elements(), t.dtype().size()),
-        Value::Int(t) => (t.shape().num_elements(), t.dtype().size()),
-        Value::Bool(t) => (t.shape().num_elements(), t.dtype().size()),
-    };
-    (n * size) as u64
-}
-
 fn float_bytes<B: Backend>(t: &FloatTensor<B>) -> u64 {
     (t.shape().num_elements() * t.dtype().size()) as u64
 }
 
 /// Repetitions of each measurement after one warm-up; the median counts.
 const REPEATS: usize = 3;
-
-fn sync<B: Backend>(device: &B::Device) -> Result<(), RuntimeError> {
-    B::sync(device).map_err(|e| RuntimeError::Other(format!("device: {e:?}")))
-}
 
 /// A random operand of `shape`: floats in `[-1, 1)`, integers below `range`.
 fn operand<B: Backend>(shape: &[usize], elem: Elem, range: u64, rng: &mut SplitMix, device: &B::Device) -> Value<B> {
@@ -151,7 +138,7 @@ pub fn profile<B: Backend>(net: &Network, device: &B::Device, seed: u64) -> Resu
         let (tf, tmp_f) = measure::<B, _>(
             device,
             || ops::forward(op, inputs.clone(), &params, &ctx),
-            |out| value_bytes(&out.output) + out.extras.iter().map(value_bytes).sum::<u64>(),
+            |out| out.output.bytes() + out.extras.iter().map(Value::bytes).sum::<u64>(),
         )?;
         forward[o] = (tf, tmp_f.unwrap_or(declared_f));
         if net.tensors[op.output].requires_grad {

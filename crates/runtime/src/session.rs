@@ -14,30 +14,9 @@ use pebble_zoo::{Elem, GraphIndex, Network, OpKind, TensorId};
 
 use crate::exec::{self, StepInputs};
 use crate::program::Program;
+use crate::rng::{self, SplitMix};
+use crate::value::{read_floats, sync};
 use crate::{memory, RuntimeError, Value};
-
-/// A deterministic generator (splitmix64) for parameters, data and masks.
-#[derive(Debug, Clone)]
-pub struct SplitMix(pub u64);
-
-impl SplitMix {
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `[0, 1)`.
-    pub fn unit(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
-    }
-    /// Uniform in `[0, n)`.
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-}
 
 /// The optimizer a session updates its parameters with.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -169,7 +148,7 @@ impl<B: Backend> Session<B> {
             .chain(self.moments.iter().flat_map(|(m, v)| [m, v]))
             .map(|t| (t.shape().num_elements() * t.dtype().size()) as u64)
             .sum();
-        floats + self.inputs.values().map(crate::profile::value_bytes).sum::<u64>()
+        floats + self.inputs.values().map(Value::bytes).sum::<u64>()
     }
 
     /// The peak of a step that started with `before` live bytes: the peak of live heap
@@ -184,16 +163,16 @@ impl<B: Backend> Session<B> {
     }
 
     pub(crate) fn step_seed(&self) -> u64 {
-        exec::op_seed(self.seed ^ 0x5EED, self.steps as usize)
+        rng::op_seed(self.seed ^ 0x5EED, self.steps as usize)
     }
 
     /// One training step: `schedule`'s forward and backward, then the optimizer's update.
     pub fn step(&mut self, schedule: &Schedule) -> Result<StepReport, RuntimeError> {
-        B::sync(&self.device).map_err(|e| RuntimeError::Other(format!("device: {e:?}")))?;
+        sync::<B>(&self.device)?;
         let before = memory::start_step();
         let start = Instant::now();
         let out = self.gradients(schedule)?;
-        B::sync(&self.device).map_err(|e| RuntimeError::Other(format!("device: {e:?}")))?;
+        sync::<B>(&self.device)?;
         let seconds = start.elapsed().as_secs_f64();
         let peak_bytes = self.measured_peak(before);
         let loss = read_floats::<B>(out.loss)?.first().copied().unwrap_or(f32::NAN);
@@ -230,12 +209,6 @@ impl<B: Backend> Session<B> {
             };
         }
     }
-}
-
-/// Reads a float tensor back to the host.
-pub fn read_floats<B: Backend>(t: FloatTensor<B>) -> Result<Vec<f32>, RuntimeError> {
-    let data = burn_backend::read_sync(B::float_into_data(t)).map_err(|e| RuntimeError::Other(format!("{e:?}")))?;
-    data.convert::<f32>().to_vec::<f32>().map_err(|e| RuntimeError::Other(format!("{e:?}")))
 }
 
 /// A fixed batch: floats uniform in `[-1, 1)`; integer ids below the vocabulary of the

@@ -1,7 +1,10 @@
-//! The values an executor holds: float, integer and boolean tensors of a backend.
+//! The values an executor holds: float, integer and boolean tensors of a backend, their
+//! size, and the two calls that wait for the device and read a tensor back.
 
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 use burn_backend::{Backend, TensorMetadata};
+
+use crate::RuntimeError;
 
 /// A tensor of any element type, as Burn's primitives hold them.
 pub enum Value<B: Backend> {
@@ -48,6 +51,16 @@ impl<B: Backend> Value<B> {
         }
     }
 
+    /// Bytes the value holds on its device (elements × element size).
+    pub fn bytes(&self) -> u64 {
+        let (n, size) = match self {
+            Value::Float(t) => (t.shape().num_elements(), t.dtype().size()),
+            Value::Int(t) => (t.shape().num_elements(), t.dtype().size()),
+            Value::Bool(t) => (t.shape().num_elements(), t.dtype().size()),
+        };
+        (n * size) as u64
+    }
+
     /// The float tensor, or `None`.
     pub fn float(self) -> Option<FloatTensor<B>> {
         match self {
@@ -71,4 +84,15 @@ impl<B: Backend> Value<B> {
             _ => None,
         }
     }
+}
+
+/// Waits for the device to finish what it was given ([`RuntimeError::Device`] if it failed).
+pub fn sync<B: Backend>(device: &B::Device) -> Result<(), RuntimeError> {
+    B::sync(device).map_err(|e| RuntimeError::Device(format!("{e:?}")))
+}
+
+/// Reads a float tensor back to the host ([`RuntimeError::Readback`] if it cannot).
+pub fn read_floats<B: Backend>(t: FloatTensor<B>) -> Result<Vec<f32>, RuntimeError> {
+    let data = burn_backend::read_sync(B::float_into_data(t)).map_err(|e| RuntimeError::Readback(format!("{e:?}")))?;
+    data.convert::<f32>().to_vec::<f32>().map_err(|e| RuntimeError::Readback(format!("{e:?}")))
 }

@@ -10,6 +10,7 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::{get_device_settings, read_sync, AutodiffBackend, Backend, TensorData, TensorMetadata};
 use burn_flex::{Flex, FlexDevice};
 use pebble_runtime::ops::{self, OpCtx};
+use pebble_runtime::rng::SplitMix;
 use pebble_runtime::{RuntimeError, Value};
 use pebble_zoo::ops::{Operand, Saved};
 use pebble_zoo::ModelOptions;
@@ -24,26 +25,22 @@ const DEV: FlexDevice = FlexDevice;
 // ---------------------------------------------------------------------------------------
 // Helpers
 
-/// A deterministic generator for test data (splitmix64).
-struct Rng(u64);
+/// Test data from the executor's generator ([`SplitMix`]).
+struct Rng(SplitMix);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     /// Uniform in [-1, 1).
     fn float(&mut self) -> f32 {
-        ((self.next() >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32
+        2.0 * self.0.unit() - 1.0
     }
     fn floats(&mut self, n: usize) -> Vec<f32> {
         (0..n).map(|_| self.float()).collect()
     }
     fn below(&mut self, n: u64) -> i64 {
-        (self.next() % n) as i64
+        self.0.below(n) as i64
     }
 }
 
@@ -220,7 +217,7 @@ fn check_op(kind: OpKind, inputs: &[In], seed: u64) -> Checked {
 
 fn check_op_tol(kind: OpKind, inputs: &[In], seed: u64, tol: f32) -> Checked {
     let op = net_op(kind, inputs);
-    let mut rng = Rng(seed);
+    let mut rng = Rng(SplitMix(seed));
     let host = host_inputs(inputs, &mut rng);
     let params: Vec<(Vec<f32>, Vec<usize>)> =
         op.decl.params.iter().map(|(_, d)| (rng.floats(numel(d)), d.clone())).collect();
@@ -314,7 +311,7 @@ fn check_op_tol(kind: OpKind, inputs: &[In], seed: u64, tol: f32) -> Checked {
 fn check_loss(kind: OpKind, inputs: &[In], seed: u64) -> (f32, Vec<Host>) {
     let op = net_op(kind, inputs);
     assert!(op.decl.loss);
-    let mut rng = Rng(seed);
+    let mut rng = Rng(SplitMix(seed));
     let host = host_inputs(inputs, &mut rng);
     let name = op.name.clone();
 
@@ -407,7 +404,7 @@ fn embedding_through_net_builder() {
     b.loss("loss", OpKind::CrossEntropy, &[h, y]).unwrap();
     let net = b.finish().unwrap();
     let op = &net.ops[0];
-    let mut rng = Rng(9);
+    let mut rng = Rng(SplitMix(9));
     let idv: Vec<i64> = (0..8).map(|_| rng.below(9)).collect();
     let ids = value::<F>(&Host::I(idv.clone(), vec![2, 4]));
     let table = rng.floats(45);
@@ -917,7 +914,7 @@ fn check_network(name: &str, options: ModelOptions, tol: f32) {
 
 fn check_net(net: &Network, tol: f32) {
     let name = net.name.as_str();
-    let mut rng = Rng(0xC0FFEE);
+    let mut rng = Rng(SplitMix(0xC0FFEE));
     let mut host: HashMap<TensorId, Host> = HashMap::new();
     for (t, tensor) in net.tensors.iter().enumerate() {
         if tensor.producer.is_none() {

@@ -4,22 +4,14 @@
 
 use std::process::ExitCode;
 
-use pebble_runtime::backend;
-
-use super::train::{device_kind, lift, run_model_options};
+use super::train::{lift, run_target};
 use crate::flags::BenchArgs;
 use crate::out;
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
-    let options = run_model_options(&args.model);
-    let report = backend::bench_on(
-        device_kind(args.model.device),
-        &args.model.model,
-        &options,
-        args.steps as usize,
-        args.model.seed,
-    )
-    .map_err(lift)?;
+    let (device, options) = run_target(&args.model)?;
+    let report = pebble_train::bench_on(device, &args.model.model, &options, args.steps as usize, args.model.seed)
+        .map_err(lift)?;
     if args.json {
         out::print_json(&serde_json::to_value(&report)?)?;
         return Ok(ExitCode::SUCCESS);

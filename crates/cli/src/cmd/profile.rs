@@ -4,23 +4,21 @@
 
 use std::process::ExitCode;
 
-use pebble_runtime::backend;
 use pebble_zoo::Optimizer;
 
-use super::train::{device_kind, lift, run_model_options};
+use super::train::{lift, run_target};
 use crate::flags::{OptimizerArg, ProfileArgs, ViewArg};
 use crate::out;
 use crate::source::write_file;
 
 pub fn run(args: &ProfileArgs) -> anyhow::Result<ExitCode> {
-    let mut options = run_model_options(&args.model);
+    let (device, mut options) = run_target(&args.model)?;
     options.optimizer = match args.optimizer {
         Some(OptimizerArg::Sgd) => Optimizer::Sgd,
         Some(OptimizerArg::Momentum) => Optimizer::Momentum,
         Some(OptimizerArg::Adam) | None => Optimizer::Adam,
     };
-    let lowered = backend::profile_on(device_kind(args.model.device), &args.model.model, &options, args.model.seed)
-        .map_err(lift)?;
+    let lowered = pebble_train::profile_on(device, &args.model.model, &options, args.model.seed).map_err(lift)?;
     let mut text = match args.view {
         ViewArg::Graph => lowered.graph.to_json(),
         ViewArg::Chain => lowered.chain.to_json(),

@@ -3,59 +3,70 @@
 
 use std::process::ExitCode;
 
-use pebble_runtime::backend::{self, DeviceKind};
-use pebble_runtime::train::{Budget, Costs, TrainConfig, TrainError};
-use pebble_runtime::OptimizerKind;
+use pebble_machine::Profile;
+use pebble_train::{BudgetRequest, Costs, DeviceKind, OptimizerKind, TrainConfig, TrainError};
 use pebble_zoo::ModelOptions;
 
 use crate::error::{bad, Infeasible};
 use crate::flags::{CostsArg, DeviceArg, RunModelOpts, TrainArgs, TrainOptimizerArg};
 use crate::out;
 
-/// The zoo options of the executor's commands.
-pub fn run_model_options(m: &RunModelOpts) -> ModelOptions {
-    ModelOptions {
+/// Where the executor's commands run (`--device`), and their zoo options, with the cost
+/// profile `--profile` names (or the old `--device PROFILE`) looked up.
+pub fn run_target(m: &RunModelOpts) -> anyhow::Result<(DeviceKind, ModelOptions)> {
+    let (device, profile) = m.device_and_profile().map_err(bad)?;
+    let profile = match profile {
+        Some(name) => Profile::lookup(&name).map_err(|e| bad(format!("--profile: {e}")))?,
+        None => ModelOptions::default().profile,
+    };
+    let device = match device {
+        DeviceArg::Cpu => DeviceKind::Cpu,
+        DeviceArg::Cuda => DeviceKind::Cuda,
+    };
+    let options = ModelOptions {
         batch: m.size.batch,
         image: m.size.image,
         seq: m.size.seq,
         layers: m.size.layers,
         width: m.size.width,
         heads: m.size.heads,
+        profile,
         ..ModelOptions::default()
-    }
+    };
+    Ok((device, options))
 }
 
-/// The device of the executor's commands.
-pub fn device_kind(d: DeviceArg) -> DeviceKind {
-    match d {
-        DeviceArg::Cpu => DeviceKind::Cpu,
-        DeviceArg::Cuda => DeviceKind::Cuda,
-    }
-}
-
-/// Turns a runtime error into the CLI's outcomes: bad input (2), infeasible (1), failure (1).
+/// Turns a run's error into the CLI's outcomes: bad input (2), infeasible (1), failure (1).
 pub fn lift(e: TrainError) -> anyhow::Error {
     match e {
-        TrainError::Input(m) => bad(m),
-        TrainError::Infeasible { message, .. } => Infeasible(message).into(),
-        TrainError::Runtime(r) => anyhow::Error::new(r),
+        TrainError::Model(e) => bad(e.to_string()),
+        TrainError::UnknownSolver(e) => bad(format!("--solver: {e}")),
+        TrainError::IntWidth { .. } => bad(format!("--profile: {e}")),
+        TrainError::Solver { ref solver, .. } => bad(format!("--solver {solver}: {e}")),
+        TrainError::Device(u) => bad(format!("--device cuda: {u}")),
+        TrainError::Infeasible { .. } => Infeasible(e.to_string()).into(),
+        TrainError::SolverBug(_) | TrainError::StoreAll(_) | TrainError::Runtime(_) => anyhow::Error::new(e),
     }
 }
 
 pub fn run(args: &TrainArgs) -> anyhow::Result<ExitCode> {
-    if pebble_solve::solver(&args.solver).is_none() {
-        let known: Vec<&str> = pebble_solve::registry().iter().map(|s| s.name()).collect();
-        return Err(bad(format!("--solver: unknown solver `{}` (known: {})", args.solver, known.join(", "))));
-    }
+    pebble_solve::solver(&args.solver).map_err(|e| bad(format!("--solver: {e}")))?;
     let budget = match (args.budget.budget, args.budget.activation_budget) {
-        (Some(b), _) => Budget::Total(b),
-        (None, Some(a)) => Budget::Activation(a),
+        (Some(b), _) => BudgetRequest::Total(b),
+        (None, Some(a)) => BudgetRequest::Activation(a),
         (None, None) => return Err(bad("give --budget or --activation-budget")),
     };
+    let (device, options) = run_target(&args.model)?;
     let defaults = pebble_solve::SolveOptions::default();
+    let solve = pebble_solve::SolveOptions {
+        slots: args.slots.unwrap_or(defaults.slots),
+        time_limit: args.time_limit,
+        machine: options.profile.machine,
+        ..defaults
+    };
     let config = TrainConfig {
         model: args.model.model.clone(),
-        options: run_model_options(&args.model),
+        options,
         budget,
         solver: args.solver.clone(),
         steps: args.steps as usize,
@@ -68,13 +79,9 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<ExitCode> {
             CostsArg::Profiled => Costs::Profiled,
             CostsArg::Analytic => Costs::Analytic,
         },
-        solve: pebble_solve::SolveOptions {
-            slots: args.slots.unwrap_or(defaults.slots),
-            time_limit: args.time_limit,
-            ..defaults
-        },
+        solve,
     };
-    let report = backend::train_on(device_kind(args.model.device), &config).map_err(lift)?;
+    let report = pebble_train::train_on(device, &config).map_err(lift)?;
     if args.json {
         out::print_json(&serde_json::to_value(&report)?)?;
         return Ok(ExitCode::SUCCESS);
@@ -84,7 +91,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     let mut text = format!(
         "model     {} ({} parameters) on {}\n\
          solver    {} on the {} view ({} ops, solved in {:.3} s)\n\
-         budget    {} (store-all peak {})\n\
+         budget    {} ({} planned, {} kept by the runtime; store-all peak {})\n\
          peak      predicted {}, measured {}\n\
          step      {:.4} s mean over {} steps\n",
         report.model,
@@ -95,6 +102,8 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<ExitCode> {
         report.schedule_ops,
         report.solve_seconds,
         mib(report.budget_bytes),
+        mib(report.planned_bytes),
+        mib(report.reserve_bytes),
         mib(report.store_all_predicted_peak_bytes),
         mib(report.predicted_peak_bytes),
         report.measured_peak_bytes.map_or("-".to_string(), mib),

@@ -4,11 +4,10 @@
 
 use burn_flex::{Flex, FlexDevice};
 use pebble_ilp as _;
-use pebble_runtime::session::read_floats;
-use pebble_runtime::train::lower;
-use pebble_runtime::{OptimizerKind, Session};
+use pebble_runtime::{read_floats, OptimizerKind, Session};
 use pebble_schedule::{Schedule, View};
 use pebble_solve::{Problem, SolveOptions};
+use pebble_train::lower;
 use pebble_zoo::ModelOptions;
 
 const SOLVERS: [&str; 6] = ["sequential", "chen-sqrt", "revolve", "recompute-all", "rotor", "rotor-optimal"];
@@ -47,15 +46,11 @@ fn check(model: &str, options: ModelOptions, ilp: &[&str]) {
     assert_eq!(graph_store_all.view, View::Graph);
     assert!(grads_of(&session, &graph_store_all) == reference, "{model}: graph store-all differs from chain store-all");
     let options = SolveOptions::default();
+    let sim = options.sim_config();
     // Graph schedules with recomputation (DTR's evictions): same numbers.
     let dtr = pebble_solve::solver("dtr").expect("registered");
-    let graph_peak = pebble_solve::simulate(
-        Problem::Graph(&graph),
-        &graph_store_all,
-        &pebble_sim::SimConfig { budget: None, bandwidth: 1e10, timeline: false },
-    )
-    .expect("store-all")
-    .peak_bytes;
+    let graph_peak =
+        pebble_solve::simulate(Problem::Graph(&graph), &graph_store_all, &sim).expect("store-all").peak_bytes;
     let fixed: u64 = graph
         .data
         .iter()
@@ -98,13 +93,10 @@ fn check(model: &str, options: ModelOptions, ilp: &[&str]) {
         let solver = pebble_solve::solver(name).expect("registered");
         let problem = Problem::Chain(&chain);
         let min = pebble_solve::min_feasible_budget(solver, problem, &options).unwrap().expect("some budget fits");
-        let top = pebble_solve::simulate(
-            problem,
-            &pebble_solve::baseline::store_all::store_all_schedule(problem),
-            &pebble_sim::SimConfig { budget: None, bandwidth: 1e10, timeline: false },
-        )
-        .expect("store-all")
-        .peak_bytes;
+        let top =
+            pebble_solve::simulate(problem, &pebble_solve::baseline::store_all::store_all_schedule(problem), &sim)
+                .expect("store-all")
+                .peak_bytes;
         // Tight budgets force recomputation.
         for budget in [min, min + (top.saturating_sub(min)) / 3] {
             let plan = pebble_solve::plan(solver, problem, budget, &options).expect("plan");

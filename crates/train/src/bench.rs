@@ -2,18 +2,17 @@
 //! against pebble's `store-all` and `rotor` at the peak `BalancedCheckpointing` reached,
 //! on one model, one backend, one process.
 
-use burn_autodiff::checkpoint::strategy::{BalancedCheckpointing, CheckpointStrategy, NoCheckpointing};
-use burn_autodiff::Autodiff;
-use burn_backend::Backend;
 use pebble_graph::units::BudgetSpec;
+use pebble_runtime::autodiff::{autodiff_steps, Checkpointing};
+use pebble_runtime::{Backend, OptimizerKind, RuntimeError, Session, StepReport};
 use pebble_schedule::Schedule;
+use pebble_solve::budget::BudgetRequest;
 use pebble_solve::{Problem, SolveOptions};
 use pebble_zoo::ModelOptions;
 use serde::Serialize;
 
-use crate::session::{OptimizerKind, Session, StepReport};
-use crate::train::{lower, TrainError};
-use crate::RuntimeError;
+use crate::train::{lower, plan_within, Lowered};
+use crate::TrainError;
 
 /// One contender's figures.
 #[derive(Debug, Clone, Serialize)]
@@ -55,22 +54,24 @@ fn summarize(name: &str, reports: &[StepReport], predicted: Option<u64>) -> Cont
     }
 }
 
-fn autodiff<B: Backend, C: CheckpointStrategy>(
+/// Runs `steps` steps of Burn's autodiff with `strategy` on the network `lowered` holds.
+fn autodiff<B: Backend>(
     name: &str,
-    model: &str,
-    options: &ModelOptions,
+    strategy: Checkpointing,
+    lowered: &Lowered,
     optimizer: OptimizerKind,
     steps: usize,
     seed: u64,
     device: &B::Device,
 ) -> Result<Contender, TrainError> {
-    let lowered = lower::<Autodiff<B, C>>(model, options, None)?;
-    let mut session = Session::<Autodiff<B, C>>::new(lowered.network, lowered.index, optimizer, seed, device.clone());
-    let reports = (0..steps).map(|_| session.autodiff_step()).collect::<Result<Vec<_>, RuntimeError>>()?;
+    let network = lowered.network.clone();
+    let reports =
+        autodiff_steps::<B>(strategy, network, lowered.index.clone(), optimizer, seed, steps, device.clone())?;
     Ok(summarize(name, &reports, None))
 }
 
-/// Runs the four contenders on `model` for `steps` steps each.
+/// Runs the four contenders on `model` for `steps` steps each. pebble plans on costs
+/// profiled on this device, for the machine of `options.profile`.
 pub fn compare<B: Backend>(
     model: &str,
     options: &ModelOptions,
@@ -81,46 +82,36 @@ pub fn compare<B: Backend>(
     let optimizer = OptimizerKind::AdamW { lr: 1e-3, weight_decay: 0.01 };
     let mut options = options.clone();
     options.optimizer = optimizer.planner();
+    let machine = options.profile.machine;
+    let solve = SolveOptions { machine, ..SolveOptions::default() };
+    let first = lower::<B>(model, &options, None)?;
     let mut contenders = Vec::new();
-    contenders.push(autodiff::<B, NoCheckpointing>(
-        "burn autodiff, NoCheckpointing",
-        model,
-        &options,
-        optimizer,
-        steps,
-        seed,
-        &device,
-    )?);
-    let balanced = autodiff::<B, BalancedCheckpointing>(
-        "burn autodiff, BalancedCheckpointing",
-        model,
-        &options,
-        optimizer,
-        steps,
-        seed,
-        &device,
-    )?;
+    let none = "burn autodiff, NoCheckpointing";
+    contenders.push(autodiff::<B>(none, Checkpointing::None, &first, optimizer, steps, seed, &device)?);
+    let balanced = "burn autodiff, BalancedCheckpointing";
+    let balanced = autodiff::<B>(balanced, Checkpointing::Balanced, &first, optimizer, steps, seed, &device)?;
     let target = balanced.measured_peak_bytes;
     contenders.push(balanced);
     // pebble plans on costs profiled on this device.
-    let first = lower::<B>(model, &options, None)?;
-    let profile = crate::profile::profile::<B>(&first.network, &device, seed)?;
+    let measured = pebble_runtime::profile::profile::<B>(&first.network, &device, seed)?;
     drop(first);
-    let lowered = lower::<B>(model, &options, Some(&profile))?;
+    let lowered = lower::<B>(model, &options, Some(&measured))?;
     let chain = lowered.chain.clone();
     let problem = Problem::Chain(&chain);
-    let solve = SolveOptions::default();
     let store_all = pebble_solve::baseline::store_all::store_all_schedule(problem);
-    let sim = pebble_sim::SimConfig { budget: None, bandwidth: solve.bandwidth, timeline: false };
-    let top = pebble_solve::simulate(problem, &store_all, &sim)
-        .map_err(|e| RuntimeError::Other(format!("simulator: {e}")))?
-        .peak_bytes;
-    let rotor = pebble_solve::solver("rotor").expect("registered");
-    // Rotor at the peak BalancedCheckpointing reached (or at 50% without a measurement).
-    let budget = target.unwrap_or_else(|| BudgetSpec::Percent(50.0).resolve(top));
-    let budget = budget.max(pebble_solve::min_feasible_budget(rotor, problem, &solve).unwrap_or(budget));
-    let plan = pebble_solve::plan(rotor, problem, budget, &solve)
-        .map_err(|e| TrainError::Input(format!("rotor at {budget} bytes: {e}")))?;
+    let predicted_store_all =
+        pebble_solve::simulate(problem, &store_all, &solve.sim_config()).map_err(TrainError::StoreAll)?.peak_bytes;
+    let rotor = pebble_solve::solver("rotor")?;
+    // Rotor at the peak BalancedCheckpointing reached (or at 50% without a measurement),
+    // the executor's reserve included, or at the least budget rotor fits in.
+    let request = BudgetRequest::Total(target.map_or(BudgetSpec::Percent(50.0), BudgetSpec::Bytes));
+    let mut budget = request.resolve(predicted_store_all, lowered.graph.static_bytes(), &machine.runtime);
+    let min = pebble_solve::min_feasible_budget(rotor, problem, &solve).map_err(|e| TrainError::plan("rotor", e))?;
+    if let Some(min) = min.filter(|&m| m > budget.planned_bytes) {
+        let total = pebble_solve::budget::total_for(min, &machine.runtime);
+        budget = pebble_solve::budget::Budget::of_total(total, budget.reference_bytes, &machine.runtime);
+    }
+    let plan = plan_within(rotor, problem, &budget, &solve, &machine.runtime)?;
     let device_name = B::name(&device);
     // A fresh session for each: the same parameters and batch, so the same losses.
     let run = |schedule: &Schedule| -> Result<Vec<StepReport>, RuntimeError> {
@@ -128,8 +119,7 @@ pub fn compare<B: Backend>(
             Session::<B>::new(lowered.network.clone(), lowered.index.clone(), optimizer, seed, device.clone());
         (0..steps).map(|_| session.step(schedule)).collect()
     };
-    let predicted_store_all = pebble_solve::simulate(problem, &store_all, &sim).ok().map(|r| r.peak_bytes);
-    contenders.push(summarize("pebble store-all", &run(&store_all)?, predicted_store_all));
+    contenders.push(summarize("pebble store-all", &run(&store_all)?, Some(predicted_store_all)));
     contenders.push(summarize(
         "pebble rotor at BalancedCheckpointing's peak",
         &run(&plan.schedule)?,

@@ -3,26 +3,16 @@
 
 use std::time::Instant;
 
-use burn_backend::Backend;
-use pebble_graph::units::BudgetSpec;
 use pebble_graph::{partition, Chain, TrainingGraph};
-use pebble_schedule::{Schedule, View};
-use pebble_solve::{Problem, SolveOptions};
-use pebble_zoo::{ModelOptions, Network, OpCosts};
+use pebble_machine::{Profile, RuntimeOverhead};
+use pebble_runtime::{Backend, OptimizerKind, Session};
+use pebble_schedule::View;
+use pebble_solve::budget::{total_for, Budget, BudgetRequest};
+use pebble_solve::{PlanError, Problem, SolveError, SolveOptions, Solver};
+use pebble_zoo::{ModelOptions, Network, OpCosts, ZooError};
 use serde::Serialize;
 
-use crate::session::{OptimizerKind, Session};
-use crate::RuntimeError;
-
-/// The memory budget of a run.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Budget {
-    /// Everything resident, static memory included (`P%` of the store-all peak).
-    Total(BudgetSpec),
-    /// Everything but parameters, their gradients and the optimizer's state, which are
-    /// added to it (`P%` of the store-all peak minus that static memory).
-    Activation(BudgetSpec),
-}
+use crate::TrainError;
 
 /// Where the planner's op costs come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,8 +30,9 @@ pub struct TrainConfig {
     pub model: String,
     /// Its options (batch, image, seq, layers, width, heads).
     pub options: ModelOptions,
-    /// The budget.
-    pub budget: Budget,
+    /// The budget, resolved against store-all's simulated peak by the profile's runtime
+    /// overhead ([`BudgetRequest::resolve`]).
+    pub budget: BudgetRequest,
     /// The solver's name.
     pub solver: String,
     /// Steps to run.
@@ -52,7 +43,8 @@ pub struct TrainConfig {
     pub optimizer: OptimizerKind,
     /// Where the planner's costs come from.
     pub costs: Costs,
-    /// Solver options (slots, time limit).
+    /// Solver options (slots, time limit, and the machine the solver and the simulator
+    /// plan for: `options.profile.machine`, as the other commands pass it).
     pub solve: SolveOptions,
 }
 
@@ -69,15 +61,22 @@ pub struct TrainReport {
     pub device: String,
     /// Parameters.
     pub params: u64,
-    /// The budget, in bytes.
+    /// The budget, in bytes: everything resident, the executor's reserve included.
     pub budget_bytes: u64,
+    /// The part of the budget the solver planned in (`budget_bytes − reserve_bytes`).
+    pub planned_bytes: u64,
+    /// The part of the budget the executor keeps for what schedules do not name.
+    pub reserve_bytes: u64,
+    /// The profile's runtime overhead the reserve comes from.
+    pub runtime_overhead: RuntimeOverhead,
     /// Parameters, their gradients and the optimizer's state, in bytes.
     pub static_bytes: u64,
     /// The loss of each step, before its update.
     pub losses: Vec<f32>,
     /// Wall-clock seconds of each step's forward and backward.
     pub step_seconds: Vec<f64>,
-    /// The largest peak of live bytes over the steps (`null` where nothing counts them).
+    /// The largest peak of live bytes over the steps, after one unmeasured warm-up pass
+    /// (`null` where nothing counts them).
     pub measured_peak_bytes: Option<u64>,
     /// The simulator's peak for the schedule.
     pub predicted_peak_bytes: u64,
@@ -95,25 +94,6 @@ pub struct TrainReport {
     pub profile_seconds: f64,
 }
 
-/// Why a run did not happen.
-#[derive(Debug, thiserror::Error)]
-pub enum TrainError {
-    /// Bad input: an unknown model or solver, an option the model does not take.
-    #[error("{0}")]
-    Input(String),
-    /// No schedule of the solver fits.
-    #[error("{message}")]
-    Infeasible {
-        /// What to tell the user.
-        message: String,
-        /// The least budget the solver fits in, if any.
-        min_budget: Option<u64>,
-    },
-    /// The run failed.
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
-}
-
 /// A model lowered for one backend, with the costs the planner will use.
 pub struct Lowered {
     /// The network (integers sized as the backend stores them).
@@ -126,54 +106,84 @@ pub struct Lowered {
     pub chain: Chain,
 }
 
-/// Builds `name` from the zoo with integers as wide as `B` stores them, and lowers it
-/// with `costs`.
+/// Builds `name` from the zoo and lowers it with `costs` (the profile's roofline when
+/// `None`). The profile's integer width must be the one `B` stores integers in, so that
+/// what the planner counts is what the executor allocates.
 pub fn lower<B: Backend>(
     name: &str,
     options: &ModelOptions,
     costs: Option<&dyn OpCosts>,
 ) -> Result<Lowered, TrainError> {
-    let model = pebble_zoo::build(name, options).map_err(|e| TrainError::Input(e.to_string()))?;
-    let mut network = model.network;
-    network.int_bytes = std::mem::size_of::<B::IntElem>() as u64;
-    let analytic = pebble_zoo::CostModel { device: options.device.clone() };
+    check_int_width::<B>(&options.profile)?;
+    let network = pebble_zoo::build(name, options)?.network;
+    let analytic = pebble_zoo::CostModel { profile: options.profile.clone() };
     let costs: &dyn OpCosts = costs.unwrap_or(&analytic);
     let (graph, index) = network.training_graph_indexed(costs, options.optimizer);
-    let chain = partition::to_chain(&graph).map_err(|e| TrainError::Input(format!("model `{name}`: {e}")))?;
+    let chain = partition::to_chain(&graph).map_err(|error| ZooError::Graph { model: name.to_string(), error })?;
     Ok(Lowered { network, graph, index, chain })
 }
 
-/// What the executor keeps of a budget for what schedules do not model: allocator and
-/// tensor metadata, the executor's own bookkeeping (measured at 35 KB on the CPU for the
-/// small test models). Solvers plan in the rest, so that the measured peak stays within
-/// the budget.
-pub fn reserve(budget: u64) -> u64 {
-    (64 << 10) + budget / 100
+/// [`lower`] on costs the profiler measures on `device` (seeded `seed`).
+pub fn lower_profiled<B: Backend>(
+    name: &str,
+    options: &ModelOptions,
+    seed: u64,
+    device: &B::Device,
+) -> Result<Lowered, TrainError> {
+    let first = lower::<B>(name, options, None)?;
+    let measured = pebble_runtime::profile::profile::<B>(&first.network, device, seed)?;
+    drop(first);
+    lower::<B>(name, options, Some(&measured))
 }
 
-/// The least budget that leaves `planned` bytes to the solver after [`reserve`].
-pub fn budget_for(planned: u64) -> u64 {
-    let b = (planned + (64 << 10)).saturating_mul(100).div_ceil(99);
-    (b.saturating_sub(2)..=b).find(|&b| b - reserve(b) >= planned).unwrap_or(b)
+/// Checks that `profile` plans integers as wide as `B` stores them.
+fn check_int_width<B: Backend>(profile: &Profile) -> Result<(), TrainError> {
+    let backend = std::mem::size_of::<B::IntElem>() as u64;
+    let planned = profile.machine.runtime.int_bytes;
+    if backend != planned {
+        return Err(TrainError::IntWidth { profile: profile.name.clone(), planned, backend });
+    }
+    Ok(())
+}
+
+/// Plans `problem` with `solver` in `budget`'s planned share; when nothing fits, finds
+/// the least total budget that does.
+pub(crate) fn plan_within(
+    solver: &dyn Solver,
+    problem: Problem<'_>,
+    budget: &Budget,
+    solve: &SolveOptions,
+    overhead: &RuntimeOverhead,
+) -> Result<pebble_solve::Plan, TrainError> {
+    match pebble_solve::plan(solver, problem, budget.planned_bytes, solve) {
+        Ok(plan) => Ok(plan),
+        Err(PlanError::Solve(SolveError::Infeasible { .. })) => {
+            let min = pebble_solve::min_feasible_budget(solver, problem, solve)
+                .map_err(|e| TrainError::plan(solver.name(), e))?;
+            Err(TrainError::Infeasible {
+                solver: solver.name().to_string(),
+                budget: budget.total_bytes,
+                min_budget: min.map(|planned| total_for(planned, overhead)),
+            })
+        }
+        Err(e) => Err(TrainError::plan(solver.name(), e)),
+    }
 }
 
 /// Plans and runs `config` on `device`.
 pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<TrainReport, TrainError> {
-    let solver = pebble_solve::solver(&config.solver).ok_or_else(|| {
-        let known: Vec<&str> = pebble_solve::registry().iter().map(|s| s.name()).collect();
-        TrainError::Input(format!("--solver: unknown solver `{}` (known: {})", config.solver, known.join(", ")))
-    })?;
+    let solver = pebble_solve::solver(&config.solver)?;
     let mut options = config.options.clone();
     options.optimizer = config.optimizer.planner();
+    let overhead = options.profile.machine.runtime;
     let mut profile_seconds = 0.0;
     let lowered = match config.costs {
         Costs::Analytic => lower::<B>(&config.model, &options, None)?,
         Costs::Profiled => {
             let start = Instant::now();
-            let first = lower::<B>(&config.model, &options, None)?;
-            let profile = crate::profile::profile::<B>(&first.network, &device, config.seed)?;
+            let lowered = lower_profiled::<B>(&config.model, &options, config.seed, &device)?;
             profile_seconds = start.elapsed().as_secs_f64();
-            lower::<B>(&config.model, &options, Some(&profile))?
+            lowered
         }
     };
     let view = solver.views().first().copied().unwrap_or(View::Chain);
@@ -181,39 +191,21 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
         View::Chain => Problem::Chain(&lowered.chain),
         View::Graph => Problem::Graph(&lowered.graph),
     };
-    let sim = |schedule: &Schedule| {
-        let cfg = pebble_sim::SimConfig { budget: None, bandwidth: config.solve.bandwidth, timeline: false };
-        pebble_solve::simulate(problem, schedule, &cfg)
-            .map_err(|e| RuntimeError::Other(format!("the simulator rejects the schedule: {e}")))
-    };
-    let store_all = sim(&pebble_solve::baseline::store_all::store_all_schedule(problem))?;
+    let store_all_schedule = pebble_solve::baseline::store_all::store_all_schedule(problem);
+    let store_all = pebble_solve::simulate(problem, &store_all_schedule, &config.solve.sim_config())
+        .map_err(TrainError::StoreAll)?;
     let static_bytes = lowered.graph.static_bytes();
     // Percentages are of what store-all needs to run: its simulated peak plus the reserve.
-    let reference = budget_for(store_all.peak_bytes);
-    let budget = match config.budget {
-        Budget::Total(b) => b.resolve(reference),
-        Budget::Activation(a) => a.resolve(reference.saturating_sub(static_bytes)).saturating_add(static_bytes),
-    };
-    let plan = match pebble_solve::plan(solver, problem, budget.saturating_sub(reserve(budget)), &config.solve) {
-        Ok(plan) => plan,
-        Err(pebble_solve::PlanError::Solve(pebble_solve::SolveError::Infeasible { .. })) => {
-            // The least budget whose share left to the solver fits.
-            let min = pebble_solve::min_feasible_budget(solver, problem, &config.solve).map(budget_for);
-            let message = match min {
-                Some(m) => format!(
-                    "infeasible: no schedule of `{}` fits in {} bytes; the minimum feasible budget is {} bytes",
-                    solver.name(),
-                    budget,
-                    m
-                ),
-                None => format!("infeasible: no schedule of `{}` fits in any budget", solver.name()),
-            };
-            return Err(TrainError::Infeasible { message, min_budget: min });
-        }
-        Err(e) => return Err(TrainError::Input(format!("--solver {}: {e}", solver.name()))),
-    };
+    let budget = config.budget.resolve(store_all.peak_bytes, static_bytes, &overhead);
+    let plan = plan_within(solver, problem, &budget, &config.solve, &overhead)?;
     let params = lowered.network.param_count();
     let mut session = Session::<B>::new(lowered.network, lowered.index, config.optimizer, config.seed, device);
+    // One unmeasured pass first, without an update (the losses stay those of the steps):
+    // what the backend allocates once and keeps (kernel caches, thread pools) is not the
+    // schedule's memory. The profiler does the same for `Costs::Profiled`.
+    if config.steps > 0 {
+        drop(session.gradients(&plan.schedule)?);
+    }
     let mut losses = Vec::new();
     let mut step_seconds = Vec::new();
     let mut measured: Option<u64> = None;
@@ -234,7 +226,10 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
         },
         device: B::name(session.device()),
         params,
-        budget_bytes: budget,
+        budget_bytes: budget.total_bytes,
+        planned_bytes: budget.planned_bytes,
+        reserve_bytes: budget.reserve_bytes,
+        runtime_overhead: overhead,
         static_bytes,
         losses,
         step_seconds,

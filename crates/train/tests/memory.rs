@@ -9,9 +9,10 @@ use burn_flex::{Flex, FlexDevice};
 use pebble_ilp as _;
 use pebble_runtime::memory::CountingAlloc;
 use pebble_runtime::profile::profile;
-use pebble_runtime::train::{budget_for, lower, reserve};
 use pebble_runtime::{OptimizerKind, Session};
+use pebble_solve::budget::total_for;
 use pebble_solve::{Problem, SolveOptions};
+use pebble_train::lower;
 use pebble_zoo::ModelOptions;
 
 #[global_allocator]
@@ -59,8 +60,12 @@ fn check(model: &str, options: ModelOptions, graph_solvers: &[&str], report: &mu
     let lowered = lower::<Flex>(model, &options, Some(&measured)).expect("model");
     let chain = lowered.chain.clone();
     let problem = Problem::Chain(&chain);
-    let solve = SolveOptions::default();
-    let sim = pebble_sim::SimConfig { budget: None, bandwidth: 1e10, timeline: false };
+    // The executor's reserve, as the profile describes it: solvers plan in the rest.
+    let overhead = options.profile.machine.runtime;
+    let budget_for = |planned: u64| total_for(planned, &overhead);
+    let reserve = |budget: u64| overhead.reserve(budget);
+    let solve = SolveOptions { machine: options.profile.machine, ..SolveOptions::default() };
+    let sim = solve.sim_config();
     let top = pebble_solve::simulate(problem, &pebble_solve::baseline::store_all::store_all_schedule(problem), &sim)
         .expect("store-all")
         .peak_bytes;

@@ -3,29 +3,30 @@
 
 use burn_flex::{Flex, FlexDevice};
 use pebble_graph::units::BudgetSpec;
-use pebble_runtime::train::{train, Budget, Costs, TrainConfig};
-use pebble_runtime::OptimizerKind;
 use pebble_solve::SolveOptions;
+use pebble_train::train::train;
+use pebble_train::{BudgetRequest as Budget, Costs, OptimizerKind, TrainConfig};
 use pebble_zoo::ModelOptions;
 
 fn config(solver: &str, budget: Budget) -> TrainConfig {
+    let options = ModelOptions {
+        batch: Some(2),
+        seq: Some(256),
+        layers: Some(6),
+        width: Some(32),
+        heads: Some(4),
+        ..ModelOptions::default()
+    };
     TrainConfig {
         model: "gpt".into(),
-        options: ModelOptions {
-            batch: Some(2),
-            seq: Some(256),
-            layers: Some(6),
-            width: Some(32),
-            heads: Some(4),
-            ..ModelOptions::default()
-        },
+        solve: SolveOptions { machine: options.profile.machine, ..SolveOptions::default() },
+        options,
         budget,
         solver: solver.into(),
         steps: 50,
         seed: 11,
         optimizer: OptimizerKind::AdamW { lr: 3e-3, weight_decay: 0.01 },
         costs: Costs::Analytic,
-        solve: SolveOptions::default(),
     }
 }
 
