@@ -73,7 +73,7 @@ pub struct SizeOpts {
 }
 
 /// Options every zoo model takes. Each needs `--model` (`--batch`, `--dtype`,
-/// `--optimizer` and `--device` also `--onnx`), which `Source::load` checks
+/// `--optimizer` and `--profile` also `--onnx`), which `Source::load` checks
 /// with [`ModelOpts::given`] (clap's `requires` cannot: it takes a requirement on one
 /// member of the source group as met when another member is given). A model that has
 /// no use for one (`--seq` for a ResNet) rejects it when it is built.
@@ -87,9 +87,38 @@ pub struct ModelOpts {
     /// Optimizer whose state counts as static memory [default: adam].
     #[arg(long, value_enum)]
     pub optimizer: Option<OptimizerArg>,
-    /// Device the op times are for: v100 (default), a100, h100, rtx3060, or a JSON profile file.
+    /// The machine to plan for (op times, memory, links, runtime overhead): v100 (default),
+    /// a100, h100, rtx3060, or a JSON profile file.
     #[arg(long, value_name = "PROFILE")]
+    pub profile: Option<String>,
+    /// Deprecated spelling of `--profile` on the planning commands (kept for one release;
+    /// `--device` now names where `train`, `profile` and `bench` run).
+    #[arg(long, value_name = "PROFILE", hide = true)]
     pub device: Option<String>,
+}
+
+/// The cost profile a command was given: `--profile`, or the old `--device PROFILE` with a
+/// warning on standard error. Both at once is an error.
+pub fn profile_flag(profile: &Option<String>, legacy_device: Option<&str>) -> Result<Option<String>, String> {
+    match (profile, legacy_device) {
+        (Some(_), Some(_)) => Err("give the cost profile once, with --profile (--device PROFILE is its old spelling)".into()),
+        (Some(p), None) => Ok(Some(p.clone())),
+        (None, Some(d)) => {
+            eprintln!(
+                "warning: --device {d} names a cost profile, which is now --profile {d}; --device is kept for one \
+                 release, and now means where to run (cpu|cuda) in train, profile and bench"
+            );
+            Ok(Some(d.to_string()))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+impl ModelOpts {
+    /// `--profile`, or the deprecated `--device`.
+    pub fn profile_name(&self) -> Result<Option<String>, String> {
+        profile_flag(&self.profile, self.device.as_deref())
+    }
 }
 
 impl ModelOpts {
@@ -104,6 +133,7 @@ impl ModelOpts {
             (self.size.heads.is_some(), "--heads"),
             (self.dtype.is_some(), "--dtype"),
             (self.optimizer.is_some(), "--optimizer"),
+            (self.profile.is_some(), "--profile"),
             (self.device.is_some(), "--device"),
         ]
         .into_iter()
@@ -250,14 +280,35 @@ pub struct GraphArgs {
 #[group(id = "budget_group", required = true, multiple = false)]
 pub struct BudgetArgs {
     /// Device memory for everything resident, static memory included: `4GiB`, `512MiB`,
-    /// plain bytes (units for chain files), or `P%` of the store-all peak.
+    /// plain bytes (units for chain files), or `P%` of what store-all needs (its peak plus
+    /// the profile's runtime reserve). Solvers plan in what the reserve leaves.
     #[arg(long, value_name = "SIZE", value_parser = budget_value, allow_hyphen_values = true)]
     pub budget: Option<BudgetSpec>,
     /// Memory for everything but static memory (parameters, their gradients, optimizer
-    /// states), which is added to it; `P%` is of the activation peak (store-all peak
-    /// minus static memory).
+    /// states), which is added to it; `P%` is of what store-all needs less static memory.
     #[arg(long, value_name = "SIZE", value_parser = budget_value, allow_hyphen_values = true)]
     pub activation_budget: Option<BudgetSpec>,
+}
+
+/// An optional budget (`pebble simulate`): at most one of the two, meaning what they mean
+/// in `plan` and `train`.
+#[derive(Debug, Args)]
+#[group(id = "optional_budget", required = false, multiple = false)]
+pub struct OptionalBudgetArgs {
+    /// Fail if device memory exceeds this: as `--budget` of `pebble plan`.
+    #[arg(long, value_name = "SIZE", value_parser = budget_value, allow_hyphen_values = true)]
+    pub budget: Option<BudgetSpec>,
+    /// As `--activation-budget` of `pebble plan`.
+    #[arg(long, value_name = "SIZE", value_parser = budget_value, allow_hyphen_values = true)]
+    pub activation_budget: Option<BudgetSpec>,
+}
+
+impl OptionalBudgetArgs {
+    /// The budget flags, if one was given.
+    pub fn given(&self) -> Option<BudgetArgs> {
+        (self.budget.is_some() || self.activation_budget.is_some())
+            .then_some(BudgetArgs { budget: self.budget, activation_budget: self.activation_budget })
+    }
 }
 
 /// Options passed on to the solvers and the simulator.
@@ -311,10 +362,10 @@ pub struct SimulateArgs {
     /// Which view of the model to simulate [default: the schedule's].
     #[arg(long, value_enum)]
     pub view: Option<ViewArg>,
-    /// Fail if device memory exceeds this: a size, or `P%` of the store-all peak.
-    #[arg(long, value_name = "SIZE", value_parser = budget_value, allow_hyphen_values = true)]
-    pub budget: Option<BudgetSpec>,
-    /// Host↔device bandwidth, bytes per second (or per time unit for chain files).
+    #[command(flatten)]
+    pub budget: OptionalBudgetArgs,
+    /// Host↔device bandwidth, bytes per second (or per time unit for chain files), both
+    /// directions [default: the profile's link].
     #[arg(long, value_name = "BYTES_PER_S", value_parser = bandwidth_value, allow_hyphen_values = true)]
     pub bandwidth: Option<f64>,
     /// Print JSON instead of a summary.
@@ -332,9 +383,10 @@ pub struct SweepArgs {
     pub source: SourceArgs,
     #[command(flatten)]
     pub opts: ModelOpts,
-    /// The solvers to compare, comma-separated.
-    #[arg(long, value_name = "A,B,C", value_delimiter = ',', required = true)]
-    pub solvers: Vec<String>,
+    /// The solvers to compare, comma-separated [default: store-all, sequential, rotor,
+    /// rockmate, hiremate].
+    #[arg(long, value_name = "A,B,C", value_delimiter = ',')]
+    pub solvers: Option<Vec<String>>,
     /// Number of budgets, evenly spaced from the recompute-all peak to the store-all peak.
     #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub points: u32,
@@ -348,8 +400,8 @@ pub struct SweepArgs {
     pub solve: SolveArgs,
 }
 
-/// The model options of the executor's commands. Their `--device` names the hardware to
-/// run on, so the planner's cost profile is not among them.
+/// The model options of the executor's commands: `--device` names the hardware to run
+/// on, `--profile` the machine the planner plans for, as in every other command.
 #[derive(Debug, Args)]
 pub struct RunModelOpts {
     /// A zoo model (see `pebble models`); `gpt`, `resnet` and `mlp` are small enough for a CPU.
@@ -357,16 +409,35 @@ pub struct RunModelOpts {
     pub model: String,
     #[command(flatten)]
     pub size: SizeOpts,
-    /// Where to run.
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub device: DeviceArg,
+    /// Where to run: cpu (burn-flex) or cuda (burn-cuda; a binary built with `--features cuda`).
+    #[arg(long, value_name = "cpu|cuda", default_value = "cpu")]
+    pub device: String,
+    /// The machine to plan for (op times, memory, links, runtime overhead): v100 (default),
+    /// a100, h100, rtx3060, or a JSON profile file.
+    #[arg(long, value_name = "PROFILE")]
+    pub profile: Option<String>,
     /// Seed of the parameters, the synthetic batch and dropout.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
 }
 
+impl RunModelOpts {
+    /// Where to run, and the cost profile. `--device v100` (the old spelling of
+    /// `--profile v100`) still works for one release, with a warning, and runs on the CPU.
+    pub fn device_and_profile(&self) -> Result<(DeviceArg, Option<String>), String> {
+        match self.device.to_ascii_lowercase().as_str() {
+            "cpu" => Ok((DeviceArg::Cpu, self.profile.clone())),
+            "cuda" | "gpu" => Ok((DeviceArg::Cuda, self.profile.clone())),
+            other if pebble_machine::Profile::lookup(other).is_ok() => {
+                Ok((DeviceArg::Cpu, profile_flag(&self.profile, Some(&self.device))?))
+            }
+            _ => Err(format!("--device: `{}` is not a device (cpu or cuda); cost profiles go in --profile", self.device)),
+        }
+    }
+}
+
 /// `--device` of the executor's commands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeviceArg {
     /// burn-flex on the CPU.
     Cpu,
@@ -411,8 +482,10 @@ pub struct TrainArgs {
     /// Learning rate.
     #[arg(long, value_name = "LR", default_value_t = 1e-3, value_parser = positive_value, allow_hyphen_values = true)]
     pub lr: f64,
-    /// Where the planner's op costs come from.
-    #[arg(long, value_enum, default_value = "profiled")]
+    /// Where the planner's op costs come from: `analytic` (the profile's roofline, as
+    /// `plan` uses: the same flags give the same schedule) or `profiled` (each op measured
+    /// on the device first).
+    #[arg(long, value_enum, default_value = "analytic")]
     pub costs: CostsArg,
     /// Memory discretization of the dynamic programs [default: 500].
     #[arg(long, value_name = "N|exact", value_parser = slots_value, allow_hyphen_values = true)]

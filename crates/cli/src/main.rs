@@ -14,6 +14,7 @@ mod error;
 mod flags;
 mod out;
 mod plot;
+mod progress;
 mod source;
 
 use std::process::ExitCode;

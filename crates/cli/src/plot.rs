@@ -68,12 +68,29 @@ pub struct Curve {
 }
 
 /// Plots overhead against budget, one line with markers per solver, and writes the SVG.
-/// Lines connect consecutive feasible budgets only.
-pub fn sweep(path: &Path, title: &str, units: Units, budgets: (u64, u64), curves: &[Curve]) -> anyhow::Result<()> {
+/// Lines connect consecutive feasible budgets only. Budgets where a solver finds no
+/// schedule get a small × of its color in a strip under the axis's zero, labelled
+/// "infeasible", one row per solver; what store-all needs (100%, no overhead) is a black
+/// diamond with a dashed line up from it.
+pub fn sweep(
+    path: &Path,
+    title: &str,
+    units: Units,
+    budgets: (u64, u64),
+    store_all: u64,
+    curves: &[Curve],
+) -> anyhow::Result<()> {
     let (scale, x_desc) = size_axis(units, "memory budget");
     let draw_err = |e: &dyn std::fmt::Display| anyhow!("--svg `{}`: cannot draw the plot: {e}", path.display());
     let overheads = curves.iter().flat_map(|c| c.points.iter().filter_map(|p| p.1));
     let (ymin, ymax) = overheads.fold((0.0f64, 0.0f64), |(lo, hi), y| (lo.min(y), hi.max(y)));
+    let span = if ymax > ymin { ymax - ymin } else { 1.0 };
+    // The strip for infeasible points, under everything feasible: one row per solver.
+    let row = 0.03 * span;
+    let strip_top = ymin.min(0.0) - 0.03 * span;
+    let strip = strip_top - row * curves.len().max(1) as f64;
+    let row_y = |i: usize| strip_top - row * (i as f64 + 0.5);
+    let x_hi = budgets.1.max(store_all);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
@@ -84,9 +101,9 @@ pub fn sweep(path: &Path, title: &str, units: Units, budgets: (u64, u64), curves
             .x_label_area_size(50)
             .y_label_area_size(70)
             .build_cartesian_2d(
-                padded(budgets.0 as f64 / scale, budgets.1 as f64 / scale),
-                // Headroom above the curves for the legend.
-                ymin.min(0.0)..if ymax > ymin { ymax + 0.35 * (ymax - ymin) } else { ymin + 1.0 },
+                padded(budgets.0 as f64 / scale, x_hi as f64 / scale),
+                // Room under zero for the infeasible strip, above the curves for the legend.
+                (strip - 0.02 * span)..(ymax.max(0.0) + 0.35 * span),
             )
             .map_err(|e| draw_err(&e))?;
         chart
@@ -95,8 +112,34 @@ pub fn sweep(path: &Path, title: &str, units: Units, budgets: (u64, u64), curves
             .y_desc("time overhead over store-all (%)")
             .draw()
             .map_err(|e| draw_err(&e))?;
+        let x = store_all as f64 / scale;
+        chart
+            .draw_series(DashedLineSeries::new(
+                vec![(x, strip), (x, ymax.max(0.0) + 0.1 * span)],
+                4,
+                4,
+                BLACK.mix(0.5).stroke_width(1),
+            ))
+            .map_err(|e| draw_err(&e))?;
+        chart
+            .draw_series(std::iter::once(EmptyElement::at((x, 0.0)) + diamond((0, 0))))
+            .map_err(|e| draw_err(&e))?
+            .label("what store-all needs (100%)")
+            .legend(|(x, y)| EmptyElement::at((x + 12, y)) + diamond((0, 0)));
+        chart
+            .draw_series(std::iter::once(Text::new(
+                "infeasible",
+                (budgets.0 as f64 / scale, strip_top + 0.035 * span),
+                ("sans-serif", 13).into_font().color(&BLACK.mix(0.6)),
+            )))
+            .map_err(|e| draw_err(&e))?;
         for (i, curve) in curves.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
+            let y = row_y(i);
+            let infeasible = curve.points.iter().filter(|p| p.1.is_none()).map(|&(b, _)| (b as f64 / scale, y));
+            chart
+                .draw_series(infeasible.map(|p| Cross::new(p, 4, color.stroke_width(2))))
+                .map_err(|e| draw_err(&e))?;
             let points: Vec<Option<(f64, f64)>> =
                 curve.points.iter().map(|&(b, y)| y.map(|y| (b as f64 / scale, y))).collect();
             for run in points.split(|p| p.is_none()).filter(|r| !r.is_empty()) {
@@ -131,6 +174,11 @@ pub fn sweep(path: &Path, title: &str, units: Units, budgets: (u64, u64), curves
         legend_and_present(&mut chart, &root, SeriesLabelPosition::UpperRight, &draw_err)?;
     }
     write_file(path, "--svg", &svg)
+}
+
+/// A black diamond, store-all's marker.
+fn diamond((x, y): (i32, i32)) -> Polygon<(i32, i32)> {
+    Polygon::new(vec![(x, y - 7), (x + 6, y), (x, y + 7), (x - 6, y)], BLACK.filled())
 }
 
 /// Plots device memory over time as steps, with the budget as a red line, and writes

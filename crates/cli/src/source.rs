@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use pebble_graph::{partition, units::format_bytes, Chain, TrainingGraph};
 use pebble_schedule::{Schedule, View};
+use pebble_machine::{Machine, Profile};
 use pebble_sim::{SimConfig, SimReport};
 use pebble_solve::{baseline::store_all::store_all_schedule, Problem, Solver};
-use pebble_zoo::{DType, DeviceProfile, Dims, Model, ModelOptions, ModelSpec, Network, Optimizer, ZooError};
+use pebble_zoo::{DType, Dims, Model, ModelOptions, ModelSpec, Network, Optimizer, ZooError};
 
 use crate::error::bad;
 use crate::flags::{DTypeArg, ModelOpts, ModelSource, OptimizerArg, SourceArgs};
@@ -33,18 +34,21 @@ pub fn read_schedule(path: &Path) -> anyhow::Result<Schedule> {
 
 /// The solver called `name`, or a bad-input error listing the known ones.
 pub fn find_solver(name: &str, flag: &str) -> anyhow::Result<&'static dyn Solver> {
-    pebble_solve::solver(name).ok_or_else(|| {
-        let known: Vec<&str> = pebble_solve::registry().iter().map(|s| s.name()).collect();
-        bad(format!("{flag}: unknown solver `{name}` (known: {})", known.join(", ")))
-    })
+    pebble_solve::solver(name).map_err(|e| bad(format!("{flag}: {e}")))
 }
 
-/// Resolves the model options against the defaults; the device is looked up here.
+/// The profile `--profile` (or the old `--device`) names, looked up; `None` if not given.
+pub fn profile(opts: &ModelOpts) -> anyhow::Result<Option<Profile>> {
+    let flag = if opts.profile.is_some() { "--profile" } else { "--device" };
+    match opts.profile_name().map_err(bad)? {
+        Some(name) => Profile::lookup(&name).map(Some).map_err(|e| bad(format!("{flag}: {e}"))),
+        None => Ok(None),
+    }
+}
+
+/// Resolves the model options against the defaults; the profile is looked up here.
 pub fn model_options(opts: &ModelOpts) -> anyhow::Result<ModelOptions> {
-    let device = match &opts.device {
-        Some(name) => DeviceProfile::lookup(name).map_err(|e| bad(format!("--device: {e}")))?,
-        None => ModelOptions::default().device,
-    };
+    let profile = profile(opts)?.unwrap_or_else(|| ModelOptions::default().profile);
     Ok(ModelOptions {
         batch: opts.size.batch,
         image: opts.size.image,
@@ -61,7 +65,7 @@ pub fn model_options(opts: &ModelOpts) -> anyhow::Result<ModelOptions> {
             Some(OptimizerArg::Momentum) => Optimizer::Momentum,
             Some(OptimizerArg::Adam) | None => Optimizer::Adam,
         },
-        device,
+        profile,
     })
 }
 
@@ -92,7 +96,7 @@ pub fn import_onnx(path: &Path, opts: &ModelOpts) -> anyhow::Result<(Model, Mode
     if let Some(flag) = opts.zoo_only() {
         return Err(bad(format!(
             "{flag} does not apply to --onnx: an ONNX model has its own sizes (--batch, --dtype, --optimizer and \
-             --device apply)"
+             --profile apply)"
         )));
     }
     let options = model_options(opts)?;
@@ -229,11 +233,11 @@ impl Subject {
         }
     }
 
-    /// The store-all schedule simulated without a budget: the reference peak and time.
-    pub fn store_all(&self, bandwidth: f64) -> anyhow::Result<SimReport> {
+    /// The store-all schedule simulated without a budget on `machine`: the reference peak
+    /// and time.
+    pub fn store_all(&self, machine: &Machine) -> anyhow::Result<SimReport> {
         let problem = self.problem();
-        let config = SimConfig { budget: None, bandwidth, timeline: false };
-        pebble_solve::simulate(problem, &store_all_schedule(problem), &config)
+        pebble_solve::simulate(problem, &store_all_schedule(problem), &SimConfig::on(*machine))
             .context("the simulator rejects the store-all schedule")
     }
 }
@@ -247,10 +251,21 @@ pub fn view_name(view: View) -> &'static str {
 }
 
 impl Source {
-    /// Loads the chain file, graph file or model the flags name.
-    pub fn load(args: &SourceArgs, opts: &ModelOpts) -> anyhow::Result<Source> {
+    /// Loads the chain file, graph file or model the flags name, and the machine to plan
+    /// for: the model's profile, or for a chain or graph file the one `--profile` names
+    /// (the abstract machine, with no runtime overhead, when none is given).
+    pub fn load(args: &SourceArgs, opts: &ModelOpts) -> anyhow::Result<(Source, Machine)> {
+        let source = Self::load_source(args, opts)?;
+        let machine = match &source {
+            Source::Model { options, .. } => options.profile.machine,
+            _ => profile(opts)?.map(|p| p.machine).unwrap_or_default(),
+        };
+        Ok((source, machine))
+    }
+
+    fn load_source(args: &SourceArgs, opts: &ModelOpts) -> anyhow::Result<Source> {
         if args.model_source().is_none() {
-            if let Some(flag) = opts.given() {
+            if let Some(flag) = opts.given().filter(|f| !matches!(*f, "--profile" | "--device")) {
                 return Err(bad(format!(
                     "{flag} is a model option: it needs --model or --onnx, not a chain or graph file"
                 )));
@@ -291,15 +306,6 @@ impl Source {
         }
     }
 
-    /// The bandwidth when `--bandwidth` is not given: the device's link for a model,
-    /// the simulator's default otherwise.
-    pub fn default_bandwidth(&self) -> f64 {
-        match self {
-            Source::Model { options, .. } => options.device.link_bandwidth,
-            _ => SimConfig::default().bandwidth,
-        }
-    }
-
     /// A title: `resnet50, batch 32, v100`, or the file's name.
     pub fn label(&self) -> String {
         match self {
@@ -312,7 +318,7 @@ impl Source {
                 None => format!("graph {}", path.display()),
             },
             Source::Model { model, options } => {
-                format!("{}, batch {}, {}", model.spec.name, model.dims.batch, options.device.name)
+                format!("{}, batch {}, {}", model.spec.name, model.dims.batch, options.profile.name)
             }
         }
     }

@@ -18,7 +18,7 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<ExitCode> {
     let flops = model.network.flops();
     // The store-all peak is that of plain autograd on the training graph.
     let graph = Subject::Graph(model.graph);
-    let store_all = graph.store_all(options.device.link_bandwidth)?;
+    let store_all = graph.store_all(&options.profile.machine)?;
     let activation_peak = store_all.peak_bytes.saturating_sub(static_bytes);
     let d = &model.dims;
     if args.json {
@@ -31,7 +31,8 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<ExitCode> {
             "layers": model.spec.layers.map(|_| d.layers),
             "dtype": match d.dtype { pebble_zoo::DType::F32 => "f32", pebble_zoo::DType::Bf16 => "bf16" },
             "optimizer": options.optimizer.name(),
-            "device": options.device.name,
+            "device": options.profile.name,
+            "profile": options.profile.name,
             "params": params,
             "published_params": model.spec.published_params.map(|(n, _)| n),
             "param_bytes": param_bytes,
@@ -72,7 +73,7 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<ExitCode> {
         name = model.spec.name,
         family = model.spec.family,
         description = model.spec.description,
-        device = options.device.name,
+        device = options.profile.name,
         optimizer = options.optimizer.name(),
         param_bytes = format_bytes(param_bytes),
         static_bytes = format_bytes(static_bytes),

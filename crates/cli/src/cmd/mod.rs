@@ -10,6 +10,9 @@ pub mod simulate;
 pub mod sweep;
 pub mod train;
 
+use pebble_machine::Machine;
+use pebble_solve::budget::{Budget, BudgetRequest};
+
 /// `predicted / baseline − 1`, or 0 when the baseline takes no time.
 pub fn overhead(predicted: f64, baseline: f64) -> f64 {
     if baseline > 0.0 {
@@ -19,14 +22,50 @@ pub fn overhead(predicted: f64, baseline: f64) -> f64 {
     }
 }
 
-/// The solver options from the flags, with the source's default bandwidth.
-pub fn solve_options(args: &crate::flags::SolveArgs, source: &crate::source::Source) -> pebble_solve::SolveOptions {
+/// The solver options from the flags on `machine`: `--bandwidth` replaces both host-link
+/// directions' bandwidth; long solves draw progress on a terminal.
+pub fn solve_options(args: &crate::flags::SolveArgs, machine: &Machine) -> pebble_solve::SolveOptions {
     let defaults = pebble_solve::SolveOptions::default();
     pebble_solve::SolveOptions {
         slots: args.slots.unwrap_or(defaults.slots),
         time_limit: args.time_limit,
-        bandwidth: args.bandwidth.unwrap_or_else(|| source.default_bandwidth()),
+        machine: match args.bandwidth {
+            Some(b) => machine.with_bandwidth(b),
+            None => *machine,
+        },
+        progress: crate::progress::solver_progress(),
     }
+}
+
+/// The budget `--budget` or `--activation-budget` asks for, by the one memory model every
+/// command uses ([`pebble_solve::budget`]): bytes in all, the executor's reserve, and the
+/// share solvers plan in.
+pub fn resolve_budget(
+    args: &crate::flags::BudgetArgs,
+    store_all_peak: u64,
+    static_bytes: u64,
+    machine: &Machine,
+) -> anyhow::Result<Budget> {
+    let request = match (args.budget, args.activation_budget) {
+        (Some(b), _) => BudgetRequest::Total(b),
+        (None, Some(a)) => BudgetRequest::Activation(a),
+        (None, None) => return Err(crate::error::bad("give --budget or --activation-budget")),
+    };
+    Ok(request.resolve(store_all_peak, static_bytes, &machine.runtime))
+}
+
+/// The JSON fields every planning command prints about its budget.
+pub fn budget_json(budget: &Budget, machine: &Machine) -> serde_json::Value {
+    serde_json::json!({
+        "budget_bytes": budget.total_bytes,
+        "planned_bytes": budget.planned_bytes,
+        "reserve_bytes": budget.reserve_bytes,
+        "runtime_overhead": {
+            "reserve_bytes": machine.runtime.reserve_bytes,
+            "reserve_per_10k": machine.runtime.reserve_per_10k,
+            "int_bytes": machine.runtime.int_bytes,
+        },
+    })
 }
 
 /// A percentage of `reference`, one decimal.

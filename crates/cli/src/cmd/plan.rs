@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use pebble_solve::{PlanError, SolveError};
 use serde_json::json;
 
-use super::{overhead, percent_of, solve_options};
+use super::{budget_json, overhead, percent_of, resolve_budget, solve_options};
 use crate::error::{bad, Infeasible};
 use crate::flags::PlanArgs;
 use crate::out;
@@ -13,41 +13,40 @@ use crate::source::{find_solver, view_name, write_file, Source};
 
 pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     let solver = find_solver(&args.solver, "--solver")?;
-    let source = Source::load(&args.source, &args.opts)?;
+    let (source, machine) = Source::load(&args.source, &args.opts)?;
     let subject = source.view_for(solver)?;
     let units = source.units();
-    let options = solve_options(&args.solve, &source);
+    let options = solve_options(&args.solve, &machine);
     let problem = subject.problem();
-    let store_all = subject.store_all(options.bandwidth)?;
+    let store_all = subject.store_all(&options.machine)?;
     let static_bytes = source.param_state_bytes(&subject);
     let activation_peak = store_all.peak_bytes.saturating_sub(static_bytes);
     // `--budget` counts everything resident; `--activation-budget` all but static memory.
-    let budget = match (args.budget.budget, args.budget.activation_budget) {
-        (Some(b), _) => b.resolve(store_all.peak_bytes),
-        (None, Some(a)) => a.resolve(activation_peak).saturating_add(static_bytes),
-        (None, None) => return Err(bad("give --budget or --activation-budget")),
-    };
+    // Solvers plan in what the executor's reserve leaves of it.
+    let resolved = resolve_budget(&args.budget, store_all.peak_bytes, static_bytes, &machine)?;
+    let budget = resolved.total_bytes;
     let mut report = json!({
         "solver": solver.name(),
         "view": view_name(subject.view()),
-        "budget_bytes": budget,
         "static_bytes": static_bytes,
         "store_all_peak_bytes": store_all.peak_bytes,
         "activation_peak_bytes": activation_peak,
         "baseline_time": store_all.makespan,
     });
+    extend(&mut report, budget_json(&resolved, &machine));
     let start = std::time::Instant::now();
-    let plan = match pebble_solve::plan(solver, problem, budget, &options) {
+    let plan = match pebble_solve::plan(solver, problem, resolved.planned_bytes, &options) {
         Ok(plan) => plan,
         Err(PlanError::Solve(SolveError::Infeasible { .. })) => {
-            let min = pebble_solve::min_feasible_budget(solver, problem, &options);
+            let min = pebble_solve::min_feasible_budget(solver, problem, &options)?
+                .map(|planned| pebble_solve::budget::total_for(planned, &machine.runtime));
             let message = match min {
                 Some(m) => format!(
                     "infeasible: no schedule of `{}` fits in {}; the minimum feasible budget is {} ({} of store-all)",
                     solver.name(),
                     units.size(budget),
                     units.size(m),
-                    percent_of(m, store_all.peak_bytes)
+                    percent_of(m, resolved.reference_bytes)
                 ),
                 None => format!(
                     "infeasible: no schedule of `{}` fits in {}, nor in any budget",
@@ -103,7 +102,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     }
     let mut text = format!(
         "solver    {} on the {} view of {} ({} ops)\n\
-         budget    {} ({} of the store-all peak, {})\n\
+         budget    {} ({} of what store-all needs, {}; {} planned, {} kept by the runtime)\n\
          peak      {}\n\
          time      {} (store-all {}): overhead {:+.1}%\n",
         solver.name(),
@@ -111,8 +110,10 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         source.label(),
         plan.schedule.ops.len(),
         units.size(budget),
-        percent_of(budget, store_all.peak_bytes),
-        units.size(store_all.peak_bytes),
+        percent_of(budget, resolved.reference_bytes),
+        units.size(resolved.reference_bytes),
+        units.size(resolved.planned_bytes),
+        units.size(resolved.reserve_bytes),
         units.size(plan.report.peak_bytes),
         units.time(time),
         units.time(store_all.makespan),

@@ -6,7 +6,7 @@ use pebble_schedule::View;
 use pebble_sim::SimConfig;
 use serde_json::json;
 
-use super::percent_of;
+use super::{percent_of, resolve_budget};
 use crate::error::bad;
 use crate::flags::{SimulateArgs, ViewArg};
 use crate::out;
@@ -18,7 +18,11 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
         return Err(bad("--view needs --model or --onnx: a chain or graph file has its own view"));
     }
     let schedule = read_schedule(&args.schedule)?;
-    let source = Source::load(&args.source, &args.opts)?;
+    let (source, machine) = Source::load(&args.source, &args.opts)?;
+    let machine = match args.bandwidth {
+        Some(b) => machine.with_bandwidth(b),
+        None => machine,
+    };
     let units = source.units();
     let view = match args.view {
         Some(ViewArg::Chain) => View::Chain,
@@ -26,12 +30,17 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
         None => schedule.view,
     };
     let subject = source.view(view)?;
-    let bandwidth = args.bandwidth.unwrap_or_else(|| source.default_bandwidth());
-    let budget = match args.budget {
-        Some(spec) => Some(spec.resolve(subject.store_all(bandwidth)?.peak_bytes)),
+    // The budget means what it means in `plan` and `train`: the schedule is checked
+    // against the share solvers plan in.
+    let resolved = match args.budget.given() {
+        Some(flags) => {
+            let store_all = subject.store_all(&machine)?;
+            Some(resolve_budget(&flags, store_all.peak_bytes, source.param_state_bytes(&subject), &machine)?)
+        }
         None => None,
     };
-    let config = SimConfig { budget, bandwidth, timeline: args.timeline.is_some() };
+    let budget = resolved.map(|b| b.planned_bytes);
+    let config = SimConfig { budget, machine, timeline: args.timeline.is_some() };
     let report = match pebble_solve::simulate(subject.problem(), &schedule, &config) {
         Ok(r) => r,
         Err(e) => {
@@ -40,7 +49,8 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
                 out::print_json(&json!({
                     "valid": false,
                     "view": view_name(view),
-                    "budget_bytes": budget,
+                    "budget_bytes": resolved.map(|b| b.total_bytes),
+                    "planned_bytes": budget,
                     "error": e.to_string(),
                 }))?;
             }
@@ -57,7 +67,8 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
             "valid": true,
             "view": view_name(view),
             "solver": schedule.solver,
-            "budget_bytes": budget,
+            "budget_bytes": resolved.map(|b| b.total_bytes),
+            "planned_bytes": budget,
             "makespan": report.makespan,
             "compute_time": report.compute_time,
             "peak_bytes": report.peak_bytes,
@@ -81,8 +92,14 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
         units.size(report.peak_bytes),
         units.size(report.peak_host_bytes),
     );
-    if let Some(b) = budget {
-        text.push_str(&format!("budget    {} (peak is {} of it)\n", units.size(b), percent_of(report.peak_bytes, b)));
+    if let Some(b) = resolved {
+        text.push_str(&format!(
+            "budget    {} ({} planned, {} kept by the runtime; peak is {} of the planned share)\n",
+            units.size(b.total_bytes),
+            units.size(b.planned_bytes),
+            units.size(b.reserve_bytes),
+            percent_of(report.peak_bytes, b.planned_bytes)
+        ));
     }
     if let Some(path) = &args.timeline {
         text.push_str(&format!("timeline written to {}\n", path.display()));

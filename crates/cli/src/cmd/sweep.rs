@@ -1,18 +1,18 @@
 //! `pebble sweep`: the time overhead of several solvers over a range of budgets.
 //!
-//! The budgets are evenly spaced from the peak of `recompute-all` (the least memory any
-//! baseline needs; 10% of the store-all peak when that solver is not registered or the
-//! source has no chain view) up to the store-all peak. Each solver plans its own view
-//! (see `Source::view_for`) at every budget, and its overhead is over store-all's time
-//! on that view. Percentages of the budget column are of the store-all peak of the
-//! chain view when some solver plans it, of the graph view otherwise.
+//! The budgets are evenly spaced from what `recompute-all` needs (the least memory any
+//! baseline needs; 10% of store-all's when that solver is not registered or the source
+//! has no chain view) up to what store-all needs, both with the profile's runtime reserve
+//! (see `pebble_solve::budget`): a budget here means what `--budget` means in `plan` and
+//! `train`. Each solver plans its own view (see `Source::view_for`) at every budget,
+//! prepared once ([`pebble_solve::plan_many`]), and its overhead is over store-all's time
+//! on that view. Percentages of the budget column are of what store-all needs on the
+//! chain view when some solver plans it, on the graph view otherwise.
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::anyhow;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pebble_schedule::View;
 use pebble_sim::SimReport;
 use pebble_solve::{PlanError, SolveError, SolveOptions, Solver};
@@ -43,12 +43,21 @@ struct Reference {
     store_all: SimReport,
 }
 
+/// The solvers `pebble sweep` compares when `--solvers` is not given: pebble's own
+/// (Rotor's DP on the chain, Rockmate and HiRemate on the graph) beside the baselines a
+/// practitioner knows (plain autograd, and PyTorch's `checkpoint_sequential`).
+pub const DEFAULT_SOLVERS: &str = "store-all,sequential,rotor,rockmate,hiremate";
+
 pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
-    let solvers =
-        args.solvers.iter().map(|name| find_solver(name.trim(), "--solvers")).collect::<anyhow::Result<Vec<_>>>()?;
-    let source = Source::load(&args.source, &args.opts)?;
+    let names: Vec<String> = match &args.solvers {
+        Some(names) => names.clone(),
+        None => DEFAULT_SOLVERS.split(',').map(String::from).collect(),
+    };
+    let solvers = names.iter().map(|name| find_solver(name.trim(), "--solvers")).collect::<anyhow::Result<Vec<_>>>()?;
+    let (source, machine) = Source::load(&args.source, &args.opts)?;
     let units = source.units();
-    let options = solve_options(&args.solve, &source);
+    let options = SolveOptions { progress: pebble_solve::Progress::none(), ..solve_options(&args.solve, &machine) };
+    let total = |planned: u64| pebble_solve::budget::total_for(planned, &machine.runtime);
 
     // The views the solvers plan, each built and simulated once.
     let mut views: Vec<Reference> = Vec::new();
@@ -58,7 +67,7 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
         let index = match views.iter().position(|r| r.subject.view() == subject.view()) {
             Some(i) => i,
             None => {
-                let store_all = subject.store_all(options.bandwidth)?;
+                let store_all = subject.store_all(&options.machine)?;
                 views.push(Reference { subject, store_all });
                 views.len() - 1
             }
@@ -75,21 +84,23 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
         (0..n).map(|i| lo + ((hi - lo) as u128 * i as u128 / (n - 1) as u128) as u64).collect()
     };
 
-    let jobs: Vec<(usize, usize)> = (0..budgets.len()).flat_map(|b| (0..solvers.len()).map(move |s| (b, s))).collect();
-    let bar = progress_bar(jobs.len() as u64);
+    // One job per solver: it is prepared once and planned at every budget.
+    let bar = crate::progress::bar(solvers.len() as u64, "solvers");
     let next = AtomicUsize::new(0);
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, jobs.len().max(1));
-    let mut cells: Vec<Option<Cell>> = vec![None; jobs.len()];
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, solvers.len().max(1));
+    let mut cells: Vec<Option<Cell>> = vec![None; budgets.len() * solvers.len()];
     std::thread::scope(|scope| -> anyhow::Result<()> {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
                     let mut done = Vec::new();
                     loop {
-                        let j = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&(b, s)) = jobs.get(j) else { break };
+                        let s = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(solver) = solvers.get(s) else { break };
                         let view = &views[view_of[s]];
-                        done.push((j, solve(solvers[s], view, budgets[b], &options)));
+                        for (b, cell) in solve(*solver, view, &budgets, &options).into_iter().enumerate() {
+                            done.push((b * solvers.len() + s, cell));
+                        }
                         bar.inc(1);
                     }
                     done
@@ -128,14 +139,14 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
                     .iter()
                     .enumerate()
                     .map(|(b, &budget)| match cell(b, s) {
-                        Cell::Feasible { overhead, .. } => (budget, Some(100.0 * overhead)),
-                        _ => (budget, None),
+                        Cell::Feasible { overhead, .. } => (total(budget), Some(100.0 * overhead)),
+                        _ => (total(budget), None),
                     })
                     .collect(),
             })
             .collect();
         let title = format!("{}: time overhead vs memory", source.label());
-        plot::sweep(path, &title, units, (lo, hi), &curves)?;
+        plot::sweep(path, &title, units, (total(lo), total(hi)), total(hi), &curves)?;
     }
 
     if args.json {
@@ -149,11 +160,15 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
                     .enumerate()
                     .map(|(b, &budget)| match cell(b, s) {
                         Cell::Feasible { peak, time, overhead } => json!({
-                            "budget_bytes": budget, "feasible": true, "predicted_peak_bytes": peak,
-                            "predicted_time": time, "overhead": overhead,
+                            "budget_bytes": total(budget), "planned_bytes": budget, "feasible": true,
+                            "predicted_peak_bytes": peak, "predicted_time": time, "overhead": overhead,
                         }),
-                        Cell::Infeasible => json!({ "budget_bytes": budget, "feasible": false }),
-                        Cell::Failed(why) => json!({ "budget_bytes": budget, "feasible": false, "error": why }),
+                        Cell::Infeasible => {
+                            json!({ "budget_bytes": total(budget), "planned_bytes": budget, "feasible": false })
+                        }
+                        Cell::Failed(why) => json!({
+                            "budget_bytes": total(budget), "planned_bytes": budget, "feasible": false, "error": why,
+                        }),
                     })
                     .collect();
                 json!({
@@ -168,8 +183,11 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
             "source": source.label(),
             "view": view_name(views[reference].subject.view()),
             "store_all_peak_bytes": hi,
+            "store_all_budget_bytes": total(hi),
             "store_all_time": views[reference].store_all.makespan,
-            "budgets": budgets,
+            "budgets": budgets.iter().map(|&b| total(b)).collect::<Vec<_>>(),
+            "planned_budgets": budgets,
+            "runtime_overhead": super::budget_json(&pebble_solve::budget::Budget::of_total(total(hi), total(hi), &machine.runtime), &machine)["runtime_overhead"],
             "solvers": solvers_json,
         }))?;
         return Ok(ExitCode::SUCCESS);
@@ -189,7 +207,7 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .enumerate()
         .map(|(b, &budget)| {
-            let mut row = vec![units.size(budget), percent(budget, hi, decimals)];
+            let mut row = vec![units.size(total(budget)), percent(total(budget), total(hi), decimals)];
             row.extend((0..solvers.len()).map(|s| match cell(b, s) {
                 Cell::Feasible { overhead, .. } => format!("{:+.1}%", 100.0 * overhead),
                 Cell::Infeasible => "—".to_string(),
@@ -208,12 +226,13 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
 
 /// The peak of `recompute-all` on this view, if that solver is registered and plans it.
 fn least_memory(subject: &Subject, options: &SolveOptions) -> Option<u64> {
-    let solver = pebble_solve::solver("recompute-all")?;
+    let solver = pebble_solve::solver("recompute-all").ok()?;
     Some(pebble_solve::plan(solver, subject.problem(), u64::MAX, options).ok()?.report.peak_bytes)
 }
 
-fn solve(solver: &dyn Solver, view: &Reference, budget: u64, options: &SolveOptions) -> Cell {
-    match pebble_solve::plan(solver, view.subject.problem(), budget, options) {
+/// One solver at every budget (planned bytes), prepared once.
+fn solve(solver: &dyn Solver, view: &Reference, budgets: &[u64], options: &SolveOptions) -> Vec<Cell> {
+    let cell = |r: Result<pebble_solve::Plan, PlanError>| match r {
         Ok(plan) => Cell::Feasible {
             peak: plan.report.peak_bytes,
             time: plan.report.makespan,
@@ -221,19 +240,11 @@ fn solve(solver: &dyn Solver, view: &Reference, budget: u64, options: &SolveOpti
         },
         Err(PlanError::Solve(SolveError::Infeasible { .. })) => Cell::Infeasible,
         Err(e) => Cell::Failed(e.to_string()),
+    };
+    match pebble_solve::plan_many(solver, view.subject.problem(), budgets, options) {
+        Ok(plans) => plans.into_iter().map(cell).collect(),
+        Err(e) => budgets.iter().map(|_| cell(Err(e.clone()))).collect(),
     }
-}
-
-/// A bar over the solves on standard error, drawn only when that is a terminal.
-fn progress_bar(len: u64) -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
-    if let Ok(style) = ProgressStyle::with_template("{spinner} solving {pos}/{len} {wide_bar} {elapsed}") {
-        bar.set_style(style);
-    }
-    bar
 }
 
 /// `value` as a percentage of `reference` with `decimals` decimals.
