@@ -243,7 +243,8 @@ fn plan_json_on_a_chain() {
     assert_eq!(store_all["feasible"], true);
     assert_eq!(store_all["overhead"], 0.0);
     assert_eq!(store_all["budget_bytes"], store_all["store_all_peak_bytes"]);
-    assert!(store_all["predicted_peak_bytes"].as_u64() <= store_all["budget_bytes"].as_u64());
+    let peak = store_all["predicted_peak_bytes"].as_u64().expect("predicted_peak_bytes");
+    assert!(peak <= store_all["budget_bytes"].as_u64().expect("budget_bytes"));
     assert_eq!(store_all["predicted_time"], store_all["baseline_time"]);
     assert_eq!(store_all["predicted_time"], 19.0, "the chain's ideal time");
     assert!(store_all["solve_seconds"].as_f64().is_some());

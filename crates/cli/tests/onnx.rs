@@ -125,5 +125,6 @@ fn hiremate_plans_an_onnx_squeezenet() {
     ]);
     assert_eq!(j["feasible"], true);
     assert_eq!(j["view"], "graph");
-    assert!(j["predicted_peak_bytes"].as_u64() <= j["budget_bytes"].as_u64());
+    let peak = j["predicted_peak_bytes"].as_u64().expect("predicted_peak_bytes");
+    assert!(peak <= j["budget_bytes"].as_u64().expect("budget_bytes"));
 }

@@ -163,42 +163,24 @@ mod tests {
     /// the graph's list).
     #[test]
     fn a_gradient_lives_from_the_first_producer_in_the_sequence() {
-        use pebble_graph::{ComputeKind as K, ComputeNode, DataKind as D, DataNode};
-        let data = |name: &str, kind, size| DataNode { name: name.into(), kind, size };
-        let node = |name: &str, kind, inputs: Vec<usize>, outputs: Vec<usize>, forward| ComputeNode {
-            name: name.into(),
-            kind,
-            time: 1.0,
-            tmp: 0,
-            inputs,
-            outputs,
-            op: None,
-            forward,
-            stage: None,
-        };
+        use pebble_graph::DataKind as D;
+        let mut b = pebble_testkit::GraphBuilder::new("fork");
+        let x = b.data("x", D::Input, 1);
+        let a = b.data("a", D::Activation, 10);
+        let bb = b.data("b", D::Activation, 20);
+        let c = b.data("c", D::Activation, 30);
+        let gb = b.data("gb", D::Gradient, 20);
+        let gc = b.data("gc", D::Gradient, 30);
+        let ga = b.data("ga", D::Gradient, 10);
         // x → f1 → a; a → f2 → b; a → f3 → c; loss(b, c); ga accumulated by b3 and b2.
-        let g = TrainingGraph {
-            name: None,
-            data: vec![
-                data("x", D::Input, 1),
-                data("a", D::Activation, 10),
-                data("b", D::Activation, 20),
-                data("c", D::Activation, 30),
-                data("gb", D::Gradient, 20),
-                data("gc", D::Gradient, 30),
-                data("ga", D::Gradient, 10),
-            ],
-            compute: vec![
-                node("f1", K::Forward, vec![0], vec![1], None),
-                node("f2", K::Forward, vec![1], vec![2], None),
-                node("f3", K::Forward, vec![1], vec![3], None),
-                node("loss", K::Loss, vec![2, 3], vec![4, 5], None),
-                node("b3", K::Backward, vec![5, 1], vec![6], Some(2)),
-                node("b2", K::Backward, vec![4, 1], vec![6], Some(1)),
-                node("b1", K::Backward, vec![6], vec![], Some(0)),
-            ],
-        };
-        g.validate().unwrap();
+        let f1 = b.forward("f1", 1.0, 0, [x], [a]);
+        let f2 = b.forward("f2", 1.0, 0, [a], [bb]);
+        let f3 = b.forward("f3", 1.0, 0, [a], [c]);
+        b.loss("loss", 1.0, 0, [bb, c], [gb, gc]);
+        b.backward("b3", f3, 1.0, 0, [gc, a], [ga]);
+        b.backward("b2", f2, 1.0, 0, [gb, a], [ga]);
+        b.backward("b1", f1, 1.0, 0, [ga], []);
+        let g = b.build();
         let live = Liveness::new(&g);
         for order in [[4, 5], [5, 4]] {
             let seq: Vec<Step> = [0, 1, 2, 3, order[0], order[1], 6].iter().map(|&k| (k, false)).collect();

@@ -7,15 +7,7 @@ use pebble_solve::{Problem, SolveOptions};
 use pebble_zoo::ModelOptions;
 
 fn gpt(layers: usize, width: usize, seq: usize) -> TrainingGraph {
-    let o = ModelOptions {
-        layers: Some(layers),
-        width: Some(width),
-        heads: Some(2),
-        seq: Some(seq),
-        batch: Some(1),
-        ..Default::default()
-    };
-    pebble_zoo::build("gpt", &o).unwrap().graph
+    pebble_testkit::gpt(layers, width, seq).graph
 }
 
 fn fixed(g: &TrainingGraph) -> u64 {
@@ -73,9 +65,8 @@ fn rockmate_and_rk_checkmate_against_checkmate() {
                 assert!(r.makespan <= c.makespan * 1.05, "{pct}%: rockmate {} vs {}", r.makespan, c.makespan);
                 compared += 1;
             }
-            if let Some(r) = hire {
-                assert!(r.makespan <= c.makespan * 1.05, "{pct}%: hiremate {} vs {}", r.makespan, c.makespan);
-            }
+            let r = hire.unwrap_or_else(|| panic!("{pct}%: hiremate finds no schedule where checkmate finds one"));
+            assert!(r.makespan <= c.makespan * 1.05, "{pct}%: hiremate {} vs {}", r.makespan, c.makespan);
         }
     }
     assert!(compared >= 2);

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use pebble_graph::{Chain, ComputeKind, ComputeNode, DataKind, DataNode, TrainingGraph};
 use pebble_schedule::{ForwardMode, Op, Schedule, Tensor, View};
+use pebble_testkit::{ChainSpec, Rng};
 
 use crate::{simulate_chain, simulate_graph, Link, Machine, MemoryPoint, SimConfig, SimError, SimReport};
 
@@ -702,35 +703,9 @@ fn graph_parameter_offload() {
 
 // ----- 6. properties ----------------------------------------------------------------------
 
-/// xorshift64*, good enough for test data.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
+/// A random chain with zero sizes and zero-duration ops among the others.
 fn random_chain(rng: &mut Rng, l: usize) -> Chain {
-    let time = |rng: &mut Rng| if rng.below(5) == 0 { 0.0 } else { (1 + rng.below(20)) as f64 * 0.25 };
-    let x: Vec<u64> = (0..=l).map(|_| rng.below(10)).collect();
-    let xbar = (0..=l).map(|i| if i == 0 { x[0] } else { x[i] + rng.below(10) }).collect();
-    Chain {
-        name: None,
-        ftime: (0..l).map(|_| time(rng)).collect(),
-        btime: (0..=l).map(|_| time(rng)).collect(),
-        x,
-        xbar,
-        ftmp: (0..l).map(|_| rng.below(6)).collect(),
-        btmp: (0..=l).map(|_| rng.below(6)).collect(),
-        w: None,
-        static_bytes: rng.below(50),
-    }
+    ChainSpec::SPARSE.chain(rng, l)
 }
 
 fn store_all(l: usize) -> Schedule {
@@ -741,7 +716,7 @@ fn store_all(l: usize) -> Schedule {
 
 #[test]
 fn store_all_peak_formula() {
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15);
     for _ in 0..500 {
         let l = 1 + rng.below(8) as usize;
         let c = random_chain(&mut rng, l);
@@ -902,7 +877,7 @@ fn random_schedule(rng: &mut Rng, c: &Chain) -> Option<Vec<Op>> {
 
 #[test]
 fn random_schedules_match_the_reference() {
-    let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+    let mut rng = Rng::new(0xD1B5_4A32_D192_ED03);
     let mut checked = 0;
     for _ in 0..1000 {
         let l = 1 + rng.below(5) as usize;

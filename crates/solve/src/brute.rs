@@ -215,9 +215,9 @@ pub(crate) mod tests {
     use crate::baseline::{recompute_all_ops, store_all_ops};
     use crate::rotor::persistent;
     use crate::rotor_optimal::floating;
-    use pebble_testkit::{random_chain, small_chain, Rng};
     use crate::{min_feasible_budget, plan, solver, Slots};
     use pebble_sim::{simulate_chain, SimConfig};
+    use pebble_testkit::{random_chain, small_chain, Rng};
 
     /// A budget nothing reaches.
     pub(crate) const BIG: u64 = 1 << 50;

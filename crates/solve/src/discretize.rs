@@ -87,37 +87,71 @@ fn gcd(a: u64, b: u64) -> u64 {
     }
 }
 
-/// The memory store-all needs beyond `a_0`, in the DP's accounting (sizes in slots).
+/// The memory store-all needs beyond `a_0`, in the DP's accounting (sizes in slots),
+/// summed in `u128` and saturated: a need beyond `usize` is more than any table holds.
 fn store_all_need(x: &[usize], xbar: &[usize], ftmp: &[usize], btmp: &[usize], l: usize) -> usize {
-    let mut need = 0usize;
-    let mut resident = 0usize; // ā_1 .. ā_i
+    let w = |v: usize| v as u128;
+    let mut need = 0u128;
+    let mut resident = 0u128; // ā_1 .. ā_i
     for i in 0..l {
-        need = need.max(resident + xbar[i + 1] + ftmp[i]);
-        resident += xbar[i + 1];
+        need = need.max(resident + w(xbar[i + 1]) + w(ftmp[i]));
+        resident += w(xbar[i + 1]);
     }
     // The loss: everything saved, plus δ_L and its temporary memory.
-    need = need.max(resident + x[l] + btmp[l]);
+    need = need.max(resident + w(x[l]) + w(btmp[l]));
     // B_i: ā_1..ā_{i+1}, δ_{i+1}, and the output δ_i.
     for i in (0..l).rev() {
-        need = need.max(resident + x[i + 1] + x[i] + btmp[i]);
-        resident -= xbar[i + 1];
+        need = need.max(resident + w(x[i + 1]) + w(x[i]) + w(btmp[i]));
+        resident -= w(xbar[i + 1]);
     }
-    need
+    usize::try_from(need).unwrap_or(usize::MAX)
+}
+
+/// The first size (`x[i]`, `xbar[i]` for `i ≥ 1`, `ftmp[i]`, `btmp[i]`) above `room`, named.
+/// Every one of them is resident at some point of any schedule (`B_i` reads `ā_{i+1}` and
+/// writes `δ_i`; every forward runs), beside the static memory and `a_0`.
+fn oversized(chain: &Chain, room: u64) -> Option<(String, u64)> {
+    let named = |field: &'static str, v: &[u64], from: usize| {
+        v.iter().enumerate().skip(from).map(move |(i, &s)| (field, i, s)).collect::<Vec<_>>()
+    };
+    [
+        named("x", &chain.x, 1),
+        named("xbar", &chain.xbar, 1),
+        named("ftmp", &chain.ftmp, 0),
+        named("btmp", &chain.btmp, 0),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|&(_, _, s)| s > room)
+    .map(|(field, i, s)| (format!("{field}[{i}]"), s))
 }
 
 /// Discretizes `chain` for a budget of `budget` bytes (everything counted).
 ///
 /// Fails with [`SolveError::Infeasible`] when the budget does not even hold the static
-/// bytes and `a_0`.
+/// bytes and `a_0`, or when one size alone does not fit beside them (it names the size).
+/// Sizes are summed without overflow, whatever they are (up to `u64::MAX` each).
 pub(crate) fn discretize(chain: &Chain, budget: u64, slots: Slots) -> Result<Discrete, SolveError> {
     let l = chain.len();
-    let fixed = chain.static_bytes.saturating_add(chain.x[0]);
-    if budget < fixed {
+    // In u128: the two may sum beyond u64::MAX, which no budget holds.
+    if u128::from(chain.static_bytes) + u128::from(chain.x[0]) > u128::from(budget) {
         return Err(SolveError::Infeasible {
             budget,
             reason: format!(
                 "the static memory ({}) and the input a_0 ({}) alone exceed it",
                 chain.static_bytes, chain.x[0]
+            ),
+        });
+    }
+    let fixed = chain.static_bytes + chain.x[0];
+    if let Some((field, size)) = oversized(chain, budget - fixed) {
+        return Err(SolveError::Infeasible {
+            budget,
+            reason: format!(
+                "{field} ({size} bytes) alone exceeds the {} bytes left beside the static memory ({}) and a_0 ({})",
+                budget - fixed,
+                chain.static_bytes,
+                chain.x[0]
             ),
         });
     }
@@ -133,7 +167,10 @@ pub(crate) fn discretize(chain: &Chain, budget: u64, slots: Slots) -> Result<Dis
             g.max(1)
         }
     };
-    let up = |v: u64| -> usize { usize::try_from(v.div_ceil(slot)).unwrap_or(usize::MAX / 4) };
+    // Every size is at most `budget − fixed` (checked above), so a size in slots is at most
+    // the available slots plus one; the DPs run only on tables that fit in memory, so
+    // their sums of a few sizes cannot overflow.
+    let up = |v: u64| -> usize { usize::try_from(v.div_ceil(slot)).unwrap_or(usize::MAX) };
     let mut x: Vec<usize> = chain.x.iter().map(|&v| up(v)).collect();
     x.push(0);
     let mut xbar: Vec<usize> = chain.xbar.iter().map(|&v| up(v)).collect();
@@ -204,7 +241,7 @@ mod tests {
     use pebble_schedule::{Schedule, View};
     use pebble_sim::{simulate_chain, SimConfig};
 
-    use crate::testkit::hand_chain as chain;
+    use pebble_testkit::hand_chain as chain;
 
     #[test]
     fn exact_uses_the_gcd_and_counts_a0_and_static_outside() {
@@ -231,6 +268,46 @@ mod tests {
         assert_eq!(d.slot, 6);
         assert_eq!(d.x, vec![4, 3, 5, 2, 0]);
         assert_eq!(d.memory, 16);
+    }
+
+    /// Sizes near `u64::MAX` neither overflow nor wrap: a size that cannot fit is named,
+    /// static memory and `a_0` beyond `u64::MAX` are infeasible, and sizes that fit one by
+    /// one but sum beyond `u64::MAX` discretize (store-all's need saturates).
+    #[test]
+    fn sizes_near_u64_max_are_errors_or_saturate() {
+        let mut c = chain();
+        c.x[2] = u64::MAX - 3;
+        c.xbar[2] = u64::MAX - 3;
+        for slots in [Slots::Exact, Slots::Count(500)] {
+            match discretize(&c, u64::MAX, slots) {
+                Err(SolveError::Infeasible { reason, .. }) => {
+                    assert!(reason.starts_with("x[2] (18446744073709551612 bytes) alone exceeds"), "{reason}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let mut c = chain();
+        c.static_bytes = u64::MAX - 1;
+        match discretize(&c, u64::MAX, Slots::Exact) {
+            Err(SolveError::Infeasible { reason, .. }) => assert!(reason.contains("alone exceed it"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        // Each saved set fits beside static memory and a_0, their sum does not.
+        let mut c = chain();
+        let half = u64::MAX / 2;
+        c.x = vec![4, 3, half - 20, 2];
+        c.xbar = vec![4, half - 20, half - 20, half - 20];
+        for slots in [Slots::Exact, Slots::Count(500)] {
+            let d = discretize(&c, u64::MAX, slots).unwrap();
+            assert!(d.store_all_need >= d.memory, "{slots:?}");
+            if slots == Slots::Count(500) {
+                // Slots of ⌈(2⁶⁴ − 11) / 500⌉ bytes: each large size is about 250 of them.
+                assert_eq!(d.xbar[1], 250);
+                assert!(d.memory <= 500 + 500 / 25 + 2);
+            } else {
+                assert_eq!(d.store_all_need, usize::MAX, "the need saturates");
+            }
+        }
     }
 
     #[test]

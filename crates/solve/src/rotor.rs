@@ -679,8 +679,8 @@ mod tests {
 
     use super::*;
     use crate::brute::tests::check;
-    use pebble_testkit::{random_chain, Rng};
     use pebble_sim::{simulate_chain, SimConfig};
+    use pebble_testkit::{random_chain, Rng};
 
     fn store_all_peak(chain: &Chain) -> u64 {
         let s = Schedule::new(View::Chain, crate::baseline::store_all_ops(chain.len()));

@@ -2,11 +2,12 @@
 //! store-all where it fits, monotonicity, no worse than the other graph solvers, the
 //! least feasible budget, and an exhaustive search over recomputations on a small chain.
 
-use pebble_graph::{ComputeKind, ComputeNode, DataKind, DataNode, TrainingGraph};
+use pebble_graph::{ComputeKind, DataKind, TrainingGraph};
 use pebble_schedule::{Op, Schedule, Tensor, View};
 use pebble_sim::{SimConfig, SimReport};
 use pebble_solve::baseline::store_all::graph_store_all;
 use pebble_solve::{min_feasible_budget, plan, registry, solver, PlanError, Problem, SolveError, SolveOptions};
+use pebble_testkit::{chain_graph, residual_graph};
 use pebble_zoo::ModelOptions;
 
 use super::*;
@@ -40,105 +41,7 @@ fn mlp(layers: usize) -> TrainingGraph {
 }
 
 fn gpt_tiny() -> TrainingGraph {
-    let o = ModelOptions {
-        layers: Some(1),
-        width: Some(16),
-        heads: Some(2),
-        seq: Some(8),
-        batch: Some(1),
-        ..Default::default()
-    };
-    zoo("gpt", o)
-}
-
-fn data(name: &str, kind: DataKind, size: u64) -> DataNode {
-    DataNode { name: name.into(), kind, size }
-}
-
-fn node(name: &str, kind: ComputeKind, time: f64, tmp: u64, inputs: Vec<usize>, outputs: Vec<usize>) -> ComputeNode {
-    ComputeNode { name: name.into(), kind, time, tmp, inputs, outputs, op: None, forward: None, stage: None }
-}
-
-/// A chain of `l` layers: `f_i(a_{i−1}, w_i) → a_i, s_i`, the loss `(a_l) → g_l`,
-/// `b_i(g_i, a_{i−1}, s_i, w_i) → g_{i−1}, gw_i`; `a_0` is the input and `g_0` (its
-/// gradient, read by nobody) is produced only if `input_grad`. Sizes and times vary by
-/// layer so that the choices matter.
-fn chain_graph(l: usize, input_grad: bool) -> TrainingGraph {
-    let mut d = Vec::new();
-    let mut c = Vec::new();
-    let push = |v: &mut Vec<DataNode>, n: DataNode| {
-        v.push(n);
-        v.len() - 1
-    };
-    let x = push(&mut d, data("x", DataKind::Input, 3));
-    let mut a = vec![x];
-    let mut s = vec![usize::MAX];
-    let mut w = vec![usize::MAX];
-    let mut gw = vec![usize::MAX];
-    for i in 1..=l {
-        let u = i as u64;
-        w.push(push(&mut d, data(&format!("w{i}"), DataKind::Parameter, 2)));
-        gw.push(push(&mut d, data(&format!("gw{i}"), DataKind::ParamGrad, 2)));
-        a.push(push(&mut d, data(&format!("a{i}"), DataKind::Activation, 4 + 3 * (u % 3))));
-        s.push(push(&mut d, data(&format!("s{i}"), DataKind::Saved, 1 + 2 * (u % 2))));
-    }
-    let mut g = vec![usize::MAX; l + 1];
-    for i in (0..=l).rev() {
-        if i > 0 || input_grad {
-            let size = d[a[i]].size;
-            g[i] = push(&mut d, data(&format!("g{i}"), DataKind::Gradient, size));
-        }
-    }
-    for i in 1..=l {
-        let t = 1.0 + (i % 3) as f64;
-        c.push(node(&format!("f{i}"), ComputeKind::Forward, t, (i % 2) as u64, vec![a[i - 1], w[i]], vec![a[i], s[i]]));
-    }
-    c.push(node("loss", ComputeKind::Loss, 1.0, 1, vec![a[l]], vec![g[l]]));
-    for i in (1..=l).rev() {
-        let mut outputs = vec![gw[i]];
-        if g[i - 1] != usize::MAX {
-            outputs.insert(0, g[i - 1]);
-        }
-        let t = 2.0 + (i % 2) as f64;
-        c.push(node(&format!("b{i}"), ComputeKind::Backward, t, 1, vec![g[i], a[i - 1], s[i], w[i]], outputs));
-    }
-    let graph = TrainingGraph { name: Some(format!("chain-{l}")), compute: c, data: d };
-    graph.validate().expect("a valid chain graph");
-    graph
-}
-
-/// A residual block: `f1(x) → a1`, `f2(a1) → a2, s2`, `add(a1, a2) → a3`, the loss, and
-/// backwards where `a1`'s gradient has two producers (`add.bwd`, then `f2.bwd`).
-fn residual_graph() -> TrainingGraph {
-    use ComputeKind::*;
-    use DataKind::*;
-    let d = vec![
-        data("x", Input, 4),       // 0
-        data("w1", Parameter, 3),  // 1
-        data("gw1", ParamGrad, 3), // 2
-        data("w2", Parameter, 3),  // 3
-        data("gw2", ParamGrad, 3), // 4
-        data("a1", Activation, 6), // 5
-        data("a2", Activation, 5), // 6
-        data("s2", Saved, 2),      // 7
-        data("a3", Activation, 6), // 8
-        data("label", Input, 1),   // 9
-        data("g3", Gradient, 6),   // 10
-        data("g1", Gradient, 6),   // 11
-        data("g2", Gradient, 5),   // 12
-    ];
-    let c = vec![
-        node("f1", Forward, 3.0, 1, vec![0, 1], vec![5]),
-        node("f2", Forward, 2.0, 2, vec![5, 3], vec![6, 7]),
-        node("add", Forward, 1.0, 0, vec![5, 6], vec![8]),
-        node("loss", Loss, 1.0, 1, vec![8, 9], vec![10]),
-        node("add.bwd", Backward, 1.0, 0, vec![10], vec![11, 12]),
-        node("f2.bwd", Backward, 2.0, 1, vec![12, 5, 7, 3], vec![11, 4]),
-        node("f1.bwd", Backward, 3.0, 1, vec![11, 0, 1], vec![2]),
-    ];
-    let g = TrainingGraph { name: Some("residual".into()), compute: c, data: d };
-    g.validate().expect("a valid residual graph");
-    g
+    pebble_testkit::gpt(1, 16, 8).graph
 }
 
 /// The graphs on which the ILP solves to optimality in milliseconds at every budget.

@@ -320,7 +320,7 @@ fn replay(g: &TrainingGraph, budget: u64, dropped: Option<&[bool]>) -> Result<Sc
 mod tests {
     use super::*;
     use crate::baseline::store_all::graph_store_all;
-    use crate::testkit::tiny_graph;
+    use pebble_testkit::tiny_graph;
 
     fn sim(g: &TrainingGraph, s: &Schedule, budget: Option<u64>) -> pebble_sim::SimReport {
         let config = pebble_sim::SimConfig { budget, ..pebble_sim::SimConfig::default() };

@@ -5,8 +5,8 @@ use pebble_schedule::{ForwardMode, Op, Schedule, View};
 use pebble_sim::SimReport;
 
 use super::*;
-use crate::testkit::{random_chains, tiny_graph};
 use crate::{min_feasible_budget, plan, solver, PlanError, Problem, SolveError, SolveOptions};
+use pebble_testkit::{random_chains, tiny_graph};
 
 /// A budget nothing reaches. (Not `u64::MAX`: see the report on the simulator's budget
 /// comparison.)
@@ -25,7 +25,7 @@ fn sum(v: &[f64]) -> f64 {
 }
 
 /// A chain with distinct times and sizes, L = 3.
-use crate::testkit::hand_chain;
+use pebble_testkit::hand_chain;
 
 #[test]
 fn registry_lists_the_baselines() {
@@ -247,8 +247,8 @@ fn graph_store_all_by_hand() {
 #[test]
 fn long_chains_plan() {
     // Every baseline on a 60-stage chain, at a budget between recompute-all and store-all.
-    let mut rng = crate::testkit::Rng::new(60);
-    let chain = crate::testkit::random_chain(&mut rng, 60);
+    let mut rng = pebble_testkit::Rng::new(60);
+    let chain = pebble_testkit::random_chain(&mut rng, 60);
     let sp = sim(&chain, store_all_ops(60)).peak_bytes;
     let rp = sim(&chain, recompute_all_ops(60)).peak_bytes;
     let budget = (sp + rp) / 2;

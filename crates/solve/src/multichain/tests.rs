@@ -4,14 +4,14 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-use pebble_graph::{ComputeKind, ComputeNode, DataKind, DataNode, TrainingGraph};
+use pebble_graph::{ComputeKind, DataKind, TrainingGraph};
 use pebble_schedule::{Schedule, View};
 use pebble_sim::{simulate_graph, SimConfig, SimReport};
 
 use super::*;
 use crate::revolve::opt0;
-use crate::testkit::tiny_graph;
 use crate::{plan, solver, Problem, SolveError, SolveOptions};
+use pebble_testkit::{data, node, siamese, tiny_graph};
 
 const INF: f64 = f64::INFINITY;
 
@@ -527,7 +527,7 @@ fn solver_is_registered_and_plans_kjoin_graphs() {
 
 #[test]
 fn solver_on_a_single_chain_with_saved_tensors() {
-    // testkit's tiny graph: x → f1 (saves s1) → f2 → loss; one branch of length 2 whose
+    // pebble-testkit's tiny graph: x → f1 (saves s1) → f2 → loss; one branch of length 2 whose
     // first backward reads a saved tensor (f1 runs again with grad before it).
     let g = tiny_graph();
     let kj = KJoin::detect(&g).unwrap();
@@ -543,102 +543,9 @@ fn solver_on_a_single_chain_with_saved_tensors() {
     assert!(low <= peak);
 }
 
-/// A Siamese-like graph: two branches with parameters, saved tensors and a ReLU-like
-/// backward that reads its output, a concatenation and a classifier before the loss, and
-/// labels.
-fn siamese_like(n: usize) -> TrainingGraph {
-    let mut data: Vec<DataNode> = Vec::new();
-    let mut compute: Vec<ComputeNode> = Vec::new();
-    let mut d = |name: String, kind, size| {
-        data.push(DataNode { name, kind, size });
-        data.len() - 1
-    };
-    let w = d("w".into(), DataKind::Parameter, 8);
-    let gw = d("w.grad".into(), DataKind::ParamGrad, 8);
-    let labels = d("labels".into(), DataKind::Input, 1);
-    let mut tops = Vec::new();
-    let mut plan_b = Vec::new();
-    for br in 0..2 {
-        let x = d(format!("x{br}"), DataKind::Input, 10);
-        let mut acts = vec![x];
-        let mut saved = Vec::new();
-        for i in 1..=n {
-            acts.push(d(format!("b{br}.a{i}"), DataKind::Activation, 10 + (i as u64 % 3)));
-            saved.push(d(format!("b{br}.s{i}"), DataKind::Saved, 2));
-        }
-        let grads: Vec<usize> =
-            (1..=n).map(|i| d(format!("b{br}.a{i}.grad"), DataKind::Gradient, 10 + (i as u64 % 3))).collect();
-        for i in 1..=n {
-            compute.push(ComputeNode {
-                name: format!("b{br}.f{i}"),
-                kind: ComputeKind::Forward,
-                time: 1.0,
-                tmp: 1,
-                inputs: vec![acts[i - 1], w],
-                outputs: vec![acts[i], saved[i - 1]],
-                op: None,
-                forward: None,
-                stage: None,
-            });
-        }
-        tops.push((acts[n], grads[n - 1]));
-        plan_b.push((compute.len() - n, acts, saved, grads));
-    }
-    let h = d("h".into(), DataKind::Activation, 20);
-    let hg = d("h.grad".into(), DataKind::Gradient, 20);
-    let logits = d("logits".into(), DataKind::Activation, 2);
-    let lg = d("logits.grad".into(), DataKind::Gradient, 2);
-    let concat = compute.len();
-    let node = |name: &str, kind, inputs: Vec<usize>, outputs: Vec<usize>, forward| ComputeNode {
-        name: name.into(),
-        kind,
-        time: 1.0,
-        tmp: 0,
-        inputs,
-        outputs,
-        op: None,
-        forward,
-        stage: None,
-    };
-    compute.push(node("concat", ComputeKind::Forward, vec![tops[0].0, tops[1].0], vec![h], None));
-    compute.push(node("fc", ComputeKind::Forward, vec![h, w], vec![logits], None));
-    compute.push(node("loss", ComputeKind::Loss, vec![logits, labels], vec![lg], None));
-    compute.push(node("fc.bwd", ComputeKind::Backward, vec![lg, h, w], vec![hg, gw], Some(concat + 1)));
-    compute.push(node("concat.bwd", ComputeKind::Backward, vec![hg], vec![tops[0].1, tops[1].1], Some(concat)));
-    for (br, (first, acts, saved, grads)) in plan_b.iter().enumerate() {
-        for i in (1..=n).rev() {
-            // Odd layers read their input and saved tensor, even layers their output.
-            let mut inputs = vec![grads[i - 1], w];
-            if i % 2 == 1 {
-                inputs.extend([acts[i - 1], saved[i - 1]]);
-            } else {
-                inputs.push(acts[i]);
-            }
-            let mut outputs = vec![gw];
-            if i > 1 {
-                outputs.push(grads[i - 2]);
-            }
-            compute.push(ComputeNode {
-                name: format!("b{br}.f{i}.bwd"),
-                kind: ComputeKind::Backward,
-                time: 2.0,
-                tmp: 2,
-                inputs,
-                outputs,
-                op: None,
-                forward: Some(first + i - 1),
-                stage: None,
-            });
-        }
-    }
-    let g = TrainingGraph { name: Some("siamese-like".into()), compute, data };
-    g.validate().unwrap();
-    g
-}
-
 #[test]
 fn solver_on_a_siamese_like_graph() {
-    let g = siamese_like(6);
+    let g = siamese(6);
     let kj = KJoin::detect(&g).unwrap();
     // The labels are a branch of length 0 without a gradient.
     let mut l = kj.lengths();
@@ -683,21 +590,8 @@ fn non_kjoin_graphs_are_not_applicable() {
     let mut g = kjoin_graph(&[2], &bits("0"), Costs::UNIT, KJoinLayout::Plain);
     let a1 = g.data.iter().position(|d| d.name == "c0.a1").unwrap();
     let extra = g.data.len();
-    g.data.push(DataNode { name: "side".into(), kind: DataKind::Activation, size: 1 });
-    g.compute.insert(
-        1,
-        ComputeNode {
-            name: "side".into(),
-            kind: ComputeKind::Forward,
-            time: 1.0,
-            tmp: 0,
-            inputs: vec![a1],
-            outputs: vec![extra],
-            op: None,
-            forward: None,
-            stage: None,
-        },
-    );
+    g.data.push(data("side", DataKind::Activation, 1));
+    g.compute.insert(1, node("side", ComputeKind::Forward, 1.0, 0, [a1], [extra]));
     let loss = g.loss().unwrap();
     g.compute[loss].inputs.push(extra);
     // Backward nodes' `forward` indices shifted by the insertion.
@@ -725,21 +619,11 @@ fn a_head_that_forks_is_not_a_kjoin() {
     let loss = g.loss().unwrap();
     let tops = g.compute[loss].inputs.clone();
     let mut add = |name: &str| {
-        g.data.push(DataNode { name: name.into(), kind: DataKind::Activation, size: 1 });
+        g.data.push(data(name, DataKind::Activation, 1));
         g.data.len() - 1
     };
     let (j, p, q) = (add("j"), add("p"), add("q"));
-    let fwd = |name: &str, inputs: Vec<usize>, out: usize| ComputeNode {
-        name: name.into(),
-        kind: ComputeKind::Forward,
-        time: 1.0,
-        tmp: 0,
-        inputs,
-        outputs: vec![out],
-        op: None,
-        forward: None,
-        stage: None,
-    };
+    let fwd = |name: &str, inputs: Vec<usize>, out: usize| node(name, ComputeKind::Forward, 1.0, 0, inputs, [out]);
     let new = [fwd("j", tops, j), fwd("p", vec![j], p), fwd("q", vec![j], q)];
     for (n, node) in new.into_iter().enumerate() {
         g.compute.insert(loss + n, node);

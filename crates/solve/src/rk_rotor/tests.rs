@@ -1,5 +1,5 @@
 use super::*;
-use crate::testkit::Rng;
+use pebble_testkit::Rng;
 
 fn opt(fwd_time: f64, bwd_time: f64, fwd_peak: u64, keep: u64, bwd_peak: u64) -> BlockOption {
     BlockOption { fwd_time, bwd_time, fwd_peak, keep, bwd_peak }
