@@ -42,8 +42,13 @@ fn plan_an_onnx_resnet50_with_rotor() {
     let peak = report["predicted_peak_bytes"].as_u64().expect("peak");
     let activation = report["activation_peak_bytes"].as_u64().expect("activation peak");
     let static_bytes = report["static_bytes"].as_u64().expect("static");
-    assert!(peak <= budget, "{report}");
-    assert_eq!(budget, activation / 2 + static_bytes, "{report}");
+    let planned = report["planned_bytes"].as_u64().expect("planned");
+    // 50% of what store-all needs to run (its peak plus the runtime's reserve) less static
+    // memory; the solver plans in what the reserve leaves of that.
+    let reference = report["store_all_budget_bytes"].as_u64().expect("what 100% is");
+    assert!(reference > activation + static_bytes, "{report}");
+    assert!(peak <= planned && planned < budget, "{report}");
+    assert_eq!(budget, (reference - static_bytes) / 2 + static_bytes, "{report}");
     // Parameters, gradients and Adam's two moments: 4 × 25,557,032 floats.
     assert_eq!(static_bytes, 4 * 4 * 25_557_032);
 }

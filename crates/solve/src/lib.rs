@@ -26,8 +26,6 @@ pub mod revolve;
 pub mod rk_rotor;
 pub mod rotor;
 pub mod rotor_optimal;
-#[cfg(test)]
-pub(crate) mod testkit;
 
 /// What a solver plans.
 #[derive(Debug, Clone, Copy)]
@@ -96,7 +94,10 @@ impl SolveOptions {
 /// a bar. Two `Progress` values always compare equal: reporting is not an option that
 /// changes a plan.
 #[derive(Clone, Default)]
-pub struct Progress(Option<Arc<dyn Fn(&str, usize, usize) + Send + Sync>>);
+pub struct Progress(Option<Arc<ProgressFn>>);
+
+/// What a [`Progress`] calls: `(what, done, total)`.
+pub type ProgressFn = dyn Fn(&str, usize, usize) + Send + Sync;
 
 impl Progress {
     /// Reports nothing.

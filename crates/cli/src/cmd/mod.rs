@@ -54,12 +54,15 @@ pub fn resolve_budget(
     Ok(request.resolve(store_all_peak, static_bytes, &machine.runtime))
 }
 
-/// The JSON fields every planning command prints about its budget.
+/// The JSON fields every planning command prints about its budget: the budget in all,
+/// the share solvers plan in, the runtime's reserve, what `100%` is (store-all's peak plus
+/// its reserve), and the runtime overhead of the profile.
 pub fn budget_json(budget: &Budget, machine: &Machine) -> serde_json::Value {
     serde_json::json!({
         "budget_bytes": budget.total_bytes,
         "planned_bytes": budget.planned_bytes,
         "reserve_bytes": budget.reserve_bytes,
+        "store_all_budget_bytes": budget.reference_bytes,
         "runtime_overhead": {
             "reserve_bytes": machine.runtime.reserve_bytes,
             "reserve_per_10k": machine.runtime.reserve_per_10k,
