@@ -15,7 +15,9 @@ const MODELS: [(&str, &[&str]); 3] = [
     ("mlp", &["--batch", "4"]),
 ];
 
-const PERCENTS: [&str; 2] = ["100%", "60%"];
+/// One budget that most solvers meet and some do not (a full sweep would take CI minutes:
+/// every ILP on three models).
+const PERCENTS: [&str; 1] = ["75%"];
 
 /// Every registered solver, as an unknown name's error lists them.
 fn solvers() -> Vec<String> {
@@ -90,5 +92,5 @@ fn plan_feasible_means_train_runs_with_the_same_peak() {
     for must in ["store-all", "rotor", "sequential", "rockmate", "hiremate", "checkmate", "dtr"] {
         assert!(covered.contains(must), "{must} was never feasible: covered {covered:?}");
     }
-    assert!(trained >= 40, "only {trained} plan/train pairs ran");
+    assert!(trained >= 25, "only {trained} plan/train pairs ran");
 }
