@@ -33,7 +33,7 @@ run)
         for budget in 100% 80% 60% 50% 40%; do
             for solver in store-all rotor sequential; do
                 [[ "$solver" == store-all && "$budget" != 100% ]] && continue
-                if "$bin" train "${args[@]}" --device cuda --budget "$budget" --solver "$solver" \
+                if "$bin" train "${args[@]}" --device cuda --costs profiled --budget "$budget" --solver "$solver" \
                     --steps 5 --json >"$out/$spec-$solver-$budget.json" 2>"$out/$spec-$solver-$budget.err"; then
                     python3 - "$out/$spec-$solver-$budget.json" <<'PY'
 import json, sys
