@@ -99,10 +99,6 @@ pub struct Checkmate;
 /// The most columns the solver agrees to build.
 pub const MAX_COLUMNS: usize = 2_000_000;
 
-/// How many times the solver tightens its budget when the simulator finds the schedule
-/// above it (floating-point tolerance).
-const RETRIES: usize = 3;
-
 impl Solver for Checkmate {
     fn name(&self) -> &'static str {
         "checkmate"
@@ -142,34 +138,25 @@ pub fn solve_graph(g: &TrainingGraph, budget: u64, options: &SolveOptions) -> Re
             why: format!("the ILP of {} nodes would have about {size} columns (limit {MAX_COLUMNS})", inst.n),
         });
     }
-    let config = options.sim_config();
-    let mut slack = 0u64;
-    for _ in 0..=RETRIES {
+    let gave_up = |slack| {
+        format!("the ILP's schedules exceed the budget in simulation even {slack} bytes below it (numerical tolerance)")
+    };
+    // Rounding: each retry takes the excess off the budget and solves again, within what
+    // is left of the time limit.
+    crate::within_budget(g, budget, options, gave_up, |slack| {
         let remaining = options.time_limit.map(|l| (l - started.elapsed().as_secs_f64()).max(0.0));
-        let seq = match inst.solve(budget.saturating_sub(slack), remaining) {
-            Ok(seq) => seq,
-            Err(IlpError::Infeasible) => {
-                return Err(infeasible(format!(
-                    "the Checkmate ILP ({} stages) has no solution ({} bytes are fixed: static memory and inputs)",
-                    inst.n, inst.fixed
-                )))
-            }
+        match inst.solve(budget.saturating_sub(slack), remaining) {
+            Ok(seq) => Ok(inst.schedule(&seq)),
+            Err(IlpError::Infeasible) => Err(infeasible(format!(
+                "the Checkmate ILP ({} stages) has no solution ({} bytes are fixed: static memory and inputs)",
+                inst.n, inst.fixed
+            ))),
             Err(e @ IlpError::NoSolution { .. }) => {
-                return Err(SolveError::TooLarge { solver: "checkmate", why: e.to_string() })
+                Err(SolveError::TooLarge { solver: "checkmate", why: e.to_string() })
             }
-            Err(e) => return Err(infeasible(e.to_string())),
-        };
-        let schedule = inst.schedule(&seq);
-        match pebble_sim::simulate_graph(g, &schedule, &config) {
-            // Rounding: take the excess off the budget and solve again.
-            Ok(r) if r.peak_bytes > budget => slack += r.peak_bytes - budget,
-            // Fits, or a solver bug that `plan` reports.
-            _ => return Ok(schedule),
+            Err(e) => Err(infeasible(e.to_string())),
         }
-    }
-    Err(infeasible(format!(
-        "the ILP's schedules exceed the budget in simulation even {slack} bytes below it (numerical tolerance)"
-    )))
+    })
 }
 
 /// What the ILP knows of a graph: which nodes may run again, who allocates and who

@@ -22,15 +22,18 @@
 //!
 //! Solving a cluster's ILPs and the top ILP use `--time-limit` each (default
 //! [`DEFAULT_ILP_LIMIT`] s); a time-limited solve keeps its best solution.
+//!
+//! Steps 1 to 3 below the top do not depend on the budget: [`Solver::prepare`] does them
+//! once (a [`Prepared`]) for every budget the caller asks for, and reports each cluster
+//! solved to [`SolveOptions::progress`].
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
 
 use pebble_graph::{
     h_partition, identical_clusters, ComputeKind, DataKind, HPartitionConfig, Hierarchy, Part, TrainingGraph,
 };
 use pebble_schedule::{Schedule, View};
-use pebble_solve::{Problem, SolveError, SolveOptions, Solver};
+use pebble_solve::{Problem, Progress, SolveError, SolveOptions, Solver};
 
 use crate::hgraph::{op_options, HGraph, HKind, HNode, HOption};
 use crate::hilp;
@@ -62,15 +65,45 @@ impl Solver for Hiremate {
     }
 
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
+        self.prepare(problem, options)?.solve(budget)
+    }
+
+    /// Partitions the graph and builds the options of every cluster below the top (the
+    /// minutes), for the top H-ILP to solve at each budget.
+    fn prepare<'a>(
+        &'a self,
+        problem: Problem<'a>,
+        options: &'a SolveOptions,
+    ) -> Result<Box<dyn pebble_solve::Prepared + 'a>, SolveError> {
         let g = match problem {
             Problem::Graph(g) => g,
             Problem::Chain(_) => return Err(SolveError::NotApplicable { solver: "hiremate", view: View::Chain }),
         };
-        let infeasible = |e: IlpError| SolveError::Infeasible { budget, reason: e.to_string() };
-        let prepared = Prepared::new(g, &HPartitionConfig::default(), options.time_limit).map_err(infeasible)?;
-        prepared.schedule(budget, options)
+        Ok(match Prepared::with_progress(g, &HPartitionConfig::default(), options.time_limit, &options.progress) {
+            Ok(prepared) => Box::new(Ready { prepared, options }),
+            Err(e) => Box::new(crate::Failed { solver: "hiremate", reason: e.to_string() }),
+        })
     }
 }
+
+/// HiRemate prepared for one graph and its options.
+struct Ready<'a> {
+    prepared: Prepared<'a>,
+    options: &'a SolveOptions,
+}
+
+impl pebble_solve::Prepared for Ready<'_> {
+    fn solver(&self) -> &'static str {
+        "hiremate"
+    }
+
+    fn solve(&self, budget: u64) -> Result<Schedule, SolveError> {
+        self.prepared.schedule(budget, self.options)
+    }
+}
+
+/// What the progress callback is told while the clusters are solved.
+pub const PROGRESS: &str = "HiRemate: solving clusters";
 
 inventory::submit!(pebble_solve::Registration(&Hiremate));
 
@@ -98,15 +131,11 @@ struct ClusterOptions {
     ff_overhead: u64,
 }
 
-/// A graph partitioned, every non-top cluster's options built.
+/// A graph partitioned, every non-top cluster's options built: everything but the top
+/// H-ILP, which [`Prepared::schedule`] solves at each budget. [`Hiremate`]'s
+/// [`Solver::prepare`] builds one; nothing outlives it.
 pub struct Prepared<'g> {
     g: &'g TrainingGraph,
-    built: Arc<Built>,
-}
-
-/// What [`Prepared`] computes once per graph (and keeps for the next budget: `pebble
-/// plan` bisects for the least feasible budget and `pebble sweep` tries many).
-pub struct Built {
     /// The partition.
     pub h: Hierarchy,
     rep: Vec<usize>,
@@ -115,58 +144,40 @@ pub struct Built {
     limit: f64,
 }
 
-impl std::ops::Deref for Prepared<'_> {
-    type Target = Built;
-    fn deref(&self) -> &Built {
-        &self.built
-    }
-}
-
-type Cache = Mutex<HashMap<(u64, u64), Arc<Built>>>;
-
-fn cache() -> &'static Cache {
-    static CACHE: OnceLock<Cache> = OnceLock::new();
-    CACHE.get_or_init(Default::default)
-}
-
 impl<'g> Prepared<'g> {
-    /// Partitions `g` and builds the options of every cluster below the top.
+    /// Partitions `g` and builds the options of every cluster below the top, each ILP
+    /// under `time_limit` seconds (default [`DEFAULT_ILP_LIMIT`]).
     pub fn new(
         g: &'g TrainingGraph,
         cfg: &HPartitionConfig,
         time_limit: Option<f64>,
     ) -> Result<Prepared<'g>, IlpError> {
+        Prepared::with_progress(g, cfg, time_limit, &Progress::none())
+    }
+
+    /// [`Prepared::new`], reporting to `progress` as each cluster is solved ([`PROGRESS`],
+    /// done, total).
+    pub fn with_progress(
+        g: &'g TrainingGraph,
+        cfg: &HPartitionConfig,
+        time_limit: Option<f64>,
+        progress: &Progress,
+    ) -> Result<Prepared<'g>, IlpError> {
         g.validate().map_err(|e| IlpError::InvalidGraph(e.to_string()))?;
         let limit = time_limit.unwrap_or(DEFAULT_ILP_LIMIT);
-        let key = (crate::graph_key(g), limit.to_bits() ^ (cfg.max_sub as u64) << 32 ^ cfg.max_top as u64);
-        if let Some(built) = cache().lock().expect("cache").get(&key) {
-            return Ok(Prepared { g, built: built.clone() });
-        }
         let h = h_partition(g, cfg).map_err(|e| IlpError::InvalidGraph(e.to_string()))?;
         let rep = identical_clusters(g, &h);
         let subs = h.clusters.iter().map(|c| SubGraph::extract(g, &c.ops)).collect::<Result<Vec<_>, _>>()?;
-        let mut p = Built { options: vec![None; h.clusters.len()], h, rep, subs, limit };
+        let mut p = Prepared { g, options: vec![None; h.clusters.len()], h, rep, subs, limit };
         let todo: Vec<usize> = (0..p.h.clusters.len()).filter(|&c| c != p.h.top && p.rep[c] == c).collect();
-        let bar = crate::progress::bar(todo.len(), "HiRemate: solving clusters");
-        for c in todo {
-            let o = p.cluster_options(c)?;
-            bar.set_message(format!(
-                "cluster {c}: {} parts, {} ops, {} options",
-                p.h.clusters[c].parts.len(),
-                p.h.clusters[c].ops.len(),
-                o.options.len()
-            ));
-            bar.inc(1);
-            p.options[c] = Some(o);
+        progress.report(PROGRESS, 0, todo.len());
+        for (done, &c) in todo.iter().enumerate() {
+            p.options[c] = Some(p.cluster_options(c)?);
+            progress.report(PROGRESS, done + 1, todo.len());
         }
-        bar.finish_and_clear();
-        let built = Arc::new(p);
-        cache().lock().expect("cache").insert(key, built.clone());
-        Ok(Prepared { g, built })
+        Ok(p)
     }
-}
 
-impl Built {
     /// The options of cluster `c`'s class.
     fn options_of(&self, c: usize) -> &ClusterOptions {
         self.options[self.rep[c]].as_ref().expect("children are solved before parents")
@@ -374,7 +385,7 @@ impl Built {
     }
 
     /// Solves cluster `c` at several budgets: its options.
-    fn cluster_options(&mut self, c: usize) -> Result<ClusterOptions, IlpError> {
+    fn cluster_options(&self, c: usize) -> Result<ClusterOptions, IlpError> {
         let (h, expand) = self.hgraph(c)?;
         let (h, remap) = select_options(h);
         let sub = &self.subs[c];
@@ -418,9 +429,7 @@ impl Built {
             ff_overhead: ff_peak.saturating_sub(outs),
         })
     }
-}
 
-impl Prepared<'_> {
     /// Bytes resident whatever the schedule: static memory and inputs.
     pub fn fixed(&self) -> u64 {
         crate::fixed_bytes(self.g)
@@ -433,7 +442,7 @@ impl Prepared<'_> {
         let (h, expand) = self.hgraph(top).map_err(|e| infeasible(e.to_string()))?;
         let (h, remap) = select_options(h);
         let sub = &self.subs[top];
-        crate::within_budget(self.g, budget, options, |memory| {
+        crate::sequence_within_budget(self.g, budget, options, |memory| {
             let sol = match hilp::solve(&h, memory, None, Some(options.time_limit.unwrap_or(self.limit * 6.0))) {
                 Ok(s) => s,
                 Err(IlpError::Infeasible) => {

@@ -5,17 +5,23 @@
 //! time that grows fast with the graph. This crate holds those ILPs:
 //!
 //! * [`checkmate`]: the original Checkmate ILP (Jain et al., MLSys 2020, as Zhao's thesis
-//!   reproduces it in §2.1.1), solver `checkmate`.
+//!   reproduces it in §2.1.1), solver `checkmate`;
+//! * [`rockmate`] and [`hiremate`]: Zhao's Rockmate (solvers `rockmate`, `rk-checkmate`)
+//!   and HiRemate (solver `hiremate`).
 //!
-//! Rockmate's and HiRemate's ILPs will join it. They share [`milp`], a thin layer over the
-//! `highs` crate: 0/1 terms that are either constants or binary columns, linear
-//! expressions with constants, and a solve that honours a time limit and tells an optimal
-//! solution from an incumbent found before the limit.
+//! They share [`milp`], a thin layer over the `highs` crate: 0/1 terms that are either
+//! constants or binary columns, linear expressions with constants, and a solve that
+//! honours a time limit and tells an optimal solution from an incumbent found before the
+//! limit.
 //!
 //! Like every solver, these are pure functions of (problem, budget, options) that return a
 //! schedule; the simulator scores it. An ILP works in real numbers with tolerances, so each
 //! solver simulates its schedule before returning it and tightens its own budget when the
 //! simulated peak exceeds the budget (see the architecture invariant on rounding).
+//! Rockmate and HiRemate build most of what they solve (block and cluster options) without
+//! the budget: they do it in [`pebble_solve::Solver::prepare`], once for every budget the
+//! caller then asks for, and report how far they are through
+//! [`pebble_solve::SolveOptions::progress`]. Nothing is kept between calls.
 //!
 //! The solvers register themselves in `pebble-solve`'s registry; a binary that wants them
 //! must link this crate (`use pebble_ilp as _;`).
@@ -27,7 +33,8 @@ pub mod hgraph;
 pub mod hilp;
 pub mod hiremate;
 pub mod milp;
-mod progress;
+#[cfg(test)]
+mod prepare_tests;
 pub mod rockmate;
 pub mod sequence;
 pub mod subgraph;
@@ -97,45 +104,73 @@ pub(crate) fn on_two_threads<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R 
     })
 }
 
-/// A hash of everything a plan depends on (the graph, its costs and sizes): the key of
-/// Rockmate's and HiRemate's per-graph caches.
-pub(crate) fn graph_key(g: &pebble_graph::TrainingGraph) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    g.to_json().hash(&mut hasher);
-    hasher.finish()
-}
-
 /// Bytes resident whatever the schedule: static memory and the step's inputs.
 pub(crate) fn fixed_bytes(g: &pebble_graph::TrainingGraph) -> u64 {
     g.static_bytes() + g.data.iter().filter(|d| d.kind == pebble_graph::DataKind::Input).map(|d| d.size).sum::<u64>()
 }
 
-/// Runs `solve(memory)` on the memory left after the fixed bytes, simulates the sequence
-/// it returns (with frees by liveness) and, should the simulated peak exceed `budget` (an
-/// ILP's tolerance, a DP's rounding), solves again with the excess taken off. The
-/// architecture invariant on rounding, in one place for Zhao's solvers.
-pub(crate) fn within_budget(
+/// Runs `solve(memory)` on the memory left after the fixed bytes and frees the sequence
+/// it returns by liveness; see [`within_budget`], whose retries it takes part in (an
+/// ILP's tolerance, a DP's rounding). The architecture invariant on rounding, in one
+/// place for Zhao's solvers.
+pub(crate) fn sequence_within_budget(
     g: &pebble_graph::TrainingGraph,
     budget: u64,
     options: &pebble_solve::SolveOptions,
     mut solve: impl FnMut(u64) -> Result<Vec<sequence::Step>, pebble_solve::SolveError>,
 ) -> Result<pebble_schedule::Schedule, pebble_solve::SolveError> {
     let fixed = fixed_bytes(g);
-    let infeasible = |reason: String| pebble_solve::SolveError::Infeasible { budget, reason };
     let live = sequence::Liveness::new(g);
+    let gave_up = |slack| format!("the schedules exceed the budget in simulation even {slack} bytes below it");
+    within_budget(g, budget, options, gave_up, |slack| {
+        let memory = budget.checked_sub(fixed + slack).ok_or_else(|| pebble_solve::SolveError::Infeasible {
+            budget,
+            reason: format!("{fixed} bytes are fixed (static memory and inputs)"),
+        })?;
+        Ok(live.schedule(&solve(memory)?))
+    })
+}
+
+/// Runs `solve(slack)`, which plans within `budget − slack` bytes, from a slack of 0;
+/// simulates the schedule and, should its peak exceed `budget`, solves again with the
+/// excess added to the slack, up to [`RETRIES`] times (`gave_up(slack)` then says why
+/// no schedule came back). A schedule the simulator rejects is returned as it is, for
+/// `plan` to report the solver's bug. The architecture invariant on rounding, in one
+/// place for every ILP solver.
+pub(crate) fn within_budget(
+    g: &pebble_graph::TrainingGraph,
+    budget: u64,
+    options: &pebble_solve::SolveOptions,
+    gave_up: impl FnOnce(u64) -> String,
+    mut solve: impl FnMut(u64) -> Result<pebble_schedule::Schedule, pebble_solve::SolveError>,
+) -> Result<pebble_schedule::Schedule, pebble_solve::SolveError> {
     let config = options.sim_config();
     let mut slack = 0u64;
     for _ in 0..=RETRIES {
-        let memory = budget
-            .checked_sub(fixed + slack)
-            .ok_or_else(|| infeasible(format!("{fixed} bytes are fixed (static memory and inputs)")))?;
-        let schedule = live.schedule(&solve(memory)?);
+        let schedule = solve(slack)?;
         match pebble_sim::simulate_graph(g, &schedule, &config) {
             Ok(r) if r.peak_bytes > budget => slack += r.peak_bytes - budget,
             // Fits, or a solver bug that `plan` reports.
             _ => return Ok(schedule),
         }
     }
-    Err(infeasible(format!("the schedules exceed the budget in simulation even {slack} bytes below it")))
+    Err(pebble_solve::SolveError::Infeasible { budget, reason: gave_up(slack) })
+}
+
+/// What [`pebble_solve::Solver::prepare`] returns when the preparation itself failed
+/// (an invalid graph): each budget then fails as [`pebble_solve::Solver::solve`] would,
+/// [`pebble_solve::SolveError::Infeasible`] with the reason.
+pub(crate) struct Failed {
+    pub(crate) solver: &'static str,
+    pub(crate) reason: String,
+}
+
+impl pebble_solve::Prepared for Failed {
+    fn solver(&self) -> &'static str {
+        self.solver
+    }
+
+    fn solve(&self, budget: u64) -> Result<pebble_schedule::Schedule, pebble_solve::SolveError> {
+        Err(pebble_solve::SolveError::Infeasible { budget, reason: self.reason.clone() })
+    }
 }

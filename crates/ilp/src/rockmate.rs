@@ -18,18 +18,21 @@
 //!    simulator scores the schedule. Should it exceed the budget (the DP rounds sizes
 //!    up, so only through a modelling gap), the DP runs again on a smaller budget.
 //!
+//! Steps 1 and 2 do not depend on the budget: [`Solver::prepare`] does them once (a
+//! [`Prepared`]) for every budget the caller asks for (`pebble plan`'s bisection, a
+//! sweep), and reports each unique block solved to [`SolveOptions::progress`].
+//!
 //! Each option records what rk-Rotor needs, measured by replaying it on its block (the
 //! simulator's count, [`Liveness::replay`]): forward and backward time, the peak of
 //! each part, and what the forward part leaves for the backward.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use pebble_graph::{ComputeKind, TrainingGraph};
 use pebble_schedule::{Schedule, View};
 use pebble_solve::rk_rotor::{self, BlockOption, FastForward, RkBlock, RkChain, RkLoss, RkOp};
-use pebble_solve::{Problem, Slots, SolveError, SolveOptions, Solver};
+use pebble_solve::{Problem, Progress, Slots, SolveError, SolveOptions, Solver};
 
 use crate::hgraph::HGraph;
 use crate::hilp;
@@ -69,15 +72,54 @@ impl Solver for Rockmate {
     }
 
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
+        self.prepare(problem, options)?.solve(budget)
+    }
+
+    /// Cuts the graph into blocks and builds every unique block's options (the minutes),
+    /// for rk-Rotor to combine at each budget (the milliseconds).
+    fn prepare<'a>(
+        &'a self,
+        problem: Problem<'a>,
+        options: &'a SolveOptions,
+    ) -> Result<Box<dyn pebble_solve::Prepared + 'a>, SolveError> {
         let g = match problem {
             Problem::Graph(g) => g,
             Problem::Chain(_) => return Err(SolveError::NotApplicable { solver: "rockmate", view: View::Chain }),
         };
-        let plan = Prepared::new(g, GRID, options.time_limit)
-            .map_err(|e| SolveError::Infeasible { budget, reason: e.to_string() })?;
-        plan.schedule(budget, options)
+        let failed = |e: IlpError| Box::new(crate::Failed { solver: "rockmate", reason: e.to_string() });
+        let cut = match Cut::new(g) {
+            Ok(cut) => cut,
+            Err(e) => return Ok(failed(e)),
+        };
+        // Before the options, which would take minutes for nothing.
+        if let Some(e) = too_many_blocks(cut.blocks.len()) {
+            return Err(e);
+        }
+        Ok(match cut.prepare(g, GRID, options.time_limit, &options.progress) {
+            Ok(prepared) => Box::new(Ready { prepared, options }),
+            Err(e) => failed(e),
+        })
     }
 }
+
+/// Rockmate prepared for one graph and its options.
+struct Ready<'a> {
+    prepared: Prepared<'a>,
+    options: &'a SolveOptions,
+}
+
+impl pebble_solve::Prepared for Ready<'_> {
+    fn solver(&self) -> &'static str {
+        "rockmate"
+    }
+
+    fn solve(&self, budget: u64) -> Result<Schedule, SolveError> {
+        self.prepared.schedule(budget, self.options)
+    }
+}
+
+/// What the progress callback is told while the unique blocks are solved.
+pub const PROGRESS: &str = "Rockmate: solving unique blocks";
 
 inventory::submit!(pebble_solve::Registration(&Rockmate));
 
@@ -103,50 +145,34 @@ pub struct BlockOptions {
     pub solved: (usize, usize),
 }
 
-/// A graph cut into blocks, each unique block's options built: everything but the DP.
+/// A graph cut into blocks, each unique block's options built: everything but the DP,
+/// which [`Prepared::schedule`] runs at each budget. [`Rockmate`]'s
+/// [`Solver::prepare`] builds one; nothing outlives it.
 pub struct Prepared<'g> {
     g: &'g TrainingGraph,
-    built: Arc<Blocks>,
-}
-
-impl std::ops::Deref for Prepared<'_> {
-    type Target = Blocks;
-    fn deref(&self) -> &Blocks {
-        &self.built
-    }
-}
-
-type Cache = Mutex<HashMap<(u64, u64), Arc<Blocks>>>;
-
-fn cache() -> &'static Cache {
-    static CACHE: OnceLock<Cache> = OnceLock::new();
-    CACHE.get_or_init(Default::default)
-}
-
-/// The blocks of a graph and their options, computed once per graph, grid and time
-/// limit (and kept for the next budget: `pebble plan` bisects for the least feasible
-/// budget, `pebble sweep` tries many).
-pub struct Blocks {
     /// The blocks.
     pub blocks: Vec<SubGraph>,
     /// For each block, its class (index into `classes`).
     pub class_of: Vec<usize>,
     /// Each class's options.
     pub classes: Vec<BlockOptions>,
-    /// Seconds spent building the options.
+    /// Seconds spent cutting the graph and building the options.
     pub seconds: f64,
 }
 
-impl<'g> Prepared<'g> {
-    /// Cuts `g` into blocks and builds every unique block's options.
-    pub fn new(g: &'g TrainingGraph, grid: (usize, usize), time_limit: Option<f64>) -> Result<Prepared<'g>, IlpError> {
+/// A graph cut into blocks, identical blocks in one class: the options are still to build.
+struct Cut {
+    started: Instant,
+    blocks: Vec<SubGraph>,
+    class_of: Vec<usize>,
+    /// The first block of each class.
+    representatives: Vec<usize>,
+}
+
+impl Cut {
+    fn new(g: &TrainingGraph) -> Result<Cut, IlpError> {
         let started = Instant::now();
         g.validate().map_err(|e| IlpError::InvalidGraph(e.to_string()))?;
-        let limit = time_limit.unwrap_or(DEFAULT_ILP_LIMIT);
-        let key = (crate::graph_key(g), limit.to_bits() ^ ((grid.0 as u64) << 48) ^ ((grid.1 as u64) << 40));
-        if let Some(built) = cache().lock().expect("cache").get(&key) {
-            return Ok(Prepared { g, built: built.clone() });
-        }
         let blocks: Vec<SubGraph> =
             sequential_blocks(g).iter().map(|b| SubGraph::extract(g, b)).collect::<Result<_, _>>()?;
         let mut seen: HashMap<String, usize> = HashMap::new();
@@ -160,19 +186,60 @@ impl<'g> Prepared<'g> {
             }
             class_of.push(c);
         }
-        let bar = crate::progress::bar(representatives.len(), "Rockmate: solving unique blocks");
-        let classes = representatives
+        Ok(Cut { started, blocks, class_of, representatives })
+    }
+
+    /// Builds each class's options, reporting each class solved to `progress`.
+    fn prepare<'g>(
+        self,
+        g: &'g TrainingGraph,
+        grid: (usize, usize),
+        time_limit: Option<f64>,
+        progress: &Progress,
+    ) -> Result<Prepared<'g>, IlpError> {
+        let limit = time_limit.unwrap_or(DEFAULT_ILP_LIMIT);
+        let total = self.representatives.len();
+        progress.report(PROGRESS, 0, total);
+        let classes = self
+            .representatives
             .iter()
-            .map(|&i| {
-                let o = block_options(&blocks[i], grid, limit);
-                bar.inc(1);
+            .enumerate()
+            .map(|(done, &i)| {
+                let o = block_options(&self.blocks[i], grid, limit);
+                progress.report(PROGRESS, done + 1, total);
                 o
             })
             .collect::<Result<Vec<_>, _>>()?;
-        bar.finish_and_clear();
-        let built = Arc::new(Blocks { blocks, class_of, classes, seconds: started.elapsed().as_secs_f64() });
-        cache().lock().expect("cache").insert(key, built.clone());
-        Ok(Prepared { g, built })
+        let Cut { started, blocks, class_of, .. } = self;
+        Ok(Prepared { g, blocks, class_of, classes, seconds: started.elapsed().as_secs_f64() })
+    }
+}
+
+/// rk-Rotor's choice codes hold fewer than [`rk_rotor::MAX_BLOCKS`] blocks.
+fn too_many_blocks(blocks: usize) -> Option<SolveError> {
+    (blocks >= rk_rotor::MAX_BLOCKS).then(|| SolveError::TooLarge {
+        solver: "rockmate",
+        why: format!("{blocks} sequential blocks (rk-Rotor takes fewer than {})", rk_rotor::MAX_BLOCKS),
+    })
+}
+
+impl<'g> Prepared<'g> {
+    /// Cuts `g` into blocks and builds every unique block's options over a
+    /// `(#M_peak, #M_save)` grid, each ILP under `time_limit` seconds (default
+    /// [`DEFAULT_ILP_LIMIT`]).
+    pub fn new(g: &'g TrainingGraph, grid: (usize, usize), time_limit: Option<f64>) -> Result<Prepared<'g>, IlpError> {
+        Prepared::with_progress(g, grid, time_limit, &Progress::none())
+    }
+
+    /// [`Prepared::new`], reporting to `progress` as each unique block is solved
+    /// ([`PROGRESS`], done, total).
+    pub fn with_progress(
+        g: &'g TrainingGraph,
+        grid: (usize, usize),
+        time_limit: Option<f64>,
+        progress: &Progress,
+    ) -> Result<Prepared<'g>, IlpError> {
+        Cut::new(g)?.prepare(g, grid, time_limit, progress)
     }
 
     /// rk-Rotor's chain.
@@ -238,22 +305,15 @@ impl<'g> Prepared<'g> {
 
     /// The schedule within `budget` bytes.
     pub fn schedule(&self, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
-        if self.blocks.len() >= rk_rotor::MAX_BLOCKS {
-            return Err(SolveError::TooLarge {
-                solver: "rockmate",
-                why: format!(
-                    "{} sequential blocks (rk-Rotor takes fewer than {})",
-                    self.blocks.len(),
-                    rk_rotor::MAX_BLOCKS
-                ),
-            });
+        if let Some(e) = too_many_blocks(self.blocks.len()) {
+            return Err(e);
         }
         let chain = self.chain();
         let slots = match options.slots {
             Slots::Count(s) => Some(s),
             Slots::Exact => None,
         };
-        crate::within_budget(self.g, budget, options, |memory| {
+        crate::sequence_within_budget(self.g, budget, options, |memory| {
             let sol = rk_rotor::rk_rotor(&chain, memory, slots).ok_or_else(|| SolveError::Infeasible {
                 budget,
                 reason: format!(
@@ -405,7 +465,7 @@ impl Solver for RkCheckmate {
         let infeasible = |reason: String| SolveError::Infeasible { budget, reason };
         g.validate().map_err(|e| infeasible(e.to_string()))?;
         let (h, _) = HGraph::bottom(g).map_err(|e| infeasible(e.to_string()))?;
-        crate::within_budget(g, budget, options, |memory| {
+        crate::sequence_within_budget(g, budget, options, |memory| {
             let sol = match hilp::solve(&h, memory, None, options.time_limit) {
                 Ok(sol) => sol,
                 Err(IlpError::Infeasible) => return Err(infeasible("the rk-Checkmate ILP has no solution".into())),
