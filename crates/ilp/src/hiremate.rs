@@ -79,6 +79,7 @@ impl Solver for Hiremate {
             Problem::Graph(g) => g,
             Problem::Chain(_) => return Err(SolveError::NotApplicable { solver: "hiremate", view: View::Chain }),
         };
+        crate::require_forward_links(g, "hiremate")?;
         Ok(match Prepared::with_progress(g, &HPartitionConfig::default(), options.time_limit, &options.progress) {
             Ok(prepared) => Box::new(Ready { prepared, options }),
             Err(e) => Box::new(crate::Failed { solver: "hiremate", reason: e.to_string() }),

@@ -174,3 +174,24 @@ impl pebble_solve::Prepared for Failed {
         Err(pebble_solve::SolveError::Infeasible { budget, reason: self.reason.clone() })
     }
 }
+
+/// Rockmate's and HiRemate's blocks and clusters pair each backward node with the forward
+/// node it differentiates; a graph whose backward nodes do not name theirs is one they
+/// cannot plan (rather than a schedule that silently leaves those nodes out).
+pub(crate) fn require_forward_links(
+    g: &pebble_graph::TrainingGraph,
+    solver: &'static str,
+) -> Result<(), pebble_solve::SolveError> {
+    match g
+        .compute
+        .iter()
+        .enumerate()
+        .find(|(_, c)| c.kind == pebble_graph::ComputeKind::Backward && c.forward.is_none())
+    {
+        Some((i, c)) => Err(pebble_solve::SolveError::Unsupported {
+            solver,
+            why: format!("backward node {i} `{}` names no forward node (compute[{i}].forward)", c.name),
+        }),
+        None => Ok(()),
+    }
+}

@@ -86,6 +86,7 @@ impl Solver for Rockmate {
             Problem::Graph(g) => g,
             Problem::Chain(_) => return Err(SolveError::NotApplicable { solver: "rockmate", view: View::Chain }),
         };
+        crate::require_forward_links(g, "rockmate")?;
         let failed = |e: IlpError| Box::new(crate::Failed { solver: "rockmate", reason: e.to_string() });
         let cut = match Cut::new(g) {
             Ok(cut) => cut,

@@ -134,7 +134,9 @@ fn conform(solver: &dyn Solver, fx: &Fixture, options: &SolveOptions) -> Result<
     }
     let prepared = match solver.prepare(problem, options) {
         Ok(p) => p,
-        Err(SolveError::NotApplicable { .. } | SolveError::TooLarge { .. }) => return Ok(false),
+        Err(SolveError::NotApplicable { .. } | SolveError::TooLarge { .. } | SolveError::Unsupported { .. }) => {
+            return Ok(false)
+        }
         Err(e) => return Err(format!("{}: {e}", at("prepare"))),
     };
     let mut exercised = false;
@@ -144,7 +146,7 @@ fn conform(solver: &dyn Solver, fx: &Fixture, options: &SolveOptions) -> Result<
                 check(problem, &s, budget, sa.makespan).map_err(|e| format!("{} at {budget}: {e}", at(what)))?;
                 exercised = true;
             }
-            Err(SolveError::NotApplicable { .. } | SolveError::TooLarge { .. }) => {}
+            Err(SolveError::NotApplicable { .. } | SolveError::TooLarge { .. } | SolveError::Unsupported { .. }) => {}
             // The least feasible budget is one at which the solver was seen to succeed.
             Err(e @ SolveError::Infeasible { .. }) if Some(budget) == low => {
                 return Err(format!("{} at {budget}: {e}", at(what)))
@@ -212,15 +214,25 @@ fn every_registered_solver_conforms_on_every_fixture() {
 }
 
 /// Backward nodes that name no forward node pass `TrainingGraph::validate`, and
-/// `checkmate`, `dtr` and `knapsack` plan them, but `hiremate` and `rockmate` drop them and
-/// return incomplete schedules (`rk-checkmate` refuses the graph). Run with `--ignored`.
+/// `checkmate`, `dtr` and `knapsack` plan them. `rockmate` and `hiremate`, which pair each
+/// backward with its forward, used to drop them and return incomplete schedules; they now
+/// refuse such a graph (`Unsupported`, naming the node), and every answer passes.
 #[test]
-#[ignore = "known bug: hiremate and rockmate drop backward nodes that name no forward node"]
 fn backward_nodes_that_name_no_forward_node() {
     let graph = |name, g| Fixture { name, problem: Owned::Graph(g), small: true };
     let (_, failures) =
         run_suite(&[graph("residual", residual_graph()), graph("chain-graph-4", chain_graph(4, false))]);
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    let g = residual_graph();
+    for name in ["rockmate", "hiremate"] {
+        let solver = pebble_solve::solver(name).expect("registered");
+        match pebble_solve::plan(solver, Problem::Graph(&g), u64::MAX >> 1, &SolveOptions::default()) {
+            Err(pebble_solve::PlanError::Solve(SolveError::Unsupported { why, .. })) => {
+                assert!(why.contains("names no forward node"), "{name}: {why}")
+            }
+            other => panic!("{name}: expected Unsupported, got {:?}", other.map(|p| p.report)),
+        }
+    }
 }
 
 /// The check above can fail: an incomplete schedule, a budget below the peak, a schedule

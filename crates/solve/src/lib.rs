@@ -78,7 +78,12 @@ pub struct SolveOptions {
 
 impl Default for SolveOptions {
     fn default() -> Self {
-        SolveOptions { slots: Slots::Count(500), time_limit: None, machine: Machine::default(), progress: Progress::none() }
+        SolveOptions {
+            slots: Slots::Count(500),
+            time_limit: None,
+            machine: Machine::default(),
+            progress: Progress::none(),
+        }
     }
 }
 
@@ -149,6 +154,15 @@ pub enum SolveError {
         solver: &'static str,
         /// The view given.
         view: View,
+    },
+    /// The problem lacks what this solver needs (e.g. a backward node that names no
+    /// forward node, for the solvers that pair them).
+    #[error("solver `{solver}` cannot plan this problem: {why}")]
+    Unsupported {
+        /// The solver.
+        solver: &'static str,
+        /// What it lacks.
+        why: String,
     },
     /// The problem is too large for this solver (e.g. `brute` beyond 8 stages).
     #[error("solver `{solver}`: {why}")]
@@ -222,10 +236,10 @@ pub fn registry() -> Vec<&'static dyn Solver> {
 /// The solver called `name`.
 pub fn solver(name: &str) -> Result<&'static dyn Solver, UnknownSolver> {
     let all = registry();
-    all.iter().copied().find(|s| s.name() == name).ok_or_else(|| UnknownSolver {
-        name: name.to_string(),
-        known: all.iter().map(|s| s.name()).collect(),
-    })
+    all.iter()
+        .copied()
+        .find(|s| s.name() == name)
+        .ok_or_else(|| UnknownSolver { name: name.to_string(), known: all.iter().map(|s| s.name()).collect() })
 }
 
 /// No registered solver has this name.
@@ -298,10 +312,7 @@ pub fn plan_many(
     options: &SolveOptions,
 ) -> Result<Vec<Result<Plan, PlanError>>, PlanError> {
     let prepared = solver.prepare(problem, options)?;
-    Ok(budgets
-        .iter()
-        .map(|&b| plan_prepared(prepared.as_ref(), problem, b, options, Instant::now()))
-        .collect())
+    Ok(budgets.iter().map(|&b| plan_prepared(prepared.as_ref(), problem, b, options, Instant::now())).collect())
 }
 
 /// Simulates a schedule on either view.
@@ -332,13 +343,17 @@ pub fn min_feasible_budget(
     const CAP: u64 = 1 << 63;
     let prepared = match solver.prepare(problem, options) {
         Ok(p) => p,
-        Err(SolveError::NotApplicable { .. } | SolveError::TooLarge { .. }) => return Ok(None),
+        Err(SolveError::NotApplicable { .. } | SolveError::TooLarge { .. } | SolveError::Unsupported { .. }) => {
+            return Ok(None)
+        }
         Err(e) => return Err(e.into()),
     };
     // Ok(Some(true)): feasible; Ok(Some(false)): not at this budget; Ok(None): never.
     let ok = |budget: u64| match plan_prepared(prepared.as_ref(), problem, budget, options, Instant::now()) {
         Ok(_) => Ok(Some(true)),
-        Err(PlanError::Solve(SolveError::NotApplicable { .. } | SolveError::TooLarge { .. })) => Ok(None),
+        Err(PlanError::Solve(
+            SolveError::NotApplicable { .. } | SolveError::TooLarge { .. } | SolveError::Unsupported { .. },
+        )) => Ok(None),
         Err(PlanError::Solve(SolveError::Infeasible { .. })) => Ok(Some(false)),
         Err(e) => Err(e),
     };

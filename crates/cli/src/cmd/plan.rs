@@ -71,7 +71,9 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
             }
             return Err(Infeasible(message).into());
         }
-        Err(PlanError::Solve(e @ (SolveError::NotApplicable { .. } | SolveError::TooLarge { .. }))) => {
+        Err(PlanError::Solve(
+            e @ (SolveError::NotApplicable { .. } | SolveError::TooLarge { .. } | SolveError::Unsupported { .. }),
+        )) => {
             return Err(bad(format!("--solver: {e}")));
         }
         Err(e) => return Err(e.into()),
