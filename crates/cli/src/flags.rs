@@ -384,7 +384,7 @@ pub struct SweepArgs {
     #[command(flatten)]
     pub opts: ModelOpts,
     /// The solvers to compare, comma-separated [default: store-all, sequential, rotor,
-    /// rockmate, hiremate].
+    /// rockmate].
     #[arg(long, value_name = "A,B,C", value_delimiter = ',')]
     pub solvers: Option<Vec<String>>,
     /// Number of budgets, evenly spaced from the recompute-all peak to the store-all peak.
