@@ -245,9 +245,10 @@ pub fn revolve_ops(l: usize, seq: &[RevolveAction]) -> Vec<Op> {
     let mut ops = Vec::with_capacity(seq.len() + l);
     for a in seq {
         match *a {
-            RevolveAction::Advance { stage, keep_input } => {
-                ops.push(Op::Forward { stage, mode: if keep_input { ForwardMode::Checkpoint } else { ForwardMode::Discard } })
-            }
+            RevolveAction::Advance { stage, keep_input } => ops.push(Op::Forward {
+                stage,
+                mode: if keep_input { ForwardMode::Checkpoint } else { ForwardMode::Discard },
+            }),
             RevolveAction::Reverse { stage } => {
                 if stage < l {
                     ops.push(Op::Forward { stage, mode: ForwardMode::KeepAll });

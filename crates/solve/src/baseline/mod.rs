@@ -175,7 +175,6 @@ pub fn recompute_all_ops(l: usize) -> Vec<Op> {
     ops
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,7 +214,10 @@ mod tests {
             Reverse { stage: 1 },
             Reverse { stage: 0 },
         ];
-        assert_eq!(notation(crate::revolve::revolve_ops(4, &seq)), "F0ck F1none F2ck F3ck B4 F3all B3 F2all B2 F0ck F1all B1 F0all B0");
+        assert_eq!(
+            notation(crate::revolve::revolve_ops(4, &seq)),
+            "F0ck F1none F2ck F3ck B4 F3all B3 F2all B2 F0ck F1all B1 F0all B0"
+        );
         // With three slots Revolve is recompute-all.
         for l in 1..8 {
             let seq = crate::revolve::opt0_sequence(l, 3).unwrap();
