@@ -101,7 +101,9 @@ pub struct ModelOpts {
 /// warning on standard error. Both at once is an error.
 pub fn profile_flag(profile: &Option<String>, legacy_device: Option<&str>) -> Result<Option<String>, String> {
     match (profile, legacy_device) {
-        (Some(_), Some(_)) => Err("give the cost profile once, with --profile (--device PROFILE is its old spelling)".into()),
+        (Some(_), Some(_)) => {
+            Err("give the cost profile once, with --profile (--device PROFILE is its old spelling)".into())
+        }
         (Some(p), None) => Ok(Some(p.clone())),
         (None, Some(d)) => {
             eprintln!(
@@ -431,7 +433,9 @@ impl RunModelOpts {
             other if pebble_machine::Profile::lookup(other).is_ok() => {
                 Ok((DeviceArg::Cpu, profile_flag(&self.profile, Some(&self.device))?))
             }
-            _ => Err(format!("--device: `{}` is not a device (cpu or cuda); cost profiles go in --profile", self.device)),
+            _ => {
+                Err(format!("--device: `{}` is not a device (cpu or cuda); cost profiles go in --profile", self.device))
+            }
         }
     }
 }

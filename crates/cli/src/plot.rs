@@ -137,9 +137,7 @@ pub fn sweep(
             let color = COLORS[i % COLORS.len()];
             let y = row_y(i);
             let infeasible = curve.points.iter().filter(|p| p.1.is_none()).map(|&(b, _)| (b as f64 / scale, y));
-            chart
-                .draw_series(infeasible.map(|p| Cross::new(p, 4, color.stroke_width(2))))
-                .map_err(|e| draw_err(&e))?;
+            chart.draw_series(infeasible.map(|p| Cross::new(p, 4, color.stroke_width(2)))).map_err(|e| draw_err(&e))?;
             let points: Vec<Option<(f64, f64)>> =
                 curve.points.iter().map(|&(b, y)| y.map(|y| (b as f64 / scale, y))).collect();
             for run in points.split(|p| p.is_none()).filter(|r| !r.is_empty()) {

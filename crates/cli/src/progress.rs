@@ -38,9 +38,8 @@ pub fn solver_progress() -> pebble_solve::Progress {
         if total < 2 {
             return;
         }
-        let bar = bars
-            .entry(what.to_string())
-            .or_insert_with(|| styled(multi.add(ProgressBar::new(total as u64)), what));
+        let bar =
+            bars.entry(what.to_string()).or_insert_with(|| styled(multi.add(ProgressBar::new(total as u64)), what));
         bar.set_length(total as u64);
         bar.set_position(done as u64);
         if done >= total {

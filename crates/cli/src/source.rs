@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use pebble_graph::{partition, units::format_bytes, Chain, TrainingGraph};
-use pebble_schedule::{Schedule, View};
 use pebble_machine::{Machine, Profile};
+use pebble_schedule::{Schedule, View};
 use pebble_sim::{SimConfig, SimReport};
 use pebble_solve::{baseline::store_all::store_all_schedule, Problem, Solver};
 use pebble_zoo::{DType, Dims, Model, ModelOptions, ModelSpec, Network, Optimizer, ZooError};

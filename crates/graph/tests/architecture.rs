@@ -112,8 +112,7 @@ fn metadata() -> Metadata {
                 .expect("deps")
                 .iter()
                 .map(|d| {
-                    let normal =
-                        d["dep_kinds"].as_array().is_some_and(|k| k.iter().any(|k| k["kind"].is_null()));
+                    let normal = d["dep_kinds"].as_array().is_some_and(|k| k.iter().any(|k| k["kind"].is_null()));
                     (d["pkg"].as_str().expect("pkg").to_string(), normal)
                 })
                 .collect();

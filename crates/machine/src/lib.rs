@@ -161,7 +161,10 @@ impl Machine {
         let bad = |field: &str, why: String| Err(ProfileError::Field { field: format!("machine.{field}"), why });
         for (field, link) in [("d2h", &self.d2h), ("h2d", &self.h2d), ("interconnect", &self.interconnect)] {
             if !(link.bandwidth.is_finite() && link.bandwidth > 0.0) {
-                return bad(&format!("{field}.bandwidth"), format!("must be a positive number, got {}", link.bandwidth));
+                return bad(
+                    &format!("{field}.bandwidth"),
+                    format!("must be a positive number, got {}", link.bandwidth),
+                );
             }
             if !(link.latency.is_finite() && link.latency >= 0.0) {
                 return bad(&format!("{field}.latency"), format!("must be non-negative, got {}", link.latency));
@@ -177,7 +180,10 @@ impl Machine {
             return bad("cpu_optimizer_rate", format!("must be a positive number, got {}", self.cpu_optimizer_rate));
         }
         if self.runtime.reserve_per_10k >= 10_000 {
-            return bad("runtime.reserve_per_10k", format!("must be below 10000, got {}", self.runtime.reserve_per_10k));
+            return bad(
+                "runtime.reserve_per_10k",
+                format!("must be below 10000, got {}", self.runtime.reserve_per_10k),
+            );
         }
         if !matches!(self.runtime.int_bytes, 1 | 2 | 4 | 8) {
             return bad("runtime.int_bytes", format!("must be 1, 2, 4 or 8, got {}", self.runtime.int_bytes));
@@ -485,7 +491,9 @@ mod tests {
             Err(ProfileError::Field { field: "machine.devices".into(), why: "must be at least 1".into() })
         );
         let bad = v100.replace("\"bandwidth\": 12000000000.0", "\"bandwidth\": -1.0");
-        assert!(matches!(Profile::from_json(&bad), Err(ProfileError::Field { field, .. }) if field == "machine.d2h.bandwidth"));
+        assert!(
+            matches!(Profile::from_json(&bad), Err(ProfileError::Field { field, .. }) if field == "machine.d2h.bandwidth")
+        );
         let bad = v100.replace("\"devices\"", "\"gpus\"");
         let err = Profile::from_json(&bad).unwrap_err().to_string();
         assert!(err.contains("gpus"), "{err}");

@@ -303,7 +303,9 @@ impl<'s> Engine<'s> {
         }
         for (dir, link) in [("device→host", &self.d2h), ("host→device", &self.h2d)] {
             if !(link.bandwidth > 0.0 && link.bandwidth.is_finite()) {
-                return Err(self.invalid(op, format!("a transfer needs a positive {dir} bandwidth, got {}", link.bandwidth)));
+                return Err(
+                    self.invalid(op, format!("a transfer needs a positive {dir} bandwidth, got {}", link.bandwidth))
+                );
             }
             if !(link.latency >= 0.0 && link.latency.is_finite()) {
                 return Err(self.invalid(op, format!("the {dir} latency must be non-negative, got {}", link.latency)));

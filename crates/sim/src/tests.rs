@@ -374,7 +374,12 @@ fn offload_prefetch() {
         &SimConfig { budget: Some(16), machine: Machine::default().with_bandwidth(4.0), timeline: false }
     )
     .is_err());
-    assert!(simulate_chain(&c, &s, &SimConfig { budget: Some(16), machine: Machine::default().with_bandwidth(4.0), timeline: false }).is_ok());
+    assert!(simulate_chain(
+        &c,
+        &s,
+        &SimConfig { budget: Some(16), machine: Machine::default().with_bandwidth(4.0), timeline: false }
+    )
+    .is_ok());
 
     // Half of a_1 (2 bytes): the loss peaks at 16; the prefetch [6,6.5] ends before B1.
     let r = simulate_chain(&c, &off_sched(0.5), &bw(4.0)).unwrap();
@@ -418,7 +423,12 @@ fn sizes_beyond_i64_do_not_wrap() {
 #[test]
 fn offload_timeline_and_free() {
     let c = chain_off();
-    let r = simulate_chain(&c, &off_sched(1.0), &SimConfig { machine: Machine::default().with_bandwidth(4.0), timeline: true, budget: None }).unwrap();
+    let r = simulate_chain(
+        &c,
+        &off_sched(1.0),
+        &SimConfig { machine: Machine::default().with_bandwidth(4.0), timeline: true, budget: None },
+    )
+    .unwrap();
     // 0: a_0 1 + a_1 4 = 5; 1: + ā_2 2 = 7; 3: - a_1 4 + δ_2 1 + 10 = 14; 6: - 10, + a_1 4
     // (prefetch) + ā_1 4 (F0all) = 12; 7: + δ_1 4 = 16; 9: - δ_2 1 - ā_2 2 - a_1 4 = 9;
     // 9: + δ_0 1 = 10; 11: - δ_1 4 - ā_1 4 - a_0 1 = 1.
@@ -446,10 +456,18 @@ fn offload_timeline_and_free() {
             Op::Forward { stage: 0, mode: ForwardMode::KeepAll },
         ],
     );
-    let r = simulate_chain(&c, &s, &SimConfig { machine: Machine::default().with_bandwidth(0.5), timeline: true, budget: Some(9) });
+    let r = simulate_chain(
+        &c,
+        &s,
+        &SimConfig { machine: Machine::default().with_bandwidth(0.5), timeline: true, budget: Some(9) },
+    );
     assert_eq!(r.unwrap_err(), SimError::Incomplete("δ_0 was never computed".into()));
     // Budget 8: a_0 1 + a_1 4 + ā_1 4 = 9 at time 1 > 8, because a_1 is held until 9.
-    let r = simulate_chain(&c, &s, &SimConfig { machine: Machine::default().with_bandwidth(0.5), timeline: false, budget: Some(8) });
+    let r = simulate_chain(
+        &c,
+        &s,
+        &SimConfig { machine: Machine::default().with_bandwidth(0.5), timeline: false, budget: Some(8) },
+    );
     assert_eq!(
         r.unwrap_err(),
         SimError::BudgetExceeded { op: 3, text: "F0all".into(), time: 1.0, bytes: 9, budget: 8 }

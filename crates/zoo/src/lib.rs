@@ -27,10 +27,10 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 pub use cost::CostModel;
-pub use pebble_machine::{Machine, Profile};
 pub use models::{build, catalog, ModelSpec};
 pub use network::{GraphIndex, NetBuilder, NetOp, NetParam, NetTensor, Network, OpCosts, ParamId, TensorId};
 pub use ops::{Elem, OpKind};
+pub use pebble_machine::{Machine, Profile};
 
 /// Why a model could not be built.
 #[derive(Debug, Error, Clone, PartialEq)]
