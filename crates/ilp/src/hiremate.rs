@@ -81,25 +81,15 @@ impl Solver for Hiremate {
         };
         crate::require_forward_links(g, "hiremate")?;
         Ok(match Prepared::with_progress(g, &HPartitionConfig::default(), options.time_limit, &options.progress) {
-            Ok(prepared) => Box::new(Ready { prepared, options }),
+            Ok(prepared) => Box::new(crate::Ready { solver: "hiremate", prepared, options }),
             Err(e) => Box::new(crate::Failed { solver: "hiremate", reason: e.to_string() }),
         })
     }
 }
 
-/// HiRemate prepared for one graph and its options.
-struct Ready<'a> {
-    prepared: Prepared<'a>,
-    options: &'a SolveOptions,
-}
-
-impl pebble_solve::Prepared for Ready<'_> {
-    fn solver(&self) -> &'static str {
-        "hiremate"
-    }
-
-    fn solve(&self, budget: u64) -> Result<Schedule, SolveError> {
-        self.prepared.schedule(budget, self.options)
+impl crate::Schedules for Prepared<'_> {
+    fn schedule(&self, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
+        Prepared::schedule(self, budget, options)
     }
 }
 

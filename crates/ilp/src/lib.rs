@@ -157,6 +157,34 @@ pub(crate) fn within_budget(
     Err(pebble_solve::SolveError::Infeasible { budget, reason: gave_up(slack) })
 }
 
+/// What Rockmate and HiRemate prepare once per graph: a plan at any budget.
+pub(crate) trait Schedules {
+    /// The schedule within `budget` bytes.
+    fn schedule(
+        &self,
+        budget: u64,
+        options: &pebble_solve::SolveOptions,
+    ) -> Result<pebble_schedule::Schedule, pebble_solve::SolveError>;
+}
+
+/// Rockmate's or HiRemate's preparation bound to its options: their
+/// [`pebble_solve::Prepared`].
+pub(crate) struct Ready<'a, P> {
+    pub(crate) solver: &'static str,
+    pub(crate) prepared: P,
+    pub(crate) options: &'a pebble_solve::SolveOptions,
+}
+
+impl<P: Schedules> pebble_solve::Prepared for Ready<'_, P> {
+    fn solver(&self) -> &'static str {
+        self.solver
+    }
+
+    fn solve(&self, budget: u64) -> Result<pebble_schedule::Schedule, pebble_solve::SolveError> {
+        self.prepared.schedule(budget, self.options)
+    }
+}
+
 /// What [`pebble_solve::Solver::prepare`] returns when the preparation itself failed
 /// (an invalid graph): each budget then fails as [`pebble_solve::Solver::solve`] would,
 /// [`pebble_solve::SolveError::Infeasible`] with the reason.

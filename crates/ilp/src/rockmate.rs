@@ -97,25 +97,15 @@ impl Solver for Rockmate {
             return Err(e);
         }
         Ok(match cut.prepare(g, GRID, options.time_limit, &options.progress) {
-            Ok(prepared) => Box::new(Ready { prepared, options }),
+            Ok(prepared) => Box::new(crate::Ready { solver: "rockmate", prepared, options }),
             Err(e) => failed(e),
         })
     }
 }
 
-/// Rockmate prepared for one graph and its options.
-struct Ready<'a> {
-    prepared: Prepared<'a>,
-    options: &'a SolveOptions,
-}
-
-impl pebble_solve::Prepared for Ready<'_> {
-    fn solver(&self) -> &'static str {
-        "rockmate"
-    }
-
-    fn solve(&self, budget: u64) -> Result<Schedule, SolveError> {
-        self.prepared.schedule(budget, self.options)
+impl crate::Schedules for Prepared<'_> {
+    fn schedule(&self, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
+        Prepared::schedule(self, budget, options)
     }
 }
 
