@@ -15,9 +15,12 @@ const MODELS: [(&str, &[&str]); 3] = [
     ("mlp", &["--batch", "4"]),
 ];
 
-/// One budget that most solvers meet and some do not (a full sweep would take CI minutes:
-/// every ILP on three models).
-const PERCENTS: [&str; 1] = ["75%"];
+/// Budgets: 100%, where every solver has a schedule, and 97%, where the chain and
+/// heuristic solvers must recompute (the runtime's 64 KiB reserve weighs on these small
+/// models: Rotor's least budget on the small GPT is 95.4%). The MILP solvers are checked
+/// at 100% only: below their least budget `plan` bisects for the minimum, one ILP a step.
+const PERCENTS: [&str; 2] = ["100%", "97%"];
+const MILP: [&str; 3] = ["checkmate", "rk-checkmate", "hiremate"];
 
 /// Every registered solver, as an unknown name's error lists them.
 fn solvers() -> Vec<String> {
@@ -42,6 +45,9 @@ fn plan_feasible_means_train_runs_with_the_same_peak() {
     for solver in solvers() {
         for (model, sizes) in MODELS {
             for percent in PERCENTS {
+                if percent != "100%" && MILP.contains(&solver.as_str()) {
+                    continue;
+                }
                 let schedule = dir.join(format!("{solver}-{model}-{percent}.json"));
                 let schedule = schedule.to_str().unwrap();
                 let mut common: Vec<&str> = vec!["--model", model];
@@ -92,5 +98,5 @@ fn plan_feasible_means_train_runs_with_the_same_peak() {
     for must in ["store-all", "rotor", "sequential", "rockmate", "hiremate", "checkmate", "dtr"] {
         assert!(covered.contains(must), "{must} was never feasible: covered {covered:?}");
     }
-    assert!(trained >= 25, "only {trained} plan/train pairs ran");
+    assert!(trained >= 50, "only {trained} plan/train pairs ran");
 }
