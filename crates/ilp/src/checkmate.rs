@@ -113,10 +113,7 @@ impl Solver for Checkmate {
     }
 
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
-        let g = match problem {
-            Problem::Graph(g) => g,
-            Problem::Chain(_) => return Err(SolveError::NotApplicable { solver: "checkmate", view: View::Chain }),
-        };
+        let g = problem.graph_for("checkmate")?;
         solve_graph(g, budget, options)
     }
 }

@@ -75,10 +75,7 @@ impl Solver for Hiremate {
         problem: Problem<'a>,
         options: &'a SolveOptions,
     ) -> Result<Box<dyn pebble_solve::Prepared + 'a>, SolveError> {
-        let g = match problem {
-            Problem::Graph(g) => g,
-            Problem::Chain(_) => return Err(SolveError::NotApplicable { solver: "hiremate", view: View::Chain }),
-        };
+        let g = problem.graph_for("hiremate")?;
         crate::require_forward_links(g, "hiremate")?;
         Ok(match Prepared::with_progress(g, &HPartitionConfig::default(), options.time_limit, &options.progress) {
             Ok(prepared) => Box::new(crate::Ready { solver: "hiremate", prepared, options }),

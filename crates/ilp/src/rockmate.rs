@@ -82,10 +82,7 @@ impl Solver for Rockmate {
         problem: Problem<'a>,
         options: &'a SolveOptions,
     ) -> Result<Box<dyn pebble_solve::Prepared + 'a>, SolveError> {
-        let g = match problem {
-            Problem::Graph(g) => g,
-            Problem::Chain(_) => return Err(SolveError::NotApplicable { solver: "rockmate", view: View::Chain }),
-        };
+        let g = problem.graph_for("rockmate")?;
         crate::require_forward_links(g, "rockmate")?;
         let failed = |e: IlpError| Box::new(crate::Failed { solver: "rockmate", reason: e.to_string() });
         let cut = match Cut::new(g) {
@@ -449,10 +446,7 @@ impl Solver for RkCheckmate {
     }
 
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
-        let g = match problem {
-            Problem::Graph(g) => g,
-            Problem::Chain(_) => return Err(SolveError::NotApplicable { solver: "rk-checkmate", view: View::Chain }),
-        };
+        let g = problem.graph_for("rk-checkmate")?;
         let infeasible = |reason: String| SolveError::Infeasible { budget, reason };
         g.validate().map_err(|e| infeasible(e.to_string()))?;
         let (h, _) = HGraph::bottom(g).map_err(|e| infeasible(e.to_string()))?;

@@ -52,6 +52,14 @@ impl<'a> Problem<'a> {
             Problem::Graph(_) => Err(SolveError::NotApplicable { solver, view: View::Graph }),
         }
     }
+
+    /// The graph of a graph-only solver's problem, or [`SolveError::NotApplicable`].
+    pub fn graph_for(&self, solver: &'static str) -> Result<&'a TrainingGraph, SolveError> {
+        match *self {
+            Problem::Graph(g) => Ok(g),
+            Problem::Chain(_) => Err(SolveError::NotApplicable { solver, view: View::Chain }),
+        }
+    }
 }
 
 /// How finely a DP discretizes memory.

@@ -101,10 +101,7 @@ impl Solver for MultiChain {
     }
 
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
-        let g = match problem {
-            Problem::Graph(g) => g,
-            Problem::Chain(_) => return Err(SolveError::NotApplicable { solver: "multichain", view: View::Chain }),
-        };
+        let g = problem.graph_for("multichain")?;
         let kj = KJoin::detect(g).map_err(|_| SolveError::NotApplicable { solver: "multichain", view: View::Graph })?;
         let lengths = kj.lengths();
         let b = kj.b();

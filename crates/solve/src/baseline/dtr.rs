@@ -42,10 +42,7 @@ impl Solver for Dtr {
     }
 
     fn solve(&self, problem: Problem<'_>, budget: u64, _options: &SolveOptions) -> Result<Schedule, SolveError> {
-        match problem {
-            Problem::Graph(g) => dtr_schedule(g, budget),
-            Problem::Chain(_) => Err(SolveError::NotApplicable { solver: "dtr", view: View::Chain }),
-        }
+        dtr_schedule(problem.graph_for("dtr")?, budget)
     }
 }
 
