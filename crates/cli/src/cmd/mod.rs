@@ -63,11 +63,7 @@ pub fn budget_json(budget: &Budget, machine: &Machine) -> serde_json::Value {
         "planned_bytes": budget.planned_bytes,
         "reserve_bytes": budget.reserve_bytes,
         "store_all_budget_bytes": budget.reference_bytes,
-        "runtime_overhead": {
-            "reserve_bytes": machine.runtime.reserve_bytes,
-            "reserve_per_10k": machine.runtime.reserve_per_10k,
-            "int_bytes": machine.runtime.int_bytes,
-        },
+        "runtime_overhead": machine.runtime,
     })
 }
 
