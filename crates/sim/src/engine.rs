@@ -29,7 +29,7 @@
 use pebble_machine::Link;
 use pebble_schedule::{Op, Tensor};
 
-use crate::{MemoryPoint, SimConfig, SimError, SimReport};
+use crate::{Lane, MemoryPoint, SimConfig, SimError, SimReport, Span, TransferMemory};
 
 /// Tolerance on fractions.
 pub(crate) const EPS: f64 = 1e-9;
@@ -62,6 +62,27 @@ fn key_op(key: u64) -> usize {
 /// Phase of an event within its op.
 const ALLOC: u64 = 0;
 const RELEASE: u64 = 1;
+
+/// Device memory a transfer moves linearly over `[t0, t1]` (`TransferMemory::Progressive`).
+#[derive(Debug, Clone, Copy)]
+struct Ramp {
+    t0: f64,
+    t1: f64,
+    delta: i128,
+}
+
+impl Ramp {
+    /// What the ramp has moved by time `t`.
+    fn at(&self, t: f64) -> f64 {
+        if t <= self.t0 {
+            0.0
+        } else if t >= self.t1 {
+            self.delta as f64
+        } else {
+            self.delta as f64 * (t - self.t0) / (self.t1 - self.t0)
+        }
+    }
+}
 
 /// Device memory an offload gives back when it (and the reads issued after it) are done.
 #[derive(Debug, Clone, Copy)]
@@ -135,6 +156,7 @@ pub(crate) struct Engine<'s> {
     d2h: Link,
     h2d: Link,
     timeline: bool,
+    transfers: TransferMemory,
     t: Vec<TState>,
     names: Vec<Tensor>,
     base: u64,
@@ -146,7 +168,14 @@ pub(crate) struct Engine<'s> {
     compute_time: f64,
     compute_ops: usize,
     dev: Vec<Ev>,
+    ramps: Vec<Ramp>,
     host: Vec<Ev>,
+    /// The latest time at which memory already scheduled is released: a compute op that
+    /// starts later cannot wait for memory.
+    horizon: f64,
+    d2h_busy: f64,
+    h2d_busy: f64,
+    spans: Vec<Span>,
 }
 
 impl<'s> Engine<'s> {
@@ -177,6 +206,7 @@ impl<'s> Engine<'s> {
             d2h: config.machine.d2h,
             h2d: config.machine.h2d,
             timeline: config.timeline,
+            transfers: config.transfers,
             t,
             names,
             base,
@@ -187,7 +217,12 @@ impl<'s> Engine<'s> {
             compute_time: 0.0,
             compute_ops: 0,
             dev: Vec::with_capacity(ops.len() * 2),
+            ramps: Vec::new(),
             host: Vec::new(),
+            horizon: 0.0,
+            d2h_busy: 0.0,
+            h2d_busy: 0.0,
+            spans: Vec::new(),
         }
     }
 
@@ -250,10 +285,16 @@ impl<'s> Engine<'s> {
         for &r in eff.reads {
             start = start.max(self.t[r].ready);
         }
+        let mut need = eff.tmp;
+        for &a in eff.allocs {
+            self.settle(a);
+            need = need.saturating_add(self.t[a].size);
+        }
+        let ready = start;
+        start = self.wait_for_memory(start, need);
         let end = start + eff.duration;
         let mut grow = eff.tmp;
         for &a in eff.allocs {
-            self.settle(a);
             let s = &mut self.t[a];
             s.dev_frac = 1.0;
             s.dev_bytes = s.size;
@@ -280,6 +321,10 @@ impl<'s> Engine<'s> {
                 self.release(f, end, start, op);
             }
         }
+        if self.timeline {
+            self.spans.push(Span { lane: Lane::Compute, op, start, end });
+        }
+        debug_assert!(start >= ready);
         self.cursor = end;
         self.last_start = start;
         self.compute_time += eff.duration;
@@ -334,6 +379,11 @@ impl<'s> Engine<'s> {
         let start = self.cursor.max(self.d2h_free).max(s.ready);
         let end = start + self.d2h.transfer_time(s.size as f64 * fraction);
         self.d2h_free = end;
+        self.d2h_busy += end - start;
+        if self.timeline {
+            self.spans.push(Span { lane: Lane::D2h, op, start, end });
+        }
+        let progressive = self.transfers == TransferMemory::Progressive && end > start;
         let s = &mut self.t[id];
         // Host copy: grows at the start.
         let host_frac = (s.host_frac + fraction).min(1.0);
@@ -350,8 +400,15 @@ impl<'s> Engine<'s> {
         let bytes = if rest <= EPS { s.dev_bytes } else { Self::part(s.size, fraction).min(s.dev_bytes) };
         s.dev_bytes -= bytes;
         s.dev_frac = if rest <= EPS { 0.0 } else { rest };
-        s.pending.push(Pending { bytes, time: end, op, floor: self.last_start });
+        // Progressive: the memory goes at the link's rate; the pending entry (with no bytes)
+        // only keeps the device copy readable, as under O.7.
+        let held = if progressive { 0 } else { bytes };
+        s.pending.push(Pending { bytes: held, time: end, op, floor: self.last_start });
         s.busy_until = s.busy_until.max(end);
+        if progressive && bytes > 0 {
+            self.ramps.push(Ramp { t0: start, t1: end, delta: -(bytes as i128) });
+        }
+        self.horizon = self.horizon.max(end);
         Ok(())
     }
 
@@ -382,19 +439,32 @@ impl<'s> Engine<'s> {
         }
         self.settle(id);
         let s = &self.t[id];
-        let start = self.cursor.max(self.h2d_free).max(s.host_ready);
-        let end = start + self.h2d.transfer_time(s.size as f64 * fraction);
-        self.h2d_free = end;
-        let s = &mut self.t[id];
         let frac = s.dev_frac + fraction;
         let bytes = if frac >= 1.0 - EPS {
             s.size - s.dev_bytes
         } else {
             Self::part(s.size, fraction).min(s.size - s.dev_bytes)
         };
-        if bytes > 0 {
-            self.dev.push(Ev { time: start, key: key(1, op, ALLOC), delta: bytes as i128 });
+        let mut start = self.cursor.max(self.h2d_free).max(s.host_ready);
+        let duration = self.h2d.transfer_time(s.size as f64 * fraction);
+        let progressive = self.transfers == TransferMemory::Progressive && duration > 0.0;
+        if !progressive {
+            start = self.wait_for_memory(start, bytes);
         }
+        let end = start + duration;
+        self.h2d_free = end;
+        self.h2d_busy += duration;
+        if self.timeline {
+            self.spans.push(Span { lane: Lane::H2d, op, start, end });
+        }
+        if bytes > 0 {
+            if progressive {
+                self.ramps.push(Ramp { t0: start, t1: end, delta: bytes as i128 });
+            } else {
+                self.dev.push(Ev { time: start, key: key(1, op, ALLOC), delta: bytes as i128 });
+            }
+        }
+        let s = &mut self.t[id];
         s.last_alloc = start;
         s.dev_bytes += bytes;
         if frac >= 1.0 - EPS {
@@ -410,6 +480,70 @@ impl<'s> Engine<'s> {
     }
 
     // ----- internals -----------------------------------------------------------------
+
+    /// Device memory in use at `t`: the base, the events before `t` (and at `t` if
+    /// `inclusive`), the offloads released by then, as an exact step part and the
+    /// progressive transfers' part.
+    fn level_at(&self, t: f64, inclusive: bool) -> (i128, f64) {
+        let before = |time: f64| time < t || (inclusive && time == t);
+        let mut steps = self.base as i128;
+        for e in self.dev.iter().filter(|e| before(e.time)) {
+            steps += e.delta;
+        }
+        for p in self.t.iter().flat_map(|s| &s.pending).filter(|p| before(p.time)) {
+            steps -= p.bytes as i128;
+        }
+        (steps, self.ramps.iter().map(|r| r.at(t)).sum())
+    }
+
+    fn fits(level: (i128, f64), need: u64, budget: u64) -> bool {
+        let (steps, ramp) = level;
+        if ramp == 0.0 {
+            steps + need as i128 <= budget as i128
+        } else {
+            (steps + need as i128) as f64 + ramp <= budget as f64 * (1.0 + 1e-12) + 1e-6
+        }
+    }
+
+    /// The earliest time from `start` on at which `need` more bytes fit the budget, given
+    /// the releases already scheduled (O.3: the device waits for memory); `start` if there
+    /// is no budget, if they fit at once, or if no scheduled release makes them fit.
+    fn wait_for_memory(&self, start: f64, need: u64) -> f64 {
+        let Some(budget) = self.budget else { return start };
+        if self.horizon <= start {
+            return start;
+        }
+        let mut level = self.level_at(start, true);
+        if Self::fits(level, need, budget) {
+            return start;
+        }
+        let mut times: Vec<f64> = self
+            .dev
+            .iter()
+            .map(|e| e.time)
+            .chain(self.t.iter().flat_map(|s| &s.pending).map(|p| p.time))
+            .chain(self.ramps.iter().flat_map(|r| [r.t0, r.t1]))
+            .filter(|&t| t > start)
+            .collect();
+        times.sort_by(f64::total_cmp);
+        times.dedup();
+        let mut prev = start;
+        for t in times {
+            // Memory is linear between `prev` (after its events) and `t` (before its events).
+            let end = self.level_at(t, false);
+            if Self::fits(end, need, budget) {
+                let over = (level.0 + need as i128 - budget as i128) as f64 + level.1;
+                let drop = (level.0 - end.0) as f64 + level.1 - end.1;
+                return if drop > 0.0 { prev + (t - prev) * (over / drop).clamp(0.0, 1.0) } else { prev };
+            }
+            level = self.level_at(t, true);
+            if Self::fits(level, need, budget) {
+                return t;
+            }
+            prev = t;
+        }
+        start
+    }
 
     /// The class of a release at `time` of memory allocated at `alloc`, while a compute op
     /// that started at `floor` may still hold it: 0 (before the allocations of that instant)
@@ -460,6 +594,7 @@ impl<'s> Engine<'s> {
         if bytes > 0 {
             let class = Self::class(when, s.last_alloc, floor);
             self.dev.push(Ev { time: when, key: key(class, op, RELEASE), delta: -(bytes as i128) });
+            self.horizon = self.horizon.max(when);
         }
         if s.host_bytes > 0 {
             let class = Self::class(when, s.host_last_alloc, floor);
@@ -477,10 +612,19 @@ impl<'s> Engine<'s> {
     }
 
     /// Sorts the events and derives peaks (and the timeline if asked); the first budget
-    /// violation is an error.
+    /// violation is an error. Progressive transfers ([`Ramp`]s) make memory piecewise
+    /// linear: their ends are visited as events of no size, so that the peak is still found
+    /// at an event.
     fn scan(&mut self) -> Result<(u64, u64, Vec<MemoryPoint>), SimError> {
+        for r in &self.ramps {
+            for time in [r.t0, r.t1] {
+                self.dev.push(Ev { time, key: key(0, 0, RELEASE), delta: 0 });
+            }
+        }
         Self::sort(&mut self.dev);
         Self::sort(&mut self.host);
+        let mut ramps = std::mem::take(&mut self.ramps);
+        ramps.sort_by(|a, b| a.t0.total_cmp(&b.t0));
         let budget = self.budget;
         if let Some(b) = budget {
             if self.base > b {
@@ -497,14 +641,49 @@ impl<'s> Engine<'s> {
         if self.timeline {
             timeline.push(MemoryPoint { time: 0.0, bytes: self.base });
         }
+        // Memory at an instant: `running` (exact steps and finished ramps) + the part the
+        // ramps in progress have moved.
+        let over = |running: i128, part: f64, b: u64| {
+            if part == 0.0 {
+                running > b as i128
+            } else {
+                running as f64 + part > b as f64 * (1.0 + 1e-12) + 1e-6
+            }
+        };
+        let bytes = |running: i128, part: f64| saturate(running + part.round() as i128);
         let mut running = self.base as i128;
         let mut peak = running;
+        let (mut next_ramp, mut active): (usize, Vec<Ramp>) = (0, Vec::new());
         let evs = &self.dev;
         let mut i = 0;
         while i < evs.len() {
             let time = evs[i].time;
+            while next_ramp < ramps.len() && ramps[next_ramp].t0 <= time {
+                active.push(ramps[next_ramp]);
+                next_ramp += 1;
+            }
+            active.retain(|r| {
+                if r.t1 <= time {
+                    running += r.delta;
+                    false
+                } else {
+                    true
+                }
+            });
+            let part: f64 = active.iter().map(|r| r.at(time)).sum();
             let before = running;
             let mut top = running;
+            if over(running, part, budget.unwrap_or(u64::MAX)) && budget.is_some() {
+                let b = budget.unwrap_or(u64::MAX);
+                let op = key_op(evs[i].key);
+                return Err(SimError::BudgetExceeded {
+                    op,
+                    text: self.text(op),
+                    time,
+                    bytes: bytes(running, part),
+                    budget: b,
+                });
+            }
             while i < evs.len() && evs[i].time == time {
                 let e = evs[i];
                 running += e.delta;
@@ -513,13 +692,13 @@ impl<'s> Engine<'s> {
                         top = running;
                     }
                     if let Some(b) = budget {
-                        if running > b as i128 {
+                        if over(running, part, b) {
                             let op = key_op(e.key);
                             return Err(SimError::BudgetExceeded {
                                 op,
                                 text: self.text(op),
                                 time,
-                                bytes: saturate(running),
+                                bytes: bytes(running, part),
                                 budget: b,
                             });
                         }
@@ -527,13 +706,14 @@ impl<'s> Engine<'s> {
                 }
                 i += 1;
             }
-            peak = peak.max(top);
+            let (top, now) = (bytes(top, part), bytes(running, part));
+            peak = peak.max(top as i128);
             if self.timeline {
-                if top > before && top > running {
-                    timeline.push(MemoryPoint { time, bytes: saturate(top) });
+                if top > bytes(before, part) && top > now {
+                    timeline.push(MemoryPoint { time, bytes: top });
                 }
-                if timeline.last().map(|p| p.bytes as i128) != Some(running) {
-                    timeline.push(MemoryPoint { time, bytes: saturate(running) });
+                if timeline.last().map(|p| p.bytes) != Some(now) {
+                    timeline.push(MemoryPoint { time, bytes: now });
                 }
             }
         }
@@ -556,7 +736,11 @@ impl<'s> Engine<'s> {
             peak_bytes,
             peak_host_bytes,
             compute_ops: self.compute_ops,
+            d2h_busy: self.d2h_busy,
+            h2d_busy: self.h2d_busy,
+            compute_stall: (self.cursor - self.compute_time).max(0.0),
             timeline,
+            spans: self.spans,
         })
     }
 }

@@ -7,13 +7,18 @@
 //! # Timing
 //!
 //! * Compute ops run back to back in program order; an op starts at the end of the
-//!   previous compute op, or later if a tensor it reads is still being prefetched.
+//!   previous compute op, or later if a tensor it reads is still being prefetched, or
+//!   (with a budget) later if its outputs and temporary memory do not fit until in-flight
+//!   transfers release memory (Shilova's O.3: the device waits for memory). Waiting only
+//!   counts on releases already scheduled; if none makes the op fit, it starts on time
+//!   and the budget check reports it.
 //! * A transfer ([`Op::Offload`](pebble_schedule::Op::Offload), [`Op::Prefetch`](pebble_schedule::Op::Prefetch)) is
 //!   issued at the end of the last compute op before it (0 if none) and starts when its
 //!   stream is free (one transfer at a time per direction) and its data is complete (an
 //!   offload waits for the tensor's producer or prefetch; a prefetch waits for the offload
 //!   that filled the host copy). It lasts `latency + size × fraction / bandwidth` of its
-//!   direction's [`Link`] in [`SimConfig::machine`].
+//!   direction's [`Link`] in [`SimConfig::machine`]. With a budget, a prefetch under
+//!   [`TransferMemory::Whole`] also waits until its buffer fits.
 //! * `makespan` is the end of the last op on any stream.
 //!
 //! # Memory
@@ -25,7 +30,11 @@
 //!   `max over ops of (resident before + outputs + temporary)`.
 //! * At equal times, releases come before allocations (except a release of memory
 //!   allocated at that same instant, e.g. by a zero-duration op, which follows it).
-//! * An offload adds to host memory at its start and releases device memory at its end,
+//! * Under [`TransferMemory::Progressive`] (the relaxations O.7′/O.7″) a transfer moves
+//!   device memory linearly over its duration instead of in one step; memory is then
+//!   piecewise linear, and its peak is still found at the events.
+//! * Under [`TransferMemory::Whole`] (O.7, the default) an offload adds to host memory at
+//!   its start and releases device memory at its end,
 //!   but never under a compute op issued after it that reads the tensor: such a read keeps
 //!   the device copy (and pushes the release to the read's end) until the tensor is
 //!   prefetched, produced again or freed. A prefetch takes device memory at its start; the
@@ -83,11 +92,30 @@ use thiserror::Error;
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SimConfig {
     /// Device memory limit in bytes, counting everything resident; `None` = unlimited.
+    /// With a budget, a compute op or a prefetch that does not fit waits for in-flight
+    /// transfers to release memory (Shilova's O.3).
     pub budget: Option<u64>,
     /// The machine: its host links time the transfers (β per direction, and latency).
     pub machine: Machine,
-    /// Record the memory timeline in the report.
+    /// Record the memory timeline and the ops' spans in the report.
     pub timeline: bool,
+    /// When a transfer takes and gives back device memory.
+    pub transfers: TransferMemory,
+}
+
+/// When a transfer takes and gives back device memory (Shilova, Assumptions 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransferMemory {
+    /// O.7, what an implementation does: a tensor occupies its whole buffer for the whole
+    /// transfer. An offload releases it when the transfer ends; a prefetch reserves it
+    /// when the transfer starts.
+    #[default]
+    Whole,
+    /// O.7′ and O.7″, the relaxations: memory is released (offload) or taken (prefetch)
+    /// progressively, at the link's rate, during the transfer. With fractions below 1 in
+    /// the schedule this is O.7′ (partial offloading); with whole tensors only, O.7″.
+    Progressive,
 }
 
 impl SimConfig {
@@ -106,6 +134,31 @@ pub struct MemoryPoint {
     pub bytes: u64,
 }
 
+/// Which stream an op runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Lane {
+    /// The compute stream.
+    Compute,
+    /// The device→host link.
+    D2h,
+    /// The host→device link.
+    H2d,
+}
+
+/// When one op ran, on which stream.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Span {
+    /// The stream.
+    pub lane: Lane,
+    /// The op's index in the schedule.
+    pub op: usize,
+    /// Start time.
+    pub start: f64,
+    /// End time.
+    pub end: f64,
+}
+
 /// What a valid schedule does.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SimReport {
@@ -119,8 +172,17 @@ pub struct SimReport {
     pub peak_host_bytes: u64,
     /// Number of compute ops.
     pub compute_ops: usize,
+    /// Time the device→host link is busy.
+    pub d2h_busy: f64,
+    /// Time the host→device link is busy.
+    pub h2d_busy: f64,
+    /// Time the compute stream waits, before its last op ends, for prefetches or for
+    /// memory: the end of the last compute op minus `compute_time`.
+    pub compute_stall: f64,
     /// Device memory over time (only when [`SimConfig::timeline`] is set).
     pub timeline: Vec<MemoryPoint>,
+    /// When each compute op and transfer ran (only when [`SimConfig::timeline`] is set).
+    pub spans: Vec<Span>,
 }
 
 /// Why a schedule is invalid. `op` is the index of the offending op in the schedule.

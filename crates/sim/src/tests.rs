@@ -7,7 +7,9 @@ use pebble_graph::{Chain, ComputeKind, ComputeNode, DataKind, DataNode, Training
 use pebble_schedule::{ForwardMode, Op, Schedule, Tensor, View};
 use pebble_testkit::{ChainSpec, Rng};
 
-use crate::{simulate_chain, simulate_graph, Link, Machine, MemoryPoint, SimConfig, SimError, SimReport};
+use crate::{
+    simulate_chain, simulate_graph, Lane, Link, Machine, MemoryPoint, SimConfig, SimError, SimReport, TransferMemory,
+};
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * (1.0 + a.abs().max(b.abs()))
@@ -371,13 +373,13 @@ fn offload_prefetch() {
     assert!(simulate_chain(
         &c,
         &sched("F0ck F1all L F0all B1 B0", 2),
-        &SimConfig { budget: Some(16), machine: Machine::default().with_bandwidth(4.0), timeline: false }
+        &SimConfig { budget: Some(16), machine: Machine::default().with_bandwidth(4.0), timeline: false, ..cfg() }
     )
     .is_err());
     assert!(simulate_chain(
         &c,
         &s,
-        &SimConfig { budget: Some(16), machine: Machine::default().with_bandwidth(4.0), timeline: false }
+        &SimConfig { budget: Some(16), machine: Machine::default().with_bandwidth(4.0), timeline: false, ..cfg() }
     )
     .is_ok());
 
@@ -426,7 +428,7 @@ fn offload_timeline_and_free() {
     let r = simulate_chain(
         &c,
         &off_sched(1.0),
-        &SimConfig { machine: Machine::default().with_bandwidth(4.0), timeline: true, budget: None },
+        &SimConfig { machine: Machine::default().with_bandwidth(4.0), timeline: true, budget: None, ..cfg() },
     )
     .unwrap();
     // 0: a_0 1 + a_1 4 = 5; 1: + ā_2 2 = 7; 3: - a_1 4 + δ_2 1 + 10 = 14; 6: - 10, + a_1 4
@@ -459,19 +461,50 @@ fn offload_timeline_and_free() {
     let r = simulate_chain(
         &c,
         &s,
-        &SimConfig { machine: Machine::default().with_bandwidth(0.5), timeline: true, budget: Some(9) },
+        &SimConfig { machine: Machine::default().with_bandwidth(0.5), timeline: true, budget: Some(9), ..cfg() },
     );
     assert_eq!(r.unwrap_err(), SimError::Incomplete("δ_0 was never computed".into()));
-    // Budget 8: a_0 1 + a_1 4 + ā_1 4 = 9 at time 1 > 8, because a_1 is held until 9.
-    let r = simulate_chain(
-        &c,
-        &s,
-        &SimConfig { machine: Machine::default().with_bandwidth(0.5), timeline: false, budget: Some(8) },
-    );
+    // Budget 8: a_0 1 + a_1 4 + ā_1 4 = 9 at time 1 > 8, because a_1 is held until 9; F0all
+    // waits for the release (O.3) and runs [9,10].
+    let config = SimConfig { machine: Machine::default().with_bandwidth(0.5), budget: Some(8), ..cfg() };
+    assert_eq!(simulate_chain(&c, &s, &config).unwrap_err(), SimError::Incomplete("δ_0 was never computed".into()));
+}
+
+#[test]
+fn compute_waits_for_an_offload_to_release_memory() {
+    let c = chain_off();
+    // β = 0.5: the offload of a_1 runs [1,9]. Without a budget the loss runs at once, [3,6],
+    // over a_1 still on the device (peak 18). With a budget of 16 it waits for the release
+    // at 9 (a_0 1 + ā_2 2 + δ_2 1 + tmp 10 = 14) and runs [9,12]; the prefetch runs [12,20];
+    // F0all [12,13]; B1 waits for a_1 until 20, [20,22]; B0 [22,24].
+    let config = SimConfig { budget: Some(16), timeline: true, ..bw(0.5) };
+    let r = simulate_chain(&c, &off_sched(1.0), &config).unwrap();
+    assert_eq!(r.peak_bytes, 16);
+    assert_eq!(r.makespan, 24.0);
+    assert_eq!(r.compute_time, 11.0);
+    assert_eq!(r.compute_stall, 13.0);
+    assert_eq!((r.d2h_busy, r.h2d_busy), (8.0, 8.0));
+    let spans: Vec<(Lane, f64, f64)> = r.spans.iter().map(|s| (s.lane, s.start, s.end)).collect();
+    use Lane::*;
     assert_eq!(
-        r.unwrap_err(),
-        SimError::BudgetExceeded { op: 3, text: "F0all".into(), time: 1.0, bytes: 9, budget: 8 }
+        spans,
+        vec![
+            (Compute, 0.0, 1.0),
+            (D2h, 1.0, 9.0),
+            (Compute, 1.0, 3.0),
+            (Compute, 9.0, 12.0),
+            (H2d, 12.0, 20.0),
+            (Compute, 12.0, 13.0),
+            (Compute, 20.0, 22.0),
+            (Compute, 22.0, 24.0)
+        ]
     );
+    // Under the progressive relaxation (O.7″) a_1 leaves at 0.5 byte per unit from 1 on:
+    // the loss needs memory down to 16 − 11 = 5, i.e. 2 of a_1's 4 bytes gone, at 5.
+    let relaxed = SimConfig { transfers: TransferMemory::Progressive, ..config };
+    let r = simulate_chain(&c, &off_sched(1.0), &relaxed).unwrap();
+    assert_eq!(r.spans[3].start, 5.0);
+    assert_eq!(r.peak_bytes, 16);
 }
 
 #[test]
@@ -954,7 +987,7 @@ fn releases_come_before_allocations_at_equal_times() {
     // At t = 5, op5's release of X (5) goes before op4's allocation of Z (1), even though
     // op4 comes first in program order: 11 -> 6 -> 7, so the peak is 11, not 12.
     let ops: Vec<Op> = (0..6).map(|node| Op::Compute { node, no_grad: false }).collect();
-    let config = SimConfig { budget: Some(11), machine: Machine::default().with_bandwidth(1.0), timeline: true };
+    let config = SimConfig { budget: Some(11), machine: Machine::default().with_bandwidth(1.0), timeline: true, ..cfg() };
     let spec = |d: usize, size: u64, resident: bool| TensorSpec { name: Tensor::Data(d), size, resident };
     let mut eng =
         Engine::new(&ops, &config, 0, [spec(0, 5, true), spec(1, 2, true), spec(2, 1, true), spec(3, 4, false)]);

@@ -40,7 +40,7 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let budget = resolved.map(|b| b.planned_bytes);
-    let config = SimConfig { budget, machine, timeline: args.timeline.is_some() };
+    let config = SimConfig { budget, machine, timeline: args.timeline.is_some(), ..SimConfig::default() };
     let report = match pebble_solve::simulate(subject.problem(), &schedule, &config) {
         Ok(r) => r,
         Err(e) => {
