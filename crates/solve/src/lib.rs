@@ -22,6 +22,7 @@ pub mod brute;
 pub mod budget;
 mod discretize;
 pub mod multichain;
+pub mod offload;
 pub mod revolve;
 pub mod rk_rotor;
 pub mod rotor;
