@@ -185,25 +185,44 @@ pub struct Offloaded {
     pub fraction: f64,
 }
 
-/// The ordered no-wait schedule of an offload set (see the module docs): whole or
-/// fractional offloads of `ā_ℓ` issued when `F_{ℓ+1}` (pebble's stage `ℓ`) starts, the
-/// prefetches in decreasing order as late as the simulator allows. `Err` is the
-/// simulator's verdict on the best placement found.
-pub fn no_wait_schedule(
+/// An offload to place in a sequence of compute ops: `fraction` of `tensor`, issued just
+/// before compute op `at` (when the op before it ends).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Transfer {
+    /// Index in the compute ops of the op it is issued before.
+    pub at: usize,
+    /// The tensor.
+    pub tensor: Tensor,
+    /// The fraction moved, in `(0, 1]`.
+    pub fraction: f64,
+}
+
+/// Whether chain op `op` may read `tensor` (`a_i` is read through `Activation(i)` or
+/// `Saved(i)`, whichever is resident, so both count).
+fn reads(op: &Op, tensor: Tensor, l: usize) -> bool {
+    let a = |i: usize| tensor == Tensor::Activation(i) || (i > 0 && tensor == Tensor::Saved(i));
+    match *op {
+        Op::Forward { stage, .. } => a(stage),
+        Op::Backward { stage } if stage == l => a(l),
+        Op::Backward { stage } => a(stage) || tensor == Tensor::Saved(stage + 1) || tensor == Tensor::Grad(stage + 1),
+        _ => false,
+    }
+}
+
+/// The ordered no-wait schedule of `compute` with `offloads` (Proposition 1): each
+/// offload issued where it says, and each offloaded tensor prefetched before the first
+/// compute op after its offload's op that reads it (none if none does), the prefetches in
+/// the order of their deadlines, each issued as late as the nominal timeline (no stalls)
+/// allows and moved later while the simulator finds it over the budget. `Err` is the
+/// simulator's verdict on the last placement tried.
+pub fn transfer_schedule(
     chain: &Chain,
-    offloads: &[Offloaded],
+    compute: &[Op],
+    offloads: &[Transfer],
     budget: u64,
     config: &SimConfig,
 ) -> Result<Schedule, SimError> {
     let l = chain.len();
-    let compute = keep_all_ops(l);
-    // Position of each compute op in the compute sequence: forward i at i, loss at l,
-    // backward i at 2l − i.
-    let bwd_pos = |i: usize| 2 * l - i;
-    let mut offs: Vec<Offloaded> = offloads.iter().copied().filter(|o| o.ell <= l && o.fraction > 0.0).collect();
-    offs.sort_by_key(|o| o.ell);
-    offs.dedup_by_key(|o| o.ell);
-    // Nominal start times of the compute ops (no stall).
     let mut start = vec![0.0; compute.len() + 1];
     for (k, op) in compute.iter().enumerate() {
         let d = match *op {
@@ -213,72 +232,99 @@ pub fn no_wait_schedule(
         };
         start[k + 1] = start[k] + d;
     }
-    // Prefetch of ā_ℓ: first read by B_ℓ (the loss for ℓ = L). Latest nominal start,
-    // ordered by decreasing ℓ on one link, from the last one back.
-    let mut issue = vec![0usize; offs.len()];
+    let size = |t: Tensor| match t {
+        Tensor::Activation(i) | Tensor::Grad(i) => chain.x[i],
+        Tensor::Saved(i) => chain.xbar[i],
+        Tensor::Weight(i) => chain.w.as_ref().map_or(0, |w| w[i]),
+        Tensor::Data(_) => 0,
+    } as f64;
+    // (offload, deadline) for those read again, by deadline (ties: the later offload first).
+    let mut pre: Vec<(Transfer, usize)> = offloads
+        .iter()
+        .filter_map(|o| {
+            let next = (o.at + 1..compute.len()).find(|&k| reads(&compute[k], o.tensor, l))?;
+            Some((*o, next))
+        })
+        .collect();
+    pre.sort_by(|x, y| x.1.cmp(&y.1).then(y.0.at.cmp(&x.0.at)));
+    // Latest nominal starts, from the last prefetch back.
+    let mut issue = vec![0usize; pre.len()];
     let mut next_start = f64::INFINITY;
-    for (j, o) in offs.iter().enumerate() {
-        let size = if o.ell == 0 { chain.x[0] } else { chain.xbar[o.ell] } as f64 * o.fraction;
-        let deadline = bwd_pos(o.ell);
+    for j in (0..pre.len()).rev() {
+        let (o, deadline) = pre[j];
         let end = start[deadline].min(next_start);
-        let begin = end - config.machine.h2d.transfer_time(size);
+        let begin = end - config.machine.h2d.transfer_time(size(o.tensor) * o.fraction);
         next_start = begin;
-        // Issued after the last compute op that ends by `begin`, after its offload.
         let mut k = deadline;
-        while k > o.ell + 1 && start[k] > begin + 1e-12 * start[k].abs() {
+        while k > o.at + 1 && start[k] > begin + 1e-12 * start[k].abs() {
             k -= 1;
         }
-        issue[j] = k.max(o.ell).min(deadline);
+        issue[j] = k;
     }
+    // Keep the order: a later prefetch is issued no earlier.
+    for j in 1..pre.len() {
+        issue[j] = issue[j].max(issue[j - 1]);
+    }
+    let checked = SimConfig { budget: Some(budget), ..config.clone() };
     let mut tries = 0;
     loop {
-        let schedule = assemble(&compute, &offs, &issue, l);
-        let checked = SimConfig { budget: Some(budget), ..config.clone() };
-        match pebble_sim::simulate_chain(chain, &schedule, &checked) {
+        let schedule = assemble(compute, offloads, &pre, &issue);
+        let verdict = pebble_sim::simulate_chain(chain, &schedule, &checked);
+        let op = match verdict {
             Ok(_) => return Ok(schedule),
-            Err(SimError::BudgetExceeded { op, .. }) if tries < 4 * (offs.len() + 1) * (l + 1) => {
-                // A prefetch over the budget: issue it one compute op later, if it can be.
-                let moved = match schedule.ops.get(op) {
-                    Some(Op::Prefetch { tensor, .. }) => {
-                        offs.iter().position(|o| saved(o.ell) == *tensor).filter(|&j| issue[j] < bwd_pos(offs[j].ell))
-                    }
-                    _ => None,
-                };
-                let Some(j) = moved.or_else(|| {
-                    // Otherwise the earliest-issued prefetch that can still move.
-                    (0..offs.len()).filter(|&j| issue[j] < bwd_pos(offs[j].ell)).min_by_key(|&j| issue[j])
-                }) else {
-                    return pebble_sim::simulate_chain(chain, &schedule, &checked).map(|_| schedule);
-                };
-                issue[j] += 1;
-                // Keep the order (decreasing ℓ): a prefetch of a smaller ℓ is issued no earlier.
-                for i in 0..j {
-                    issue[i] = issue[i].max(issue[j]).min(bwd_pos(offs[i].ell));
-                }
-                tries += 1;
-            }
+            Err(SimError::BudgetExceeded { op, .. }) if tries < 4 * (pre.len() + 1) * (compute.len() + 1) => op,
             Err(e) => return Err(e),
+        };
+        // A prefetch over the budget: issue it one compute op later, if it can be;
+        // otherwise the earliest-issued prefetch that can still move.
+        let movable = |j: usize| issue[j] < pre[j].1;
+        let culprit = match schedule.ops.get(op) {
+            Some(Op::Prefetch { tensor, .. }) => {
+                pre.iter().position(|(o, _)| o.tensor == *tensor).filter(|&j| movable(j))
+            }
+            _ => None,
+        };
+        let Some(j) = culprit.or_else(|| (0..pre.len()).filter(|&j| movable(j)).min_by_key(|&j| issue[j])) else {
+            return verdict.map(|_| schedule);
+        };
+        issue[j] += 1;
+        for i in j + 1..pre.len() {
+            issue[i] = issue[i].max(issue[j]).min(pre[i].1);
         }
+        tries += 1;
     }
 }
 
-/// Interleaves the compute ops with the offloads (before `F_{ℓ}` of stage `ℓ`, i.e. when
-/// `ā_ℓ`'s consumer starts) and the prefetches (before the compute op they are issued at,
-/// in decreasing `ℓ`).
-fn assemble(compute: &[Op], offs: &[Offloaded], issue: &[usize], l: usize) -> Schedule {
-    let mut ops = Vec::with_capacity(compute.len() + 2 * offs.len());
+/// Interleaves the compute ops with the offloads and the prefetches issued before each.
+fn assemble(compute: &[Op], offloads: &[Transfer], pre: &[(Transfer, usize)], issue: &[usize]) -> Schedule {
+    let mut ops = Vec::with_capacity(compute.len() + offloads.len() + pre.len());
     for (k, &op) in compute.iter().enumerate() {
-        if k <= l {
-            for o in offs.iter().filter(|o| o.ell == k) {
-                ops.push(Op::Offload { tensor: saved(o.ell), fraction: o.fraction });
-            }
+        for o in offloads.iter().filter(|o| o.at == k) {
+            ops.push(Op::Offload { tensor: o.tensor, fraction: o.fraction });
         }
-        for j in (0..offs.len()).rev().filter(|&j| issue[j] == k) {
-            ops.push(Op::Prefetch { tensor: saved(offs[j].ell), fraction: offs[j].fraction });
+        for ((o, _), _) in pre.iter().zip(issue).filter(|&(_, &at)| at == k) {
+            ops.push(Op::Prefetch { tensor: o.tensor, fraction: o.fraction });
         }
         ops.push(op);
     }
     Schedule::new(View::Chain, ops)
+}
+
+/// The ordered no-wait schedule of an offloading-only plan (see the module docs): the
+/// compute ops of keep-all, the offload of `ā_ℓ` issued when pebble's stage `ℓ` starts.
+pub fn no_wait_schedule(
+    chain: &Chain,
+    offloads: &[Offloaded],
+    budget: u64,
+    config: &SimConfig,
+) -> Result<Schedule, SimError> {
+    let l = chain.len();
+    let mut offs: Vec<Offloaded> = offloads.iter().copied().filter(|o| o.ell <= l && o.fraction > 0.0).collect();
+    offs.sort_by_key(|o| o.ell);
+    offs.dedup_by_key(|o| o.ell);
+    let transfers: Vec<Transfer> =
+        offs.iter().map(|o| Transfer { at: o.ell, tensor: saved(o.ell), fraction: o.fraction }).collect();
+    transfer_schedule(chain, &keep_all_ops(l), &transfers, budget, config)
 }
 
 /// GREEDY's offload set: whole `ā_0 … ā_k`, `k` the least index with `Σ_{ℓ≤k} ā_ℓ ≥ Q`;
