@@ -33,6 +33,8 @@
 //! Solvers never judge a schedule but through the simulator.
 
 pub mod dynprog;
+pub mod heuristics;
+pub mod pofo;
 
 use pebble_graph::Chain;
 use pebble_machine::Machine;
