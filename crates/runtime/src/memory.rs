@@ -10,25 +10,53 @@
 //! ```
 //!
 //! and [`counting`] then says so. Without it the counters stay at zero.
+//!
+//! Host copies of offloaded tensors live on the heap too, but they are not device memory:
+//! what a thread allocates or frees inside a [`host_scope`] goes to separate counters
+//! ([`host_live`], [`host_peak`]), so that [`live`] and [`peak`] stay the device's. The
+//! executor's transfer threads open a scope around making a host copy, and a host copy
+//! opens one when it is dropped (`transfer.rs`).
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 static LIVE: AtomicU64 = AtomicU64::new(0);
 static PEAK: AtomicU64 = AtomicU64::new(0);
 static ACTIVE: AtomicBool = AtomicBool::new(false);
+// Signed: a block allocated outside a host scope and freed inside one would otherwise wrap.
+static HOST_LIVE: AtomicI64 = AtomicI64::new(0);
+static HOST_PEAK: AtomicI64 = AtomicI64::new(0);
 
-/// The system allocator, counting live bytes and their peak.
+thread_local! {
+    // Const-initialized and without a destructor: reading it never allocates.
+    static HOST: Cell<bool> = const { Cell::new(false) };
+}
+
+fn in_host_scope() -> bool {
+    HOST.try_with(Cell::get).unwrap_or(false)
+}
+
+/// The system allocator, counting live bytes and their peak (device and host apart).
 pub struct CountingAlloc;
 
 impl CountingAlloc {
     #[inline]
     fn grew(size: usize) {
+        if in_host_scope() {
+            let now = HOST_LIVE.fetch_add(size as i64, Ordering::Relaxed) + size as i64;
+            HOST_PEAK.fetch_max(now, Ordering::Relaxed);
+            return;
+        }
         let now = LIVE.fetch_add(size as u64, Ordering::Relaxed) + size as u64;
         PEAK.fetch_max(now, Ordering::Relaxed);
     }
     #[inline]
     fn shrank(size: usize) {
+        if in_host_scope() {
+            HOST_LIVE.fetch_sub(size as i64, Ordering::Relaxed);
+            return;
+        }
         LIVE.fetch_sub(size as u64, Ordering::Relaxed);
     }
 }
@@ -77,18 +105,48 @@ pub fn counting() -> bool {
     ACTIVE.load(Ordering::Relaxed)
 }
 
-/// Live heap bytes now.
+/// Live heap bytes now, host copies excepted.
 pub fn live() -> u64 {
     LIVE.load(Ordering::Relaxed)
 }
 
-/// The peak of live heap bytes since the last [`reset_peak`].
+/// The peak of live heap bytes since the last [`reset_peak`], host copies excepted.
 pub fn peak() -> u64 {
     PEAK.load(Ordering::Relaxed)
 }
 
-/// Starts measuring a step: resets the heap and device peaks and returns the live
-/// heap bytes now, which the step's peak is taken above.
+/// Live bytes allocated inside host scopes (host copies of offloaded tensors) now.
+pub fn host_live() -> u64 {
+    HOST_LIVE.load(Ordering::Relaxed).max(0) as u64
+}
+
+/// The peak of [`host_live`] since the last [`reset_peak`].
+pub fn host_peak() -> u64 {
+    HOST_PEAK.load(Ordering::Relaxed).max(0) as u64
+}
+
+/// While the returned guard lives, this thread's allocations and frees count as host
+/// memory ([`host_live`]) instead of device memory ([`live`]). Scopes nest.
+pub fn host_scope() -> HostScope {
+    let outer = HOST.with(|h| h.replace(true));
+    HostScope { outer, _not_send: std::marker::PhantomData }
+}
+
+/// The guard of [`host_scope`]: restores the thread's previous accounting when dropped.
+pub struct HostScope {
+    outer: bool,
+    // The flag is per thread: the guard must be dropped on the thread that made it.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for HostScope {
+    fn drop(&mut self) {
+        HOST.with(|h| h.set(self.outer));
+    }
+}
+
+/// Starts measuring a step: resets the heap (device and host) and device peaks and
+/// returns the live heap bytes now, which the step's peak is taken above.
 pub fn start_step() -> u64 {
     let before = live();
     reset_peak();
@@ -96,9 +154,10 @@ pub fn start_step() -> u64 {
     before
 }
 
-/// Starts a new peak from the live bytes now.
+/// Starts new peaks (device and host heap) from the live bytes now.
 pub fn reset_peak() {
     PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+    HOST_PEAK.store(HOST_LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
 }
 
 /// A reading of device memory in use, for backends whose memory the global allocator
