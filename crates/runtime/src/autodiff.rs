@@ -119,6 +119,7 @@ impl<B: AutodiffBackend> Session<B> {
             *p = B::float_detach(p.clone());
         }
         self.steps += 1;
-        Ok(StepReport { loss, seconds, peak_bytes })
+        let host_peak_bytes = memory::counting().then_some(0);
+        Ok(StepReport { loss, seconds, peak_bytes, host_peak_bytes, transfers: Default::default() })
     }
 }

@@ -11,18 +11,42 @@
 //!
 //! Parameters, their gradients and the optimizer's state live outside the schedule, as
 //! the planners' static memory does.
+//!
+//! # Transfers (chain schedules)
+//!
+//! [`Op::Offload`] and [`Op::Prefetch`] run as the simulator times them, moving whole
+//! tensors (Shilova's Assumptions 1 and O.7; a fraction below 1 is refused). Compute ops
+//! run on the calling thread in program order; a transfer is issued when the compute op
+//! before it has finished, to one thread per direction that runs its transfers one at a
+//! time, throttled to its link ([`TransferOptions`], [`crate::transfer`]).
+//!
+//! * An offload copies the tensor's data to a host copy and then releases the device
+//!   copy, except that a compute op issued after it that reads the tensor still reads
+//!   the device copy, which stays until that op is done (until the tensor is prefetched,
+//!   freed or produced again, as in the simulator).
+//! * A prefetch takes device memory when it starts and rebuilds the device tensors from
+//!   the host copy; a compute op that reads the tensor waits for it. The host copy stays
+//!   until the tensor is freed or consumed.
+//! * The device pool counts the step's resident bytes and the schedule's tensors at their
+//!   declared sizes under [`TransferOptions::device_cap`]: a compute op (or a prefetch)
+//!   that would go over it waits for offloads in flight to release memory, and fails when
+//!   none will. [`TransferReport`] says how long each link was busy and how long the
+//!   compute stream waited.
+//!
+//! Graph schedules do not move tensors yet: their transfers are refused.
 
 use std::collections::HashMap;
 
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, TensorMetadata};
 use pebble_schedule::{ForwardMode, Op, Schedule, Tensor, View};
-use pebble_zoo::ops::Saved;
+use pebble_zoo::ops::{Elem, Saved};
 use pebble_zoo::{GraphIndex, TensorId};
 
 use crate::ops::{self, OpCtx};
 use crate::program::{Key, Program, Source};
 use crate::rng::op_seed;
+use crate::transfer::{Parts, TransferOptions, TransferReport, Transfers};
 use crate::{RuntimeError, Value};
 
 type Env<B> = HashMap<TensorId, Value<B>>;
@@ -44,6 +68,9 @@ pub struct StepInputs<'a, B: Backend> {
     pub params: &'a [FloatTensor<B>],
     /// The seed of this step's random ops.
     pub seed: u64,
+    /// Bytes resident on the device when the step starts (parameters, optimizer state,
+    /// the batch): where the device pool starts, with the gradients the step allocates.
+    pub resident_bytes: u64,
 }
 
 /// What a step leaves: the loss and the parameters' gradients.
@@ -52,9 +79,12 @@ pub struct StepOutput<B: Backend> {
     pub loss: FloatTensor<B>,
     /// Each parameter's gradient (`None` if no gradient reached it).
     pub grads: Vec<Option<FloatTensor<B>>>,
+    /// What the step's transfers did (all zero for a schedule without any).
+    pub transfers: TransferReport,
 }
 
-/// Runs one training step of `schedule` on `program`, on `device`.
+/// Runs one training step of `schedule` on `program`, on `device`, with unthrottled
+/// transfers and no cap on the device pool.
 pub fn run<B: Backend>(
     program: &Program,
     index: &GraphIndex,
@@ -62,16 +92,32 @@ pub fn run<B: Backend>(
     step: &StepInputs<'_, B>,
     device: &B::Device,
 ) -> Result<StepOutput<B>, RuntimeError> {
+    run_with(program, index, schedule, step, device, &TransferOptions::default())
+}
+
+/// Runs one training step of `schedule` on `program`, on `device`: transfers over the
+/// links of `options`, device memory under its cap.
+pub fn run_with<B: Backend>(
+    program: &Program,
+    index: &GraphIndex,
+    schedule: &Schedule,
+    step: &StepInputs<'_, B>,
+    device: &B::Device,
+    options: &TransferOptions,
+) -> Result<StepOutput<B>, RuntimeError> {
     // Parameter gradients are resident for the whole step, as the planners count them
     // (gradient-accumulation accounting, Zhao §1.1): zeroed at the start, accumulated into.
     let grads = step.params.iter().map(|p| Some(B::float_zeros(p.shape(), device, p.dtype().into()))).collect();
     let mut runner = Runner { p: program, step, device, grads, loss: None };
-    match schedule.view {
-        View::Chain => runner.chain(schedule)?,
-        View::Graph => runner.graph(index, schedule)?,
-    }
+    let transfers = match schedule.view {
+        View::Chain => runner.chain(schedule, options)?,
+        View::Graph => {
+            runner.graph(index, schedule)?;
+            TransferReport::default()
+        }
+    };
     let loss = runner.loss.take().ok_or(RuntimeError::NoLoss)?;
-    Ok(StepOutput { loss, grads: runner.grads })
+    Ok(StepOutput { loss, grads: runner.grads, transfers })
 }
 
 struct Runner<'a, B: Backend> {
@@ -302,72 +348,112 @@ impl<B: Backend> Runner<'_, B> {
         Ok(out)
     }
 
-    fn chain(&mut self, schedule: &Schedule) -> Result<(), RuntimeError> {
+    /// Runs a chain schedule: compute ops on this thread, transfers on the two threads
+    /// of [`Transfers`], all of it inside one scope so that nothing outlives the step.
+    fn chain(&mut self, schedule: &Schedule, options: &TransferOptions) -> Result<TransferReport, RuntimeError> {
         let l = self.p.len();
-        let mut act: Vec<Option<Env<B>>> = (0..=l).map(|_| None).collect();
-        let mut sav: Vec<Option<SavedSet<B>>> = (0..=l).map(|_| None).collect();
-        let mut delta: Vec<Option<GradMap<B>>> = (0..=l).map(|_| None).collect();
+        let ids = Ids { n: l + 1 };
+        let effects = resolve(&schedule.ops, l)?;
+        let sizes = chain_sizes(self.p, ids);
+        let mut held = Held::new(ids);
         let mut a0 = Env::new();
         for &t in &self.p.boundary[0] {
             a0.insert(t, self.static_value(t)?);
         }
-        act[0] = Some(a0);
+        held.act[0] = Some(a0);
+        let mut track = vec![Track::default(); 3 * ids.n];
+        // The pool starts with what the step holds from its start; `a_0` is among it.
+        track[ids.act(0)].dev = sizes[ids.act(0)];
+        let grads: u64 =
+            self.grads.iter().flatten().map(|g| (g.shape().num_elements() * g.dtype().size()) as u64).sum();
+        let base = self.step.resident_bytes.saturating_add(grads).max(sizes[ids.act(0)]);
+        let device = self.device;
+        std::thread::scope(|scope| {
+            let xfer = Transfers::new(scope, device, *options, base);
+            let mut run = ChainRun { held, track, sizes, xfer };
+            let result = self.chain_ops(schedule, &effects, &mut run);
+            let ChainRun { held, xfer, .. } = run;
+            drop(held);
+            let report = xfer.finish(result.is_ok());
+            result.and(report)
+        })
+    }
+
+    fn chain_ops(
+        &mut self,
+        schedule: &Schedule,
+        effects: &[Effect],
+        run: &mut ChainRun<'_, '_, B>,
+    ) -> Result<(), RuntimeError> {
+        let ids = run.held.ids;
         for (k, op) in schedule.ops.iter().enumerate() {
+            let eff = &effects[k];
+            run.poll()?;
             match *op {
-                Op::Forward { stage: i, mode } => {
-                    if i >= l {
-                        return Err(sched_err(k, op, format!("stage {i} out of range (L = {l})")));
+                Op::Forward { .. } | Op::Backward { .. } => {
+                    for &r in &eff.reads {
+                        run.settle(r)?;
                     }
-                    let (input, from_act) = match (&act[i], &sav[i]) {
-                        (Some(_), _) if mode == ForwardMode::Discard => (act[i].take().expect("checked"), true),
-                        (Some(a), _) => (a.clone(), true),
-                        (None, Some(s)) => (s.boundary.clone(), false),
-                        (None, None) => return Err(sched_err(k, op, format!("a_{i} is not available"))),
-                    };
-                    let _ = from_act;
-                    let grad = mode == ForwardMode::KeepAll;
-                    let (out, inner) = self.forward_stage(i, input, grad)?;
-                    if grad {
-                        sav[i + 1] = Some(SavedSet { boundary: out, inner });
-                    } else {
-                        act[i + 1] = Some(out);
+                    if let Some(o) = eff.output {
+                        // Made again while held (or kept for a read): the old device copy
+                        // goes first; a host copy stays.
+                        run.drop_device(o)?;
+                        run.xfer.reserve(k, &op.to_string(), run.sizes[o])?;
+                        run.track[o].dev = run.sizes[o];
                     }
-                }
-                Op::Backward { stage: i } if i == l => {
-                    let a_l = match (&act[l], &sav[l]) {
-                        (Some(a), _) => a.clone(),
-                        (None, Some(s)) => s.boundary.clone(),
-                        (None, None) => return Err(sched_err(k, op, format!("a_{l} is not available"))),
-                    };
-                    act[l] = None;
-                    delta[l] = Some(self.loss_stage(&a_l)?);
-                }
-                Op::Backward { stage: i } => {
-                    if i > l {
-                        return Err(sched_err(k, op, format!("stage {i} out of range (L = {l})")));
+                    self.compute(k, op, eff, &mut run.held)?;
+                    for &r in &eff.releases {
+                        run.release(r)?;
                     }
-                    let d = delta[i + 1].take().ok_or_else(|| sched_err(k, op, format!("δ_{} is missing", i + 1)))?;
-                    let s = sav[i + 1].take().ok_or_else(|| sched_err(k, op, format!("ā_{} is missing", i + 1)))?;
-                    act[i + 1] = None;
-                    let a_i = match (act[i].take(), &sav[i]) {
-                        (Some(a), _) => a,
-                        (None, Some(s)) => s.boundary.clone(),
-                        (None, None) => return Err(sched_err(k, op, format!("a_{i} is not available"))),
-                    };
-                    delta[i] = Some(self.backward_stage(i, d, &a_i, s)?);
-                    drop(a_i);
+                    run.let_go_after(k);
                 }
-                Op::Free { tensor } => match tensor {
-                    Tensor::Activation(i) if i <= l => act[i] = None,
-                    Tensor::Saved(i) if i <= l => sav[i] = None,
-                    Tensor::Grad(i) if i <= l => delta[i] = None,
-                    _ => return Err(sched_err(k, op, "not a chain tensor")),
-                },
-                Op::Compute { .. } => return Err(sched_err(k, op, "a graph op in a chain schedule")),
-                Op::Offload { .. } | Op::Prefetch { .. } => {
-                    return Err(sched_err(k, op, "the executor does not move tensors to the host yet"))
+                Op::Free { tensor } => run.release(ids.of(tensor).expect("resolved"))?,
+                Op::Offload { tensor, .. } => run.offload(k, op, tensor, eff.hold_until)?,
+                Op::Prefetch { tensor, .. } => run.prefetch(k, op, tensor)?,
+                Op::Compute { .. } => unreachable!("resolve refuses graph ops in chain schedules"),
+            }
+        }
+        run.poll()
+    }
+
+    /// Runs one compute op of a chain schedule on the tensors `held`, as `eff` resolved it.
+    fn compute(&mut self, k: usize, op: &Op, eff: &Effect, h: &mut Held<B>) -> Result<(), RuntimeError> {
+        let l = self.p.len();
+        let gone = |what: String| sched_err(k, op, format!("{what} is not on the device"));
+        // `a_i`, from `ā_i` or (taken if `take`) from `Activation(i)`.
+        let a_of = |h: &mut Held<B>, i: usize, take: bool| -> Result<Env<B>, RuntimeError> {
+            let a = if eff.a_saved {
+                h.sav[i].as_ref().map(|s| s.boundary.clone())
+            } else if take {
+                h.act[i].take()
+            } else {
+                h.act[i].clone()
+            };
+            a.ok_or_else(|| gone(format!("a_{i}")))
+        };
+        match *op {
+            Op::Forward { stage: i, mode } => {
+                let input = a_of(h, i, mode == ForwardMode::Discard)?;
+                let grad = mode == ForwardMode::KeepAll;
+                let (out, inner) = self.forward_stage(i, input, grad)?;
+                if grad {
+                    h.sav[i + 1] = Some(SavedSet { boundary: out, inner });
+                } else {
+                    h.act[i + 1] = Some(out);
                 }
             }
+            Op::Backward { stage: i } if i == l => {
+                let a_l = a_of(h, l, true)?;
+                h.delta[l] = Some(self.loss_stage(&a_l)?);
+            }
+            Op::Backward { stage: i } => {
+                let d = h.delta[i + 1].take().ok_or_else(|| gone(format!("δ_{}", i + 1)))?;
+                let s = h.sav[i + 1].take().ok_or_else(|| gone(format!("ā_{}", i + 1)))?;
+                h.act[i + 1] = None;
+                let a_i = a_of(h, i, true)?;
+                h.delta[i] = Some(self.backward_stage(i, d, &a_i, s)?);
+            }
+            _ => unreachable!("a compute op"),
         }
         Ok(())
     }
@@ -527,9 +613,470 @@ impl<B: Backend> Runner<'_, B> {
                         data[d] = None;
                     }
                 }
+                Op::Offload { .. } | Op::Prefetch { .. } => {
+                    return Err(sched_err(k, sop, "the executor moves tensors in chain schedules only"))
+                }
                 _ => return Err(sched_err(k, sop, "not a graph op (compute or free)")),
             }
         }
         Ok(())
+    }
+}
+
+// -------------------------------------------------------------------- chain tensors
+
+/// A part of a chain tensor as it travels to the host and back: a boundary tensor (of
+/// `a_i`, `ā_i` or `δ_i`) or an inner saved tensor of `ā_i`.
+#[derive(Debug, Clone, Copy)]
+enum Part {
+    Boundary(TensorId),
+    Inner(Key),
+}
+
+/// Dense ids of the chain tensors `a_i`, `ā_i`, `δ_i` for `i` in `0..n` (`n = L + 1`).
+#[derive(Debug, Clone, Copy)]
+struct Ids {
+    n: usize,
+}
+
+impl Ids {
+    fn act(self, i: usize) -> usize {
+        i
+    }
+    fn sav(self, i: usize) -> usize {
+        self.n + i
+    }
+    fn grad(self, i: usize) -> usize {
+        2 * self.n + i
+    }
+    fn of(self, t: Tensor) -> Option<usize> {
+        match t {
+            Tensor::Activation(i) if i < self.n => Some(self.act(i)),
+            Tensor::Saved(i) if i < self.n => Some(self.sav(i)),
+            Tensor::Grad(i) if i < self.n => Some(self.grad(i)),
+            _ => None,
+        }
+    }
+}
+
+/// The chain tensors whose device copies the step holds.
+struct Held<B: Backend> {
+    ids: Ids,
+    act: Vec<Option<Env<B>>>,
+    sav: Vec<Option<SavedSet<B>>>,
+    delta: Vec<Option<GradMap<B>>>,
+}
+
+impl<B: Backend> Held<B> {
+    fn new(ids: Ids) -> Self {
+        Held {
+            ids,
+            act: (0..ids.n).map(|_| None).collect(),
+            sav: (0..ids.n).map(|_| None).collect(),
+            delta: (0..ids.n).map(|_| None).collect(),
+        }
+    }
+
+    fn present(&self, id: usize) -> bool {
+        let (kind, i) = (id / self.ids.n, id % self.ids.n);
+        match kind {
+            0 => self.act[i].is_some(),
+            1 => self.sav[i].is_some(),
+            _ => self.delta[i].is_some(),
+        }
+    }
+
+    fn clear(&mut self, id: usize) {
+        let (kind, i) = (id / self.ids.n, id % self.ids.n);
+        match kind {
+            0 => self.act[i] = None,
+            1 => self.sav[i] = None,
+            _ => self.delta[i] = None,
+        }
+    }
+
+    /// Handles to the tensor's parts (the device copy stays).
+    fn parts(&self, id: usize) -> Parts<B, Part> {
+        let (kind, i) = (id / self.ids.n, id % self.ids.n);
+        let boundary = |env: &Env<B>| env.iter().map(|(&t, v)| (Part::Boundary(t), v.clone())).collect::<Vec<_>>();
+        match kind {
+            0 => self.act[i].as_ref().map(boundary).unwrap_or_default(),
+            1 => self.sav[i]
+                .as_ref()
+                .map(|s| {
+                    let mut parts = boundary(&s.boundary);
+                    parts.extend(s.inner.iter().map(|(&k, v)| (Part::Inner(k), v.clone())));
+                    parts
+                })
+                .unwrap_or_default(),
+            _ => self.delta[i]
+                .as_ref()
+                .map(|d| d.iter().map(|(&t, g)| (Part::Boundary(t), Value::Float(g.clone()))).collect())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The tensor's parts, no longer held here.
+    fn take(&mut self, id: usize) -> Parts<B, Part> {
+        let parts = self.parts(id);
+        self.clear(id);
+        parts
+    }
+
+    /// Holds the tensor again, from its parts.
+    fn put(&mut self, id: usize, parts: Parts<B, Part>) {
+        let (kind, i) = (id / self.ids.n, id % self.ids.n);
+        let mut boundary = Env::new();
+        let mut inner = HashMap::new();
+        for (part, v) in parts {
+            match part {
+                Part::Boundary(t) => boundary.insert(t, v),
+                Part::Inner(k) => inner.insert(k, v),
+            };
+        }
+        match kind {
+            0 => self.act[i] = Some(boundary),
+            1 => self.sav[i] = Some(SavedSet { boundary, inner }),
+            _ => self.delta[i] = Some(boundary.into_iter().filter_map(|(t, v)| Some((t, v.float()?))).collect()),
+        }
+    }
+}
+
+/// Bytes of each chain tensor as the pool counts them: its tensors at their declared
+/// sizes, a view and its root once (as the chain counts data nodes).
+fn chain_sizes(p: &Program, ids: Ids) -> Vec<u64> {
+    let net = &p.net;
+    let roots = |ts: &mut dyn Iterator<Item = TensorId>| {
+        let set: std::collections::BTreeSet<TensorId> = ts.map(|t| net.root(t)).collect();
+        set.into_iter().map(|t| net.bytes(&net.tensors[t].shape, net.tensors[t].elem)).sum::<u64>()
+    };
+    let mut sizes = vec![0; 3 * ids.n];
+    for i in 0..ids.n {
+        let b = &p.boundary[i];
+        sizes[ids.act(i)] = roots(&mut b.iter().copied());
+        let grads = b.iter().copied().filter(|&t| net.tensors[t].requires_grad && net.tensors[t].elem == Elem::Float);
+        sizes[ids.grad(i)] = roots(&mut grads.into_iter());
+        if i >= 1 {
+            // The chain's `xbar[i]` adds to `x[i]` what stage `i-1` makes for its backward;
+            // a saved view of an older tensor is counted where that tensor is.
+            let saved = &p.stages[i - 1].saved;
+            let made_here = |t: TensorId| net.tensors[net.root(t)].producer.is_some_and(|o| p.stage_of[o] == i - 1);
+            let tensors = saved.iter().filter_map(|k| match k {
+                Key::Tensor(t) if made_here(*t) => Some(*t),
+                _ => None,
+            });
+            let extras: u64 = saved
+                .iter()
+                .filter_map(|k| if let Key::Extra(o, j) = k { Some((*o, *j)) } else { None })
+                .map(|(o, j)| {
+                    let declared = net.ops[o].decl.saved.iter().filter_map(|s| match s {
+                        Saved::Extra { shape, elem, .. } => Some(net.bytes(shape, *elem)),
+                        _ => None,
+                    });
+                    declared.clone().nth(j).unwrap_or(0)
+                })
+                .sum();
+            sizes[ids.sav(i)] = roots(&mut b.iter().copied().chain(tensors)) + extras;
+        }
+    }
+    sizes
+}
+
+/// What a chain op does to the chain tensors, resolved before the step runs as the
+/// simulator reads Table 2.1: which copy of `a_i` a compute op reads, what it produces and
+/// releases; for an offload, the last compute op that still reads the device copy.
+#[derive(Debug, Clone, Default)]
+struct Effect {
+    reads: Vec<usize>,
+    /// `a_i` is read from `ā_i` (no `Activation(i)` is held).
+    a_saved: bool,
+    output: Option<usize>,
+    releases: Vec<usize>,
+    hold_until: Option<usize>,
+}
+
+/// Resolves a chain schedule's ops (see [`Effect`]), refusing the ops the executor
+/// cannot run before any of them runs.
+fn resolve(ops: &[Op], l: usize) -> Result<Vec<Effect>, RuntimeError> {
+    let ids = Ids { n: l + 1 };
+    // Held, as the simulator sees it: an offloaded tensor stays readable (its device copy
+    // is kept for the reads) until it is prefetched, produced again or released.
+    let mut held = vec![false; 3 * ids.n];
+    held[ids.act(0)] = true;
+    let mut effects: Vec<Effect> = Vec::with_capacity(ops.len());
+    let tensor_of = |k: usize, op: &Op, t: Tensor| {
+        ids.of(t).ok_or_else(|| match t {
+            Tensor::Weight(_) => {
+                sched_err(k, op, "weights stay on the device: the executor does not move or free them")
+            }
+            _ => sched_err(k, op, "not a chain tensor"),
+        })
+    };
+    for (k, op) in ops.iter().enumerate() {
+        let a_of = |held: &[bool], i: usize| {
+            if held[ids.act(i)] {
+                Ok((ids.act(i), false))
+            } else if held[ids.sav(i)] {
+                Ok((ids.sav(i), true))
+            } else {
+                Err(sched_err(k, op, format!("a_{i} is not available")))
+            }
+        };
+        let mut e = Effect::default();
+        match *op {
+            Op::Forward { stage: i, mode } => {
+                if i >= l {
+                    return Err(sched_err(k, op, format!("stage {i} out of range (L = {l})")));
+                }
+                let (a, saved) = a_of(&held, i)?;
+                e.reads.push(a);
+                e.a_saved = saved;
+                if mode == ForwardMode::Discard && !saved {
+                    e.releases.push(a);
+                }
+                e.output = Some(if mode == ForwardMode::KeepAll { ids.sav(i + 1) } else { ids.act(i + 1) });
+            }
+            Op::Backward { stage: i } if i == l => {
+                let (a, saved) = a_of(&held, l)?;
+                e.reads.push(a);
+                e.a_saved = saved;
+                e.releases.push(ids.act(l));
+                e.output = Some(ids.grad(l));
+            }
+            Op::Backward { stage: i } => {
+                if i > l {
+                    return Err(sched_err(k, op, format!("stage {i} out of range (L = {l})")));
+                }
+                if !held[ids.grad(i + 1)] {
+                    return Err(sched_err(k, op, format!("δ_{} is missing", i + 1)));
+                }
+                if !held[ids.sav(i + 1)] {
+                    return Err(sched_err(k, op, format!("ā_{} is missing", i + 1)));
+                }
+                let (a, saved) = a_of(&held, i)?;
+                e.reads = vec![ids.grad(i + 1), ids.sav(i + 1), a];
+                e.a_saved = saved;
+                e.releases = vec![ids.grad(i + 1), ids.sav(i + 1), ids.act(i + 1)];
+                if !saved {
+                    e.releases.push(a);
+                }
+                e.output = Some(ids.grad(i));
+            }
+            Op::Free { tensor } => e.releases.push(tensor_of(k, op, tensor)?),
+            Op::Offload { tensor, fraction } | Op::Prefetch { tensor, fraction } => {
+                tensor_of(k, op, tensor)?;
+                if fraction != 1.0 {
+                    return Err(sched_err(
+                        k,
+                        op,
+                        format!(
+                            "fraction {fraction}: the executor moves whole tensors (fraction 1); \
+                             partial transfers are a relaxation for the planner only"
+                        ),
+                    ));
+                }
+            }
+            Op::Compute { .. } => return Err(sched_err(k, op, "a graph op in a chain schedule")),
+        }
+        for &r in &e.releases {
+            held[r] = false;
+        }
+        if let Some(o) = e.output {
+            held[o] = true;
+        }
+        effects.push(e);
+    }
+    // An offload's device copy stays for the compute ops after it that read the tensor,
+    // until it is prefetched, freed, produced again or released.
+    for k in 0..ops.len() {
+        let Op::Offload { tensor, .. } = ops[k] else { continue };
+        let id = ids.of(tensor).expect("resolved");
+        for j in k + 1..ops.len() {
+            if let Op::Prefetch { tensor: t, .. } | Op::Free { tensor: t } = ops[j] {
+                if ids.of(t) == Some(id) {
+                    break;
+                }
+            }
+            if effects[j].reads.contains(&id) {
+                effects[k].hold_until = Some(j);
+            }
+            if effects[j].output == Some(id) || effects[j].releases.contains(&id) {
+                break;
+            }
+        }
+    }
+    Ok(effects)
+}
+
+/// Where a chain tensor stands with the pools.
+#[derive(Debug, Clone, Default)]
+struct Track {
+    /// Device pool bytes its device copy holds (0: not on the device, or offloaded).
+    dev: u64,
+    /// The offload whose host copy it has (or is being made).
+    host: Option<usize>,
+    /// `(until, offload, bytes)`: a device copy kept after an offload for the compute ops
+    /// up to `until` that read it.
+    hold: Option<(usize, usize, u64)>,
+    /// Its prefetch in flight.
+    prefetch: Option<usize>,
+}
+
+/// A chain step's tensors, their standing with the pools, and the transfer machinery.
+struct ChainRun<'s, 'e, B: Backend> {
+    held: Held<B>,
+    track: Vec<Track>,
+    sizes: Vec<u64>,
+    xfer: Transfers<'s, 'e, B, Part>,
+}
+
+impl<B: Backend> ChainRun<'_, '_, B> {
+    /// Takes in the prefetches that have arrived.
+    fn poll(&mut self) -> Result<(), RuntimeError> {
+        for (job, parts) in self.xfer.arrived()? {
+            if let Some(id) = self.track.iter().position(|t| t.prefetch == Some(job)) {
+                self.track[id].prefetch = None;
+                self.held.put(id, parts);
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the tensor's prefetch in flight, if any.
+    fn settle(&mut self, id: usize) -> Result<(), RuntimeError> {
+        if let Some(job) = self.track[id].prefetch.take() {
+            let parts = self.xfer.wait_prefetch(job)?;
+            self.held.put(id, parts);
+        }
+        Ok(())
+    }
+
+    /// Drops the tensor's device copy and gives its bytes back to the pool.
+    fn drop_device(&mut self, id: usize) -> Result<(), RuntimeError> {
+        self.settle(id)?;
+        self.held.clear(id);
+        let t = &mut self.track[id];
+        if let Some((_, job, bytes)) = t.hold.take() {
+            self.xfer.let_go(job, bytes);
+        }
+        if t.dev > 0 {
+            self.xfer.release(std::mem::take(&mut t.dev));
+        }
+        Ok(())
+    }
+
+    /// Releases the tensor: its device copy and its host copy.
+    fn release(&mut self, id: usize) -> Result<(), RuntimeError> {
+        self.drop_device(id)?;
+        if let Some(job) = self.track[id].host.take() {
+            self.xfer.drop_host(job);
+        }
+        Ok(())
+    }
+
+    /// Lets go of the device copies kept for reads up to compute op `k`.
+    fn let_go_after(&mut self, k: usize) {
+        for id in 0..self.track.len() {
+            if let Some((until, job, bytes)) = self.track[id].hold {
+                if until == k {
+                    self.track[id].hold = None;
+                    self.held.clear(id);
+                    self.xfer.let_go(job, bytes);
+                }
+            }
+        }
+    }
+
+    /// Schedule op `k`, an offload of `tensor`.
+    fn offload(&mut self, k: usize, op: &Op, tensor: Tensor, hold_until: Option<usize>) -> Result<(), RuntimeError> {
+        let id = self.held.ids.of(tensor).expect("resolved");
+        self.settle(id)?;
+        if !self.held.present(id) || self.track[id].hold.is_some() {
+            return Err(sched_err(k, op, format!("{tensor:?} is not on the device")));
+        }
+        if let Some(old) = self.track[id].host.take() {
+            self.xfer.drop_host(old);
+        }
+        let bytes = std::mem::take(&mut self.track[id].dev);
+        let text = op.to_string();
+        match hold_until {
+            Some(until) => {
+                let parts = self.held.parts(id);
+                self.xfer.offload(k, &text, parts, bytes, false)?;
+                self.track[id].hold = Some((until, k, bytes));
+            }
+            None => {
+                let parts = self.held.take(id);
+                self.xfer.offload(k, &text, parts, bytes, true)?;
+            }
+        }
+        self.track[id].host = Some(k);
+        Ok(())
+    }
+
+    /// Schedule op `k`, a prefetch of `tensor`.
+    fn prefetch(&mut self, k: usize, op: &Op, tensor: Tensor) -> Result<(), RuntimeError> {
+        let id = self.held.ids.of(tensor).expect("resolved");
+        let t = &self.track[id];
+        if t.prefetch.is_some() || (self.held.present(id) && t.hold.is_none()) {
+            return Err(sched_err(k, op, format!("{tensor:?} is already on the device")));
+        }
+        let Some(source) = t.host else {
+            return Err(sched_err(k, op, format!("{tensor:?} has no host copy to prefetch")));
+        };
+        if let Some((_, job, bytes)) = self.track[id].hold.take() {
+            self.held.clear(id);
+            self.xfer.let_go(job, bytes);
+        }
+        let bytes = self.sizes[id];
+        self.xfer.prefetch(k, &op.to_string(), source, bytes)?;
+        self.track[id].prefetch = Some(k);
+        self.track[id].dev = bytes;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(text: &str, l: usize, extra: &[(usize, Op)]) -> Vec<Op> {
+        let mut ops = Schedule::from_notation(View::Chain, text).unwrap().resolve_loss(l).ops;
+        for &(at, op) in extra {
+            ops.insert(at, op);
+        }
+        ops
+    }
+
+    const OFF1: Op = Op::Offload { tensor: Tensor::Saved(1), fraction: 1.0 };
+    const PRE1: Op = Op::Prefetch { tensor: Tensor::Saved(1), fraction: 1.0 };
+
+    #[test]
+    fn an_offloaded_saved_set_stays_on_the_device_for_the_forward_that_reads_it() {
+        // F0all [offload ā_1] F1all F2all L B2 [prefetch ā_1] B1 B0: F1all reads a_1 from
+        // ā_1 (no Activation(1) is held), so the device copy stays until op 2 ends.
+        let ops = with("F0all F1all F2all L B2 B1 B0", 3, &[(1, OFF1), (6, PRE1)]);
+        let e = resolve(&ops, 3).unwrap();
+        assert_eq!(e[1].hold_until, Some(2));
+        assert!(e[2].a_saved && e[2].reads == vec![5]); // ā_1 is id L + 1 + 1
+                                                        // B1 reads a_1 from ā_1 too, but after the prefetch: no hold reaches it.
+        assert!(e[7].a_saved && e[7].reads.contains(&5));
+        // With a checkpoint of a_1 held, F1 reads it, and the offload holds nothing.
+        let ops = with("F0ck F0all F1all F2all L B2 B1 B0", 3, &[(2, OFF1), (7, PRE1)]);
+        let e = resolve(&ops, 3).unwrap();
+        assert_eq!(e[2].hold_until, None);
+        assert!(!e[3].a_saved);
+    }
+
+    #[test]
+    fn what_the_executor_cannot_run_is_refused_before_anything_runs() {
+        let half = Op::Offload { tensor: Tensor::Saved(1), fraction: 0.5 };
+        let e = resolve(&with("F0all F1all L B1 B0", 2, &[(1, half)]), 2).unwrap_err().to_string();
+        assert!(e.starts_with("schedule op 1 ([offload Saved(1) 0.5])") && e.contains("whole tensors"), "{e}");
+        let w = Op::Prefetch { tensor: Tensor::Weight(0), fraction: 1.0 };
+        let e = resolve(&with("F0all F1all L B1 B0", 2, &[(0, w)]), 2).unwrap_err().to_string();
+        assert!(e.contains("weights stay on the device"), "{e}");
+        let e = resolve(&with("F0all L B1 B0", 2, &[]), 2).unwrap_err().to_string();
+        assert!(e.contains("a_2 is not available"), "{e}");
     }
 }

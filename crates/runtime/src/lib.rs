@@ -20,12 +20,14 @@ pub mod profile;
 pub mod program;
 pub mod rng;
 pub mod session;
+pub mod transfer;
 mod value;
 
 pub use backend::{DeviceKind, Unavailable};
 pub use burn_backend::Backend;
 pub use program::Program;
 pub use session::{OptimizerKind, Session, StepReport};
+pub use transfer::{LinkSpeed, TransferOptions, TransferReport};
 pub use value::{read_floats, sync, Value};
 
 /// What can go wrong while running a model.
@@ -89,6 +91,18 @@ pub enum RuntimeError {
     /// device was lost), with the backend's message.
     #[error("device: {0}")]
     Device(String),
+    /// A transfer (offload, prefetch) or the device pool failed: a link that cannot be
+    /// throttled, device memory that nothing in flight will release (the schedule does
+    /// not fit the cap), a host copy that is gone.
+    #[error("schedule op {index} ({op}): {why}")]
+    Transfer {
+        /// Position in the schedule.
+        index: usize,
+        /// The op, in the schedule's notation.
+        op: String,
+        /// Why.
+        why: String,
+    },
     /// A tensor could not be read back to the host, with the backend's message.
     #[error("reading a tensor back to the host: {0}")]
     Readback(String),

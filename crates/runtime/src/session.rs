@@ -15,6 +15,7 @@ use pebble_zoo::{Elem, GraphIndex, Network, OpKind, TensorId};
 use crate::exec::{self, StepInputs};
 use crate::program::Program;
 use crate::rng::{self, SplitMix};
+use crate::transfer::{TransferOptions, TransferReport};
 use crate::value::{read_floats, sync};
 use crate::{memory, RuntimeError, Value};
 
@@ -52,9 +53,15 @@ pub struct StepReport {
     pub loss: f32,
     /// Wall-clock seconds of the forward and backward (the schedule), synchronized.
     pub seconds: f64,
-    /// Peak bytes during the schedule: live heap above what was live at its start, plus
-    /// the tensors resident then (`None` where nothing counts allocations).
+    /// Peak device bytes during the schedule: live heap above what was live at its start,
+    /// plus the tensors resident then, host copies excepted (`None` where nothing counts
+    /// allocations).
     pub peak_bytes: Option<u64>,
+    /// Peak bytes of the host copies of offloaded tensors during the schedule, above those
+    /// live at its start (`None` where nothing counts allocations).
+    pub host_peak_bytes: Option<u64>,
+    /// What the schedule's transfers did: link busy times, the compute stream's stalls.
+    pub transfers: TransferReport,
 }
 
 /// Parameters, optimizer state and a batch of one network on one device.
@@ -70,6 +77,7 @@ pub struct Session<B: Backend> {
     pub(crate) optimizer: OptimizerKind,
     pub(crate) seed: u64,
     pub(crate) steps: u64,
+    pub(crate) transfers: TransferOptions,
 }
 
 fn float_tensor<B: Backend>(values: Vec<f32>, shape: &[usize], device: &B::Device) -> FloatTensor<B> {
@@ -121,7 +129,8 @@ impl<B: Backend> Session<B> {
                 .collect(),
         };
         let inputs = synthetic_batch::<B>(net, &mut rng, &device);
-        Session { program, index, device, params, moments, inputs, optimizer, seed, steps: 0 }
+        let transfers = TransferOptions::default();
+        Session { program, index, device, params, moments, inputs, optimizer, seed, steps: 0, transfers }
     }
 
     /// The device.
@@ -134,10 +143,27 @@ impl<B: Backend> Session<B> {
         &self.params
     }
 
-    /// Runs `schedule` once, without updating anything: the loss and the gradients.
+    /// How steps move tensors to the host and back, and the device pool's cap
+    /// (unthrottled and uncapped unless set).
+    pub fn transfers(&self) -> &TransferOptions {
+        &self.transfers
+    }
+
+    /// Sets the links transfers are throttled to and the device pool's cap.
+    pub fn set_transfers(&mut self, options: TransferOptions) {
+        self.transfers = options;
+    }
+
+    /// Runs `schedule` once, without updating anything: the loss, the gradients and what
+    /// the transfers did.
     pub fn gradients(&self, schedule: &Schedule) -> Result<exec::StepOutput<B>, RuntimeError> {
-        let step = StepInputs { inputs: &self.inputs, params: &self.params, seed: self.step_seed() };
-        exec::run(&self.program, &self.index, schedule, &step, &self.device)
+        let step = StepInputs {
+            inputs: &self.inputs,
+            params: &self.params,
+            seed: self.step_seed(),
+            resident_bytes: self.resident_bytes(),
+        };
+        exec::run_with(&self.program, &self.index, schedule, &step, &self.device, &self.transfers)
     }
 
     /// Bytes of the tensors resident between steps: parameters, optimizer state, batch.
@@ -170,15 +196,17 @@ impl<B: Backend> Session<B> {
     pub fn step(&mut self, schedule: &Schedule) -> Result<StepReport, RuntimeError> {
         sync::<B>(&self.device)?;
         let before = memory::start_step();
+        let host_before = memory::host_live();
         let start = Instant::now();
         let out = self.gradients(schedule)?;
         sync::<B>(&self.device)?;
         let seconds = start.elapsed().as_secs_f64();
         let peak_bytes = self.measured_peak(before);
+        let host_peak_bytes = memory::counting().then(|| memory::host_peak().saturating_sub(host_before));
         let loss = read_floats::<B>(out.loss)?.first().copied().unwrap_or(f32::NAN);
         self.update(out.grads);
         self.steps += 1;
-        Ok(StepReport { loss, seconds, peak_bytes })
+        Ok(StepReport { loss, seconds, peak_bytes, host_peak_bytes, transfers: out.transfers })
     }
 
     pub(crate) fn update(&mut self, grads: Vec<Option<FloatTensor<B>>>) {

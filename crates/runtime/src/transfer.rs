@@ -1,0 +1,596 @@
+//! Moving tensors between the device and the host beside the compute stream.
+//!
+//! Two threads, one per direction (device→host, host→device), each run their transfers
+//! one at a time in the order they were issued, as the simulator's two transfer streams
+//! do. A transfer of `bytes` lasts `latency + bytes / bandwidth` of its direction's
+//! [`LinkSpeed`]: the thread copies, then sleeps the rest.
+//!
+//! * An **offload** copies the tensor's data to a host copy through Burn's data API
+//!   (`into_data`: a host buffer, what CUDA copies into with pinned memory). The device
+//!   copy it was given is dropped when the copy is done; one the compute stream still
+//!   holds for a read is let go by the stream ([`Transfers::let_go`]).
+//! * A **prefetch** waits for the host copy it reads (its offload may still be running),
+//!   takes device memory in the pool, rebuilds the device tensors (`from_data`) and hands
+//!   them to the compute stream ([`Transfers::wait_prefetch`], [`Transfers::arrived`]).
+//!   The host copy stays until the stream drops it ([`Transfers::drop_host`]).
+//!
+//! # Pools
+//!
+//! The device pool counts bytes as the planner does (each tensor by its declared size)
+//! and holds them under a hard cap: a compute op ([`Transfers::reserve`]) or a prefetch
+//! that would go over it waits until offloads in flight release enough (Shilova's O.3,
+//! "the GPU waits for memory to be released"); when nothing in flight will release any,
+//! the schedule did not fit and the step fails. The host pool counts host copies.
+//!
+//! Host copies are made and dropped inside [`memory::host_scope`], so the counting
+//! allocator reports them apart from device memory.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::{Scope, ScopedJoinHandle};
+use std::time::{Duration, Instant};
+
+use burn_backend::{Backend, TensorData};
+
+use crate::{memory, RuntimeError, Value};
+
+/// One direction of the host link, as the executor throttles it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkSpeed {
+    /// Bytes per second (`f64::INFINITY`: as fast as the copy).
+    pub bandwidth: f64,
+    /// Seconds every transfer takes on top of its bytes.
+    pub latency: f64,
+}
+
+impl LinkSpeed {
+    /// No throttling: a transfer takes as long as the copy.
+    pub const UNTHROTTLED: LinkSpeed = LinkSpeed { bandwidth: f64::INFINITY, latency: 0.0 };
+
+    /// Seconds a transfer of `bytes` lasts: `latency + bytes / bandwidth`.
+    pub fn seconds(&self, bytes: u64) -> f64 {
+        self.latency + bytes as f64 / self.bandwidth
+    }
+
+    fn check(&self, direction: &str) -> Result<(), String> {
+        if self.bandwidth.is_nan() || self.bandwidth <= 0.0 {
+            return Err(format!("the {direction} bandwidth must be positive, got {}", self.bandwidth));
+        }
+        if !self.latency.is_finite() || self.latency < 0.0 {
+            return Err(format!("the {direction} latency must be a non-negative number, got {}", self.latency));
+        }
+        Ok(())
+    }
+}
+
+/// How a step moves tensors and bounds device memory.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TransferOptions {
+    /// The device→host link (offloads).
+    pub d2h: LinkSpeed,
+    /// The host→device link (prefetches).
+    pub h2d: LinkSpeed,
+    /// The device pool's cap in bytes (`None`: none). The pool counts what the step
+    /// holds from its start (`StepInputs::resident_bytes` and the parameters' gradients)
+    /// and the schedule's tensors at their declared sizes; op temporaries are not counted.
+    /// Chain schedules only: graph schedules run uncapped.
+    pub device_cap: Option<u64>,
+}
+
+impl Default for TransferOptions {
+    fn default() -> Self {
+        TransferOptions { d2h: LinkSpeed::UNTHROTTLED, h2d: LinkSpeed::UNTHROTTLED, device_cap: None }
+    }
+}
+
+/// What the transfers of one step did, measured.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct TransferReport {
+    /// Seconds the device→host link was busy (copying or throttled).
+    pub d2h_busy: f64,
+    /// Seconds the host→device link was busy.
+    pub h2d_busy: f64,
+    /// Seconds the compute stream waited for prefetches or for device memory.
+    pub compute_stall: f64,
+    /// Bytes offloaded.
+    pub offloaded_bytes: u64,
+    /// Bytes prefetched.
+    pub prefetched_bytes: u64,
+    /// The device pool's peak, in its own accounting (declared sizes).
+    pub device_pool_peak: u64,
+    /// The host pool's peak (host copies, declared sizes).
+    pub host_pool_peak: u64,
+}
+
+/// A tensor's data on the host, as Burn's data API returns it.
+enum HostValue {
+    Float(TensorData),
+    Int(TensorData),
+    Bool(TensorData),
+}
+
+impl HostValue {
+    fn read<B: Backend>(v: Value<B>) -> Result<HostValue, RuntimeError> {
+        let err = |e| RuntimeError::Readback(format!("{e:?}"));
+        Ok(match v {
+            Value::Float(t) => HostValue::Float(burn_backend::read_sync(B::float_into_data(t)).map_err(err)?),
+            Value::Int(t) => HostValue::Int(burn_backend::read_sync(B::int_into_data(t)).map_err(err)?),
+            Value::Bool(t) => HostValue::Bool(burn_backend::read_sync(B::bool_into_data(t)).map_err(err)?),
+        })
+    }
+
+    /// A device tensor from a copy of the data (the host copy stays).
+    fn upload<B: Backend>(&self, device: &B::Device) -> Value<B> {
+        match self {
+            HostValue::Float(d) => Value::Float(B::float_from_data(d.clone(), device)),
+            HostValue::Int(d) => Value::Int(B::int_from_data(d.clone(), device)),
+            HostValue::Bool(d) => Value::Bool(B::bool_from_data(d.clone(), device)),
+        }
+    }
+}
+
+/// The parts of one tensor the schedule names, each labelled by `K`.
+pub(crate) type Parts<B, K> = Vec<(K, Value<B>)>;
+
+/// Done prefetches: `(job, device tensors)`, in job order.
+type Arrived<B, K> = Vec<(usize, Parts<B, K>)>;
+
+/// A host copy: dropped inside a host scope, so that the allocator counts it as host memory.
+struct HostCopy<K> {
+    parts: Vec<(K, HostValue)>,
+}
+
+impl<K> Drop for HostCopy<K> {
+    fn drop(&mut self) {
+        let _host = memory::host_scope();
+        for part in self.parts.drain(..) {
+            drop(part);
+        }
+    }
+}
+
+impl<K> HostCopy<K> {
+    /// Copies `values` to the host. Each is read through a clone, so that the backend
+    /// copies the data even where the job held the last handle (burn-flex hands a unique
+    /// buffer over instead of copying it); the device copy is dropped outside the scope.
+    fn read<B: Backend>(values: Parts<B, K>) -> Result<HostCopy<K>, RuntimeError> {
+        let mut copy = HostCopy { parts: Vec::with_capacity(values.len()) };
+        for (k, v) in values {
+            let data = {
+                let _host = memory::host_scope();
+                HostValue::read(v.clone())
+            };
+            drop(v);
+            copy.parts.push((k, data?));
+        }
+        Ok(copy)
+    }
+}
+
+struct Offload<B: Backend, K> {
+    job: usize,
+    values: Parts<B, K>,
+    bytes: u64,
+}
+
+struct Prefetch {
+    job: usize,
+    /// The op, for errors.
+    op: String,
+    /// The offload whose host copy it reads.
+    source: usize,
+    bytes: u64,
+}
+
+/// What the compute stream and the two transfer threads share.
+struct Board<B: Backend, K> {
+    cap: Option<u64>,
+    /// Device pool bytes in use, and their peak.
+    used: u64,
+    peak: u64,
+    host_used: u64,
+    host_peak: u64,
+    /// Offloads issued and not done.
+    offloading: HashSet<usize>,
+    /// Done offloads' host copies, with their bytes.
+    hosts: HashMap<usize, (Arc<HostCopy<K>>, u64)>,
+    /// Offloads whose host copy is dropped when they are done.
+    unwanted: HashSet<usize>,
+    /// Device bytes an offload in flight releases when it is done.
+    release_on_done: HashMap<usize, u64>,
+    /// Done prefetches' device tensors, not yet taken by the compute stream.
+    arrived: HashMap<usize, Parts<B, K>>,
+    /// The compute stream is waiting (or done): it will release nothing until woken.
+    compute_idle: bool,
+    d2h_busy: f64,
+    h2d_busy: f64,
+    offloaded: u64,
+    prefetched: u64,
+    error: Option<RuntimeError>,
+    /// The step failed: threads stop waiting.
+    closing: bool,
+}
+
+struct Shared<B: Backend, K> {
+    board: Mutex<Board<B, K>>,
+    changed: Condvar,
+}
+
+impl<B: Backend, K> Shared<B, K> {
+    fn lock(&self) -> MutexGuard<'_, Board<B, K>> {
+        self.board.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wait<'g>(&self, guard: MutexGuard<'g, Board<B, K>>) -> MutexGuard<'g, Board<B, K>> {
+        self.changed.wait(guard).unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Sleeps until `seconds` have passed since `start`.
+fn throttle(start: Instant, seconds: f64) {
+    let target = Duration::try_from_secs_f64(seconds.max(0.0)).unwrap_or(Duration::MAX);
+    let elapsed = start.elapsed();
+    if target > elapsed {
+        std::thread::sleep(target - elapsed);
+    }
+}
+
+fn transfer_err(index: usize, op: &str, why: impl Into<String>) -> RuntimeError {
+    RuntimeError::Transfer { index, op: op.to_string(), why: why.into() }
+}
+
+/// The compute stream's side of the transfer machinery for one step: the device and host
+/// pools, and (once the first transfer is issued) the two transfer threads.
+pub(crate) struct Transfers<'scope, 'env, B: Backend, K: Send + Sync + 'static> {
+    shared: Arc<Shared<B, K>>,
+    scope: &'scope Scope<'scope, 'env>,
+    device: &'env B::Device,
+    options: TransferOptions,
+    d2h: Option<Sender<Offload<B, K>>>,
+    h2d: Option<Sender<Prefetch>>,
+    threads: Vec<ScopedJoinHandle<'scope, ()>>,
+    stall: Duration,
+}
+
+impl<'scope, 'env, B: Backend, K: Clone + Send + Sync + 'static> Transfers<'scope, 'env, B, K> {
+    /// A pool holding `base` bytes, under `options.device_cap`. Threads are started in
+    /// `scope` on the first transfer.
+    pub fn new(
+        scope: &'scope Scope<'scope, 'env>,
+        device: &'env B::Device,
+        options: TransferOptions,
+        base: u64,
+    ) -> Self {
+        let board = Board {
+            cap: options.device_cap,
+            used: base,
+            peak: base,
+            host_used: 0,
+            host_peak: 0,
+            offloading: HashSet::new(),
+            hosts: HashMap::new(),
+            unwanted: HashSet::new(),
+            release_on_done: HashMap::new(),
+            arrived: HashMap::new(),
+            compute_idle: false,
+            d2h_busy: 0.0,
+            h2d_busy: 0.0,
+            offloaded: 0,
+            prefetched: 0,
+            error: None,
+            closing: false,
+        };
+        let shared = Arc::new(Shared { board: Mutex::new(board), changed: Condvar::new() });
+        Transfers { shared, scope, device, options, d2h: None, h2d: None, threads: Vec::new(), stall: Duration::ZERO }
+    }
+
+    fn start(&mut self, index: usize, op: &str) -> Result<(), RuntimeError> {
+        if self.d2h.is_some() {
+            return Ok(());
+        }
+        self.options.d2h.check("device→host").map_err(|why| transfer_err(index, op, why))?;
+        self.options.h2d.check("host→device").map_err(|why| transfer_err(index, op, why))?;
+        let (d2h, rx) = channel();
+        let shared = self.shared.clone();
+        let link = self.options.d2h;
+        self.threads.push(self.scope.spawn(move || offloads::<B, K>(&shared, rx, link)));
+        self.d2h = Some(d2h);
+        let (h2d, rx) = channel();
+        let shared = self.shared.clone();
+        let (link, device) = (self.options.h2d, self.device);
+        self.threads.push(self.scope.spawn(move || prefetches::<B, K>(&shared, rx, link, device)));
+        self.h2d = Some(h2d);
+        Ok(())
+    }
+
+    /// A transfer thread's error, if one failed.
+    pub fn check(&self) -> Result<(), RuntimeError> {
+        match self.shared.lock().error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes `bytes` of the device pool for compute op `index`, waiting for offloads in
+    /// flight to release memory if the cap says so.
+    pub fn reserve(&mut self, index: usize, op: &str, bytes: u64) -> Result<(), RuntimeError> {
+        let mut b = self.shared.lock();
+        if let Some(cap) = b.cap {
+            if b.used.saturating_add(bytes) > cap {
+                let start = Instant::now();
+                b.compute_idle = true;
+                self.shared.changed.notify_all();
+                while b.used.saturating_add(bytes) > cap {
+                    if let Some(e) = b.error.take() {
+                        return Err(e);
+                    }
+                    if b.release_on_done.is_empty() {
+                        b.compute_idle = false;
+                        return Err(transfer_err(
+                            index,
+                            op,
+                            format!(
+                                "its outputs need {bytes} bytes of device memory: the pool holds {} of its cap {cap}, \
+                                 and no offload in flight will release any",
+                                b.used
+                            ),
+                        ));
+                    }
+                    b = self.shared.wait(b);
+                }
+                b.compute_idle = false;
+                self.stall += start.elapsed();
+            }
+        }
+        b.used += bytes;
+        b.peak = b.peak.max(b.used);
+        Ok(())
+    }
+
+    /// Gives `bytes` back to the device pool.
+    pub fn release(&mut self, bytes: u64) {
+        let mut b = self.shared.lock();
+        b.used = b.used.saturating_sub(bytes);
+        self.shared.changed.notify_all();
+    }
+
+    /// Issues offload `job` (the schedule op's index) of `values`, `bytes` in the pool.
+    /// With `release`, the transfer releases them when it is done; otherwise the compute
+    /// stream keeps a device copy for its reads and lets go of it later.
+    pub fn offload(
+        &mut self,
+        job: usize,
+        op: &str,
+        values: Parts<B, K>,
+        bytes: u64,
+        release: bool,
+    ) -> Result<(), RuntimeError> {
+        self.start(job, op)?;
+        // Issued when the compute before it has finished, also on a device that queues it.
+        crate::sync::<B>(self.device)?;
+        {
+            let mut b = self.shared.lock();
+            b.offloading.insert(job);
+            if release {
+                b.release_on_done.insert(job, bytes);
+            }
+        }
+        let sent = self.d2h.as_ref().expect("started").send(Offload { job, values, bytes });
+        sent.map_err(|_| self.check().err().unwrap_or_else(|| transfer_err(job, op, "the device→host thread stopped")))
+    }
+
+    /// The compute stream lets go of the device copy it kept after offload `job`: its
+    /// `bytes` are released now if the offload is done, or when it is.
+    pub fn let_go(&mut self, job: usize, bytes: u64) {
+        let mut b = self.shared.lock();
+        if b.offloading.contains(&job) {
+            b.release_on_done.insert(job, bytes);
+        } else {
+            b.used = b.used.saturating_sub(bytes);
+            self.shared.changed.notify_all();
+        }
+    }
+
+    /// Drops the host copy offload `job` made (now, or when the offload is done).
+    pub fn drop_host(&mut self, job: usize) {
+        let mut b = self.shared.lock();
+        if let Some((copy, bytes)) = b.hosts.remove(&job) {
+            b.host_used = b.host_used.saturating_sub(bytes);
+            drop(copy);
+        } else if b.offloading.contains(&job) {
+            b.unwanted.insert(job);
+        }
+    }
+
+    /// Issues prefetch `job` of the host copy offload `source` made (or is making).
+    pub fn prefetch(&mut self, job: usize, op: &str, source: usize, bytes: u64) -> Result<(), RuntimeError> {
+        self.start(job, op)?;
+        crate::sync::<B>(self.device)?;
+        let sent = self.h2d.as_ref().expect("started").send(Prefetch { job, op: op.to_string(), source, bytes });
+        sent.map_err(|_| self.check().err().unwrap_or_else(|| transfer_err(job, op, "the host→device thread stopped")))
+    }
+
+    /// The prefetches done since the last call: `(job, device tensors)`.
+    pub fn arrived(&mut self) -> Result<Arrived<B, K>, RuntimeError> {
+        let mut b = self.shared.lock();
+        if let Some(e) = b.error.take() {
+            return Err(e);
+        }
+        let mut done: Arrived<B, K> = b.arrived.drain().collect();
+        done.sort_by_key(|(job, _)| *job);
+        Ok(done)
+    }
+
+    /// Waits for prefetch `job` (the compute stream stalls) and takes its tensors.
+    pub fn wait_prefetch(&mut self, job: usize) -> Result<Parts<B, K>, RuntimeError> {
+        let mut b = self.shared.lock();
+        if let Some(parts) = b.arrived.remove(&job) {
+            return Ok(parts);
+        }
+        let start = Instant::now();
+        b.compute_idle = true;
+        self.shared.changed.notify_all();
+        let parts = loop {
+            if let Some(e) = b.error.take() {
+                return Err(e);
+            }
+            if let Some(parts) = b.arrived.remove(&job) {
+                break parts;
+            }
+            b = self.shared.wait(b);
+        };
+        b.compute_idle = false;
+        self.stall += start.elapsed();
+        Ok(parts)
+    }
+
+    /// Ends the step: on success the threads finish what was issued; on failure they stop
+    /// waiting. Returns what the transfers did, or a thread's error.
+    pub fn finish(mut self, ok: bool) -> Result<TransferReport, RuntimeError> {
+        {
+            let mut b = self.shared.lock();
+            b.compute_idle = true;
+            b.closing |= !ok;
+            self.shared.changed.notify_all();
+        }
+        // Closing the channels ends the threads' loops once their queues are empty.
+        self.d2h = None;
+        self.h2d = None;
+        let mut panicked = false;
+        for thread in self.threads.drain(..) {
+            panicked |= thread.join().is_err();
+        }
+        let mut b = self.shared.lock();
+        if let Some(e) = b.error.take() {
+            return Err(e);
+        }
+        if panicked {
+            return Err(RuntimeError::Device("a transfer thread panicked".into()));
+        }
+        Ok(TransferReport {
+            d2h_busy: b.d2h_busy,
+            h2d_busy: b.h2d_busy,
+            compute_stall: self.stall.as_secs_f64(),
+            offloaded_bytes: b.offloaded,
+            prefetched_bytes: b.prefetched,
+            device_pool_peak: b.peak,
+            host_pool_peak: b.host_peak,
+        })
+    }
+}
+
+impl<B: Backend, K: Send + Sync + 'static> Drop for Transfers<'_, '_, B, K> {
+    fn drop(&mut self) {
+        // Dropped without `finish` (an error): no thread may keep waiting for the stream.
+        if !self.threads.is_empty() {
+            let mut b = self.shared.lock();
+            b.closing = true;
+            b.compute_idle = true;
+            self.shared.changed.notify_all();
+        }
+    }
+}
+
+/// The device→host thread: copies, throttles, hands the host copy over.
+fn offloads<B: Backend, K: Send + Sync>(shared: &Shared<B, K>, jobs: Receiver<Offload<B, K>>, link: LinkSpeed) {
+    // Burn's `read_sync` keeps a per-thread waker it makes on first use and frees when the
+    // thread ends: made here, outside any host scope, it does not count as a host copy.
+    burn_backend::read_sync(std::future::ready(()));
+    for Offload { job, values, bytes } in jobs {
+        let start = Instant::now();
+        {
+            let mut b = shared.lock();
+            if b.closing {
+                return;
+            }
+            b.host_used += bytes;
+            b.host_peak = b.host_peak.max(b.host_used);
+        }
+        let copy = HostCopy::read(values);
+        throttle(start, link.seconds(bytes));
+        let busy = start.elapsed().as_secs_f64();
+        let mut b = shared.lock();
+        b.d2h_busy += busy;
+        b.offloaded += bytes;
+        b.offloading.remove(&job);
+        if let Some(released) = b.release_on_done.remove(&job) {
+            b.used = b.used.saturating_sub(released);
+        }
+        match copy {
+            Ok(copy) if !b.unwanted.remove(&job) => {
+                b.hosts.insert(job, (Arc::new(copy), bytes));
+            }
+            Ok(copy) => {
+                b.host_used = b.host_used.saturating_sub(bytes);
+                drop(copy);
+            }
+            Err(e) => {
+                b.error.get_or_insert(e);
+            }
+        }
+        shared.changed.notify_all();
+    }
+}
+
+/// The host→device thread: waits for the host copy and for device memory, uploads,
+/// throttles, hands the device tensors over.
+fn prefetches<B: Backend, K: Clone + Send + Sync>(
+    shared: &Shared<B, K>,
+    jobs: Receiver<Prefetch>,
+    link: LinkSpeed,
+    device: &B::Device,
+) {
+    for Prefetch { job, op, source, bytes } in jobs {
+        let mut b = shared.lock();
+        if b.closing {
+            return;
+        }
+        let copy = loop {
+            if b.closing {
+                return;
+            }
+            if let Some((copy, _)) = b.hosts.get(&source) {
+                break copy.clone();
+            }
+            if !b.offloading.contains(&source) {
+                let why = format!("the host copy made by schedule op {source} is gone");
+                b.error.get_or_insert(transfer_err(job, &op, why));
+                shared.changed.notify_all();
+                return;
+            }
+            b = shared.wait(b);
+        };
+        if let Some(cap) = b.cap {
+            while b.used.saturating_add(bytes) > cap {
+                if b.closing {
+                    return;
+                }
+                if b.release_on_done.is_empty() && b.compute_idle {
+                    let why = format!(
+                        "it needs {bytes} bytes of device memory: the pool holds {} of its cap {cap}, the compute \
+                         stream is waiting, and no offload in flight will release any",
+                        b.used
+                    );
+                    b.error.get_or_insert(transfer_err(job, &op, why));
+                    shared.changed.notify_all();
+                    return;
+                }
+                b = shared.wait(b);
+            }
+        }
+        b.used += bytes;
+        b.peak = b.peak.max(b.used);
+        drop(b);
+        let start = Instant::now();
+        let values: Parts<B, K> = copy.parts.iter().map(|(k, h)| (k.clone(), h.upload::<B>(device))).collect();
+        drop(copy);
+        throttle(start, link.seconds(bytes));
+        let busy = start.elapsed().as_secs_f64();
+        let mut b = shared.lock();
+        b.h2d_busy += busy;
+        b.prefetched += bytes;
+        b.arrived.insert(job, values);
+        shared.changed.notify_all();
+    }
+}
