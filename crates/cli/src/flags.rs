@@ -329,6 +329,19 @@ pub struct SolveArgs {
     pub bandwidth: Option<f64>,
 }
 
+/// The chart of one schedule over time, as `plan` and `simulate` draw it.
+#[derive(Debug, Args)]
+pub struct TimelineArgs {
+    /// Plot this schedule's timeline to this SVG file: compute ops, device→host and
+    /// host→device transfers, and device memory against the budget, on one time axis.
+    /// An existing file is kept unless --force is given.
+    #[arg(long, value_name = "FILE.svg")]
+    pub timeline: Option<PathBuf>,
+    /// Overwrite the --timeline file if it exists.
+    #[arg(long)]
+    pub force: bool,
+}
+
 /// `pebble plan`.
 #[derive(Debug, Args)]
 pub struct PlanArgs {
@@ -349,6 +362,8 @@ pub struct PlanArgs {
     /// Write the schedule as JSON to this file.
     #[arg(short, long, value_name = "SCHEDULE")]
     pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub timeline: TimelineArgs,
 }
 
 /// `pebble simulate`.
@@ -373,9 +388,8 @@ pub struct SimulateArgs {
     /// Print JSON instead of a summary.
     #[arg(long)]
     pub json: bool,
-    /// Plot the device memory timeline to this SVG file.
-    #[arg(long, value_name = "FILE.svg")]
-    pub timeline: Option<PathBuf>,
+    #[command(flatten)]
+    pub timeline: TimelineArgs,
 }
 
 /// `pebble sweep`.

@@ -26,6 +26,39 @@ pub fn write_file(path: &Path, flag: &str, text: &str) -> anyhow::Result<()> {
     std::fs::write(path, text).map_err(|e| bad(format!("{flag} `{}`: cannot write it: {e}", path.display())))
 }
 
+/// Refuses, before any work, an output file that exists unless `force` (`--force`) says
+/// to overwrite it.
+pub fn check_new_file(path: &Path, flag: &str, force: bool) -> anyhow::Result<()> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Err(bad(format!("{flag} `{}`: is a directory, not a file", path.display()))),
+        Ok(_) if !force => Err(exists(path, flag)),
+        _ => Ok(()),
+    }
+}
+
+/// The refusal to overwrite `path`.
+fn exists(path: &Path, flag: &str) -> anyhow::Error {
+    bad(format!("{flag} `{}`: the file exists; give --force to overwrite it, or another name", path.display()))
+}
+
+/// Writes a whole file that must not exist yet unless `force`, naming the flag that gave
+/// its path (the file is created exclusively, so one that appeared meanwhile is kept too).
+pub fn write_new_file(path: &Path, flag: &str, text: &str, force: bool) -> anyhow::Result<()> {
+    use std::io::Write;
+    check_new_file(path, flag, force)?;
+    if force {
+        return write_file(path, flag, text);
+    }
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            exists(path, flag)
+        } else {
+            bad(format!("{flag} `{}`: cannot write it: {e}", path.display()))
+        }
+    })?;
+    file.write_all(text.as_bytes()).map_err(|e| bad(format!("{flag} `{}`: cannot write it: {e}", path.display())))
+}
+
 /// Reads a schedule file (`--schedule`).
 pub fn read_schedule(path: &Path) -> anyhow::Result<Schedule> {
     let text = read_file(path, "--schedule")?;

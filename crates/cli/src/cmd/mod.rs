@@ -75,3 +75,88 @@ pub fn percent_of(value: u64, reference: u64) -> String {
         format!("{:.1}%", 100.0 * value as f64 / reference as f64)
     }
 }
+
+/// The bars of the timeline chart (`--timeline`): one per compute op and transfer the
+/// simulator timed, labelled in the thesis's notation (`F3all`, `B2`, `L`; `a3`, `ā3`).
+/// A forward op run a second time is a recomputation.
+pub fn timeline_bars(
+    problem: pebble_solve::Problem<'_>,
+    schedule: &pebble_schedule::Schedule,
+    spans: &[pebble_sim::Span],
+) -> Vec<crate::plot::Bar> {
+    use pebble_schedule::{Op, Tensor};
+    use pebble_solve::Problem;
+
+    use crate::plot::{Bar, BarKind};
+
+    let tensor = |t: Tensor| -> Vec<String> {
+        match t {
+            Tensor::Activation(i) => vec![format!("a{i}")],
+            Tensor::Saved(i) => vec![format!("ā{i}")],
+            Tensor::Grad(i) => vec![format!("δ{i}")],
+            Tensor::Weight(i) => vec![format!("w{i}")],
+            Tensor::Data(d) => match problem {
+                Problem::Graph(g) if d < g.data.len() => vec![g.data[d].name.clone(), format!("d{d}")],
+                _ => vec![format!("d{d}")],
+            },
+        }
+    };
+    let fraction = |mut labels: Vec<String>, f: f64| {
+        if f < 1.0 {
+            let part = format!("{} {:.0}%", labels[0], 100.0 * f);
+            labels.insert(0, part);
+        }
+        labels
+    };
+    let mut seen = std::collections::HashSet::new();
+    let mut order: Vec<&pebble_sim::Span> = spans.iter().collect();
+    order.sort_by_key(|s| s.op);
+    let mut bars = Vec::with_capacity(spans.len());
+    for span in order {
+        let Some(op) = schedule.ops.get(span.op) else { continue };
+        let (kind, labels) = match *op {
+            Op::Forward { stage, .. } => {
+                let short = format!("F{stage}");
+                let kind = if seen.insert(stage) { BarKind::Forward } else { BarKind::Recompute };
+                (kind, vec![op.to_string(), short])
+            }
+            Op::Backward { stage } => {
+                let loss = matches!(problem, Problem::Chain(c) if stage == c.len()) || stage == usize::MAX;
+                if loss {
+                    (BarKind::Loss, vec!["L".to_string()])
+                } else {
+                    (BarKind::Backward, vec![op.to_string()])
+                }
+            }
+            Op::Compute { node, no_grad } => {
+                let (kind, name) = match problem {
+                    Problem::Graph(g) if node < g.compute.len() => {
+                        let n = &g.compute[node];
+                        let kind = match n.kind {
+                            pebble_graph::ComputeKind::Forward if seen.insert(node) => BarKind::Forward,
+                            pebble_graph::ComputeKind::Forward => BarKind::Recompute,
+                            pebble_graph::ComputeKind::Backward => BarKind::Backward,
+                            pebble_graph::ComputeKind::Loss => BarKind::Loss,
+                        };
+                        (kind, Some(if no_grad { format!("{} (no grad)", n.name) } else { n.name.clone() }))
+                    }
+                    _ => (BarKind::Forward, None),
+                };
+                (kind, name.into_iter().chain(std::iter::once(op.to_string())).collect())
+            }
+            Op::Offload { tensor: t, fraction: f } => (BarKind::Offload, fraction(tensor(t), f)),
+            Op::Prefetch { tensor: t, fraction: f } => (BarKind::Prefetch, fraction(tensor(t), f)),
+            Op::Free { .. } => continue,
+        };
+        bars.push(Bar { kind, start: span.start, end: span.end, labels });
+    }
+    bars
+}
+
+/// Refuses an existing `--timeline` file before any work, unless `--force`.
+pub fn check_timeline(args: &crate::flags::TimelineArgs) -> anyhow::Result<()> {
+    match &args.timeline {
+        Some(path) => crate::source::check_new_file(path, "--timeline", args.force),
+        None => Ok(()),
+    }
+}

@@ -2,17 +2,20 @@
 
 use std::process::ExitCode;
 
+use pebble_sim::SimConfig;
 use pebble_solve::{PlanError, SolveError};
 use serde_json::json;
 
-use super::{budget_json, overhead, percent_of, resolve_budget, solve_options};
+use super::{budget_json, check_timeline, overhead, percent_of, resolve_budget, solve_options, timeline_bars};
 use crate::error::{bad, Infeasible};
 use crate::flags::PlanArgs;
 use crate::out;
+use crate::plot;
 use crate::source::{find_solver, view_name, write_file, Source};
 
 pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     let solver = find_solver(&args.solver, "--solver")?;
+    check_timeline(&args.timeline)?;
     let (source, machine) = Source::load(&args.source, &args.opts)?;
     let subject = source.view_for(solver)?;
     let units = source.units();
@@ -83,6 +86,31 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         text.push('\n');
         write_file(path, "--output", &text)?;
     }
+    if let Some(path) = &args.timeline.timeline {
+        // The plan's own simulation, again, with the spans and the memory curve recorded.
+        let config = SimConfig { budget: Some(resolved.planned_bytes), timeline: true, ..options.sim_config() };
+        let report = pebble_solve::simulate(problem, &plan.schedule, &config)
+            .map_err(|error| PlanError::Invalid { solver: solver.name(), error })?;
+        let (planned, line) = if resolved.reserve_bytes > 0 {
+            (format!(" ({} planned)", units.size(resolved.planned_bytes)), "budget (the share solvers plan in)")
+        } else {
+            (String::new(), "budget")
+        };
+        let chart = plot::Timeline {
+            title: format!(
+                "{} on {}, budget {}{planned}, {} of store-all",
+                solver.name(),
+                source.label(),
+                units.size(budget),
+                percent_of(budget, resolved.reference_bytes)
+            ),
+            units,
+            bars: timeline_bars(problem, &plan.schedule, &report.spans),
+            report: &report,
+            budget: Some((resolved.planned_bytes, line.to_string())),
+        };
+        plot::timeline(path, args.timeline.force, &chart)?;
+    }
     let time = plan.report.makespan;
     let over = overhead(time, store_all.makespan);
     if args.json {
@@ -127,6 +155,9 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     text.push_str(&format!("solved in {:.3} s\n", plan.solve_seconds));
     if let Some(path) = &args.output {
         text.push_str(&format!("schedule written to {}\n", path.display()));
+    }
+    if let Some(path) = &args.timeline.timeline {
+        text.push_str(&format!("timeline written to {}\n", path.display()));
     }
     out::print(&text)?;
     Ok(ExitCode::SUCCESS)

@@ -6,7 +6,7 @@ use pebble_schedule::View;
 use pebble_sim::SimConfig;
 use serde_json::json;
 
-use super::{percent_of, resolve_budget};
+use super::{check_timeline, percent_of, resolve_budget, timeline_bars};
 use crate::error::bad;
 use crate::flags::{SimulateArgs, ViewArg};
 use crate::out;
@@ -17,6 +17,7 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
     if args.view.is_some() && args.source.model_source().is_none() {
         return Err(bad("--view needs --model or --onnx: a chain or graph file has its own view"));
     }
+    check_timeline(&args.timeline)?;
     let schedule = read_schedule(&args.schedule)?;
     let (source, machine) = Source::load(&args.source, &args.opts)?;
     let machine = match args.bandwidth {
@@ -40,7 +41,7 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let budget = resolved.map(|b| b.planned_bytes);
-    let config = SimConfig { budget, machine, timeline: args.timeline.is_some(), ..SimConfig::default() };
+    let config = SimConfig { budget, machine, timeline: args.timeline.timeline.is_some(), ..SimConfig::default() };
     let report = match pebble_solve::simulate(subject.problem(), &schedule, &config) {
         Ok(r) => r,
         Err(e) => {
@@ -57,10 +58,25 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
             return Err(anyhow::anyhow!(message));
         }
     };
-    if let Some(path) = &args.timeline {
-        let title =
-            format!("device memory: {} on {}", schedule.solver.as_deref().unwrap_or("schedule"), source.label());
-        plot::timeline(path, &title, &report.timeline, report.makespan, budget, units)?;
+    if let Some(path) = &args.timeline.timeline {
+        let budget_text = match resolved {
+            Some(b) if b.reserve_bytes > 0 => {
+                format!("budget {} ({} planned)", units.size(b.total_bytes), units.size(b.planned_bytes))
+            }
+            Some(b) => format!("budget {}", units.size(b.total_bytes)),
+            None => "no budget".to_string(),
+        };
+        let chart = plot::Timeline {
+            title: format!("{} on {}, {budget_text}", schedule.solver.as_deref().unwrap_or("schedule"), source.label()),
+            units,
+            bars: timeline_bars(subject.problem(), &schedule, &report.spans),
+            report: &report,
+            budget: resolved.map(|b| {
+                let line = if b.reserve_bytes > 0 { "budget (the share solvers plan in)" } else { "budget" };
+                (b.planned_bytes, line.to_string())
+            }),
+        };
+        plot::timeline(path, args.timeline.force, &chart)?;
     }
     if args.json {
         out::print_json(&json!({
@@ -101,7 +117,7 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
             percent_of(report.peak_bytes, b.planned_bytes)
         ));
     }
-    if let Some(path) = &args.timeline {
+    if let Some(path) = &args.timeline.timeline {
         text.push_str(&format!("timeline written to {}\n", path.display()));
     }
     out::print(&text)?;
