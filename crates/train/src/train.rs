@@ -4,8 +4,8 @@
 use std::time::Instant;
 
 use pebble_graph::{partition, Chain, TrainingGraph};
-use pebble_machine::{Profile, RuntimeOverhead};
-use pebble_runtime::{Backend, OptimizerKind, Session};
+use pebble_machine::{Link, Machine, Profile, RuntimeOverhead};
+use pebble_runtime::{Backend, LinkSpeed, OptimizerKind, Session, TransferOptions};
 use pebble_schedule::View;
 use pebble_solve::budget::{total_for, Budget, BudgetRequest};
 use pebble_solve::{PlanError, Problem, SolveError, SolveOptions, Solver};
@@ -76,12 +76,29 @@ pub struct TrainReport {
     /// Wall-clock seconds of each step's forward and backward.
     pub step_seconds: Vec<f64>,
     /// The largest peak of live bytes over the steps, after one unmeasured warm-up pass
-    /// (`null` where nothing counts them).
+    /// (`null` where nothing counts them); host copies of offloaded tensors excepted.
     pub measured_peak_bytes: Option<u64>,
+    /// The largest peak of host copies over the steps (`null` where nothing counts them).
+    pub measured_host_peak_bytes: Option<u64>,
+    /// Seconds the device→host link was busy in each step (offloads, throttled to the
+    /// machine's link).
+    pub d2h_busy: Vec<f64>,
+    /// Seconds the host→device link was busy in each step (prefetches).
+    pub h2d_busy: Vec<f64>,
+    /// Seconds the compute stream waited for prefetches or for device memory in each step.
+    pub compute_stall: Vec<f64>,
     /// The simulator's peak for the schedule.
     pub predicted_peak_bytes: u64,
+    /// The simulator's peak of host memory for the schedule.
+    pub predicted_host_peak_bytes: u64,
     /// The simulator's time for the schedule (seconds, by the planner's costs).
     pub predicted_time: f64,
+    /// The simulator's device→host busy time.
+    pub predicted_d2h_busy: f64,
+    /// The simulator's host→device busy time.
+    pub predicted_h2d_busy: f64,
+    /// The simulator's compute stall.
+    pub predicted_compute_stall: f64,
     /// The simulator's peak for store-all.
     pub store_all_predicted_peak_bytes: u64,
     /// The simulator's time for store-all.
@@ -170,6 +187,13 @@ pub(crate) fn plan_within(
     }
 }
 
+/// The executor's transfer options for `machine`'s links, with the device pool capped at
+/// `cap` bytes.
+pub fn transfer_options(machine: &Machine, cap: Option<u64>) -> TransferOptions {
+    let speed = |l: &Link| LinkSpeed { bandwidth: l.bandwidth, latency: l.latency };
+    TransferOptions { d2h: speed(&machine.d2h), h2d: speed(&machine.h2d), device_cap: cap }
+}
+
 /// Plans and runs `config` on `device`.
 pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<TrainReport, TrainError> {
     let solver = pebble_solve::solver(&config.solver)?;
@@ -200,6 +224,9 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     let plan = plan_within(solver, problem, &budget, &config.solve, &overhead)?;
     let params = lowered.network.param_count();
     let mut session = Session::<B>::new(lowered.network, lowered.index, config.optimizer, config.seed, device);
+    // Transfers go at the speed of the machine planned for, and the device pool holds
+    // what the solver planned in.
+    session.set_transfers(transfer_options(&config.solve.machine, Some(budget.planned_bytes)));
     // One unmeasured pass first, without an update (the losses stay those of the steps):
     // what the backend allocates once and keeps (kernel caches, thread pools) is not the
     // schedule's memory. The profiler does the same for `Costs::Profiled`.
@@ -208,13 +235,21 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     }
     let mut losses = Vec::new();
     let mut step_seconds = Vec::new();
+    let (mut d2h_busy, mut h2d_busy, mut compute_stall) = (Vec::new(), Vec::new(), Vec::new());
     let mut measured: Option<u64> = None;
+    let mut measured_host: Option<u64> = None;
     for _ in 0..config.steps {
         let r = session.step(&plan.schedule)?;
         losses.push(r.loss);
         step_seconds.push(r.seconds);
+        d2h_busy.push(r.transfers.d2h_busy);
+        h2d_busy.push(r.transfers.h2d_busy);
+        compute_stall.push(r.transfers.compute_stall);
         if let Some(p) = r.peak_bytes {
             measured = Some(measured.map_or(p, |m| m.max(p)));
+        }
+        if let Some(p) = r.host_peak_bytes {
+            measured_host = Some(measured_host.map_or(p, |m| m.max(p)));
         }
     }
     Ok(TrainReport {
@@ -234,8 +269,16 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
         losses,
         step_seconds,
         measured_peak_bytes: measured,
+        measured_host_peak_bytes: measured_host,
+        d2h_busy,
+        h2d_busy,
+        compute_stall,
         predicted_peak_bytes: plan.report.peak_bytes,
+        predicted_host_peak_bytes: plan.report.peak_host_bytes,
         predicted_time: plan.report.makespan,
+        predicted_d2h_busy: plan.report.d2h_busy,
+        predicted_h2d_busy: plan.report.h2d_busy,
+        predicted_compute_stall: plan.report.compute_stall,
         store_all_predicted_peak_bytes: store_all.peak_bytes,
         store_all_predicted_time: store_all.makespan,
         schedule_ops: plan.schedule.ops.len(),
