@@ -262,7 +262,7 @@ fn offloading_solvers_schedules_run_with_store_alls_numbers() {
     let reference = numbers(&session, &store_all(l));
     let top = pebble_solve::simulate(problem, &store_all(l), &solve.sim_config()).expect("store-all").peak_bytes;
     let mut moved = 0;
-    for name in ["offload-greedy", "offload-dp", "pofo"] {
+    for name in ["offload-greedy", "offload-dp", "pofo", "autocapper", "opportunist"] {
         let solver = pebble_solve::solver(name).expect("registered");
         let min = pebble_solve::min_feasible_budget(solver, problem, &solve).unwrap().expect("some budget fits");
         for budget in [min, (min + top) / 2] {
