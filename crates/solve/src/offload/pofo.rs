@@ -46,7 +46,8 @@
 //!   `D_F = Σu_F β↓ + e_F`, `D_B = seg β↑`; `Σu_F + e_F/β↓ + seg + OC_0(j, …)`.
 //! * The loss: `u_B + e_F/β↓ + e_B/β↑ + ε_G`, `ε_G = Δ_F''/β↓ + Δ_B''/β↑` (OR.3).
 //!
-//! The answer is `OC_0(0, 0, 0, 0)`. Tables are memoized on the states reached.
+//! The answer is `OC_0(0, 0, 0, 0)`. Tables are memoized on the states reached, on a
+//! grid of at most [`MAX_SLOTS`] slots (the thesis's `N = 50`).
 //!
 //! # The schedule
 //!
@@ -441,6 +442,20 @@ pub fn dp(chain: &Chain, budget: u64, slots: Slots, beta_off: f64, beta_pre: f64
     Some(Found { value, compute, offloads })
 }
 
+/// The most slots pofo's tables use: they grow as `N³` (forward) and `N²` per sub-chain
+/// (backward), and the thesis ran every Ch. 4 experiment at `N = 50`, finer grids giving
+/// no improvement (§4.2.5). Rotor and offload-dp, the special cases the solver also
+/// tries, run at the full count.
+pub const MAX_SLOTS: usize = 50;
+
+/// pofo's grid for the solver's `slots`: at most [`MAX_SLOTS`], exact sizes kept.
+fn grid(slots: Slots) -> Slots {
+    match slots {
+        Slots::Count(n) => Slots::Count(n.min(MAX_SLOTS)),
+        Slots::Exact => Slots::Exact,
+    }
+}
+
 /// The `pofo` solver (see the module docs).
 pub struct PofoSolver;
 
@@ -463,7 +478,7 @@ impl Solver for PofoSolver {
         let config = options.sim_config();
         let checked = pebble_sim::SimConfig { budget: Some(budget), ..config.clone() };
         let mut candidates: Vec<Schedule> = Vec::new();
-        if let Some(found) = dp(chain, budget, options.slots, m.d2h.bandwidth, m.h2d.bandwidth) {
+        if let Some(found) = dp(chain, budget, grid(options.slots), m.d2h.bandwidth, m.h2d.bandwidth) {
             if let Ok(s) = transfer_schedule(chain, &found.compute, &found.offloads, budget, &config) {
                 candidates.push(s);
             }
