@@ -11,7 +11,7 @@ use crate::error::{bad, Infeasible};
 use crate::flags::PlanArgs;
 use crate::out;
 use crate::plot;
-use crate::source::{find_solver, view_name, write_file, Source};
+use crate::source::{find_solver, view_name, write_file, Source, Subject};
 
 pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     let solver = find_solver(&args.solver, "--solver")?;
@@ -113,6 +113,14 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     }
     let time = plan.report.makespan;
     let over = overhead(time, store_all.makespan);
+    // `offload-bound` (Shilova's Proposition 3): no schedule that offloads without
+    // recomputing is faster; a time, with no schedule.
+    let bound = match &subject {
+        Subject::Chain(chain) => {
+            pebble_solve::offload::lower_bound(chain, resolved.planned_bytes, &options.machine).ok()
+        }
+        Subject::Graph(_) => None,
+    };
     if args.json {
         extend(
             &mut report,
@@ -125,6 +133,10 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
                 "ops": plan.schedule.ops.len(),
                 "compute_ops": plan.report.compute_ops,
                 "peak_host_bytes": plan.report.peak_host_bytes,
+                "d2h_busy": plan.report.d2h_busy,
+                "h2d_busy": plan.report.h2d_busy,
+                "compute_stall": plan.report.compute_stall,
+                "offload_bound_time": bound,
             }),
         );
         out::print_json(&report)?;
@@ -150,7 +162,16 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         100.0 * over,
     );
     if plan.report.peak_host_bytes > 0 {
-        text.push_str(&format!("host peak {}\n", units.size(plan.report.peak_host_bytes)));
+        text.push_str(&format!(
+            "transfers host peak {}; links busy {} to the host, {} back; compute stalled {}\n",
+            units.size(plan.report.peak_host_bytes),
+            units.time(plan.report.d2h_busy),
+            units.time(plan.report.h2d_busy),
+            units.time(plan.report.compute_stall)
+        ));
+    }
+    if let Some(b) = bound {
+        text.push_str(&format!("bound     offloading alone (no recomputation) takes at least {}\n", units.time(b)));
     }
     text.push_str(&format!("solved in {:.3} s\n", plan.solve_seconds));
     if let Some(path) = &args.output {
