@@ -673,35 +673,25 @@ impl<'s> Engine<'s> {
             let part: f64 = active.iter().map(|r| r.at(time)).sum();
             let before = running;
             let mut top = running;
-            if over(running, part, budget.unwrap_or(u64::MAX)) && budget.is_some() {
-                let b = budget.unwrap_or(u64::MAX);
-                let op = key_op(evs[i].key);
-                return Err(SimError::BudgetExceeded {
-                    op,
-                    text: self.text(op),
-                    time,
-                    bytes: bytes(running, part),
-                    budget: b,
-                });
+            let exceeded = |key: u64, running: i128| {
+                let budget = budget?;
+                if !over(running, part, budget) {
+                    return None;
+                }
+                let op = key_op(key);
+                Some(SimError::BudgetExceeded { op, text: self.text(op), time, bytes: bytes(running, part), budget })
+            };
+            // A ramp in progress may have taken memory since the last event.
+            if let Some(e) = exceeded(evs[i].key, running) {
+                return Err(e);
             }
             while i < evs.len() && evs[i].time == time {
                 let e = evs[i];
                 running += e.delta;
                 if e.delta > 0 {
-                    if running > top {
-                        top = running;
-                    }
-                    if let Some(b) = budget {
-                        if over(running, part, b) {
-                            let op = key_op(e.key);
-                            return Err(SimError::BudgetExceeded {
-                                op,
-                                text: self.text(op),
-                                time,
-                                bytes: bytes(running, part),
-                                budget: b,
-                            });
-                        }
+                    top = top.max(running);
+                    if let Some(err) = exceeded(e.key, running) {
+                        return Err(err);
                     }
                 }
                 i += 1;

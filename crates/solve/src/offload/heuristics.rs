@@ -104,7 +104,7 @@ use pebble_graph::Chain;
 use pebble_schedule::{ForwardMode, Op, Schedule, Tensor, View};
 use pebble_sim::{SimConfig, SimError};
 
-use super::{assemble, reads, transfer_schedule, Transfer};
+use super::{assemble, prefetch_deadlines, reads, transfer_schedule, Transfer};
 use crate::{Problem, SolveError, SolveOptions, Solver};
 
 /// How many limits `M′` autocapper tries.
@@ -145,15 +145,7 @@ fn size(chain: &Chain, t: Tensor) -> u64 {
 /// compute op after its offload that reads the tensor (the least memory any placement
 /// holds; the reader waits for it).
 fn probe(chain: &Chain, compute: &[Op], offloads: &[Transfer]) -> Schedule {
-    let l = chain.len();
-    let mut pre: Vec<(Transfer, usize)> = offloads
-        .iter()
-        .filter_map(|o| {
-            let next = (o.at + 1..compute.len()).find(|&k| reads(&compute[k], o.tensor, l))?;
-            Some((*o, next))
-        })
-        .collect();
-    pre.sort_by(|x, y| x.1.cmp(&y.1).then(y.0.at.cmp(&x.0.at)));
+    let pre = prefetch_deadlines(chain, compute, offloads);
     let issue: Vec<usize> = pre.iter().map(|&(_, deadline)| deadline).collect();
     assemble(compute, offloads, &pre, &issue)
 }
@@ -531,8 +523,7 @@ mod tests {
             let chain = random_chain(&mut rng, l);
             let c = super::super::OffChain::new(&chain, u64::MAX).unwrap();
             let peak = store_all_peak(&chain);
-            let offload_least =
-                (1..=c.n).map(|ell| (c.need_f(ell).max(c.need_b(ell)) + u128::from(c.abar[ell - 1])) as u64).max();
+            let offload_least = Some(c.least_memory() as u64);
             let rotor_least =
                 crate::min_feasible_budget(&Rotor, Problem::Chain(&chain), &SolveOptions::default()).unwrap().unwrap();
             let least = (offload_least.unwrap() + chain.static_bytes).min(rotor_least);

@@ -126,6 +126,15 @@ impl OffChain {
         self.uf.iter().sum::<f64>() + self.ub.iter().sum::<f64>()
     }
 
+    /// The least `M` any offloading schedule needs: each layer alone with its input
+    /// `ā_{ℓ−1}` (3.8)–(3.9), everything else offloaded.
+    pub fn least_memory(&self) -> u128 {
+        (1..=self.n)
+            .map(|ell| self.need_f(ell).max(self.need_b(ell)) + u128::from(self.abar[ell - 1]))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Whether every layer fits alone, its input `ā_{ℓ−1}` resident (3.8)–(3.9) with
     /// nothing else on the device: otherwise no offloading schedule exists.
     pub fn each_layer_fits(&self) -> Result<(), String> {
@@ -211,6 +220,21 @@ fn reads(op: &Op, tensor: Tensor, l: usize) -> bool {
     }
 }
 
+/// Each offload of a tensor read again, with the index of the first compute op after it
+/// that reads it (its prefetch's deadline), by deadline (ties: the later offload first).
+pub(crate) fn prefetch_deadlines(chain: &Chain, compute: &[Op], offloads: &[Transfer]) -> Vec<(Transfer, usize)> {
+    let l = chain.len();
+    let mut pre: Vec<(Transfer, usize)> = offloads
+        .iter()
+        .filter_map(|o| {
+            let next = (o.at + 1..compute.len()).find(|&k| reads(&compute[k], o.tensor, l))?;
+            Some((*o, next))
+        })
+        .collect();
+    pre.sort_by(|x, y| x.1.cmp(&y.1).then(y.0.at.cmp(&x.0.at)));
+    pre
+}
+
 /// The ordered no-wait schedule of `compute` with `offloads` (Proposition 1): each
 /// offload issued where it says, and each offloaded tensor prefetched before the first
 /// compute op after its offload's op that reads it (none if none does), the prefetches in
@@ -240,15 +264,7 @@ pub fn transfer_schedule(
         Tensor::Weight(i) => chain.w.as_ref().map_or(0, |w| w[i]),
         Tensor::Data(_) => 0,
     } as f64;
-    // (offload, deadline) for those read again, by deadline (ties: the later offload first).
-    let mut pre: Vec<(Transfer, usize)> = offloads
-        .iter()
-        .filter_map(|o| {
-            let next = (o.at + 1..compute.len()).find(|&k| reads(&compute[k], o.tensor, l))?;
-            Some((*o, next))
-        })
-        .collect();
-    pre.sort_by(|x, y| x.1.cmp(&y.1).then(y.0.at.cmp(&x.0.at)));
+    let pre = prefetch_deadlines(chain, compute, offloads);
     // Latest nominal starts, from the last prefetch back.
     let mut issue = vec![0usize; pre.len()];
     let mut next_start = f64::INFINITY;

@@ -556,10 +556,7 @@ mod tests {
     fn with_infinite_bandwidth_pofo_is_the_compute_time() {
         for (chain, _) in instances(22, 60) {
             let c = OffChain::new(&chain, u64::MAX).unwrap();
-            let alone = (1..=c.n)
-                .map(|ell| (c.need_f(ell).max(c.need_b(ell)) + u128::from(c.abar[ell - 1])) as u64)
-                .max()
-                .unwrap();
+            let alone = c.least_memory() as u64;
             let found = dp(&chain, alone + chain.static_bytes, Slots::Exact, 1e15, 1e15).expect("every op fits");
             assert!((found.value - c.compute_time()).abs() < 1e-6, "{} vs {}", found.value, c.compute_time());
         }

@@ -80,9 +80,7 @@ fn instances(seed: u64, count: usize) -> Vec<(Chain, u64, f64)> {
         let chain = random_chain(&mut rng, l);
         let c = OffChain::new(&chain, u64::MAX).unwrap();
         let peak = c.peak() as u64 + chain.static_bytes;
-        let least =
-            (1..=c.n).map(|ell| (c.need_f(ell).max(c.need_b(ell)) + u128::from(c.abar[ell - 1])) as u64).max().unwrap()
-                + chain.static_bytes;
+        let least = c.least_memory() as u64 + chain.static_bytes;
         if least >= peak {
             continue;
         }
