@@ -987,7 +987,8 @@ fn releases_come_before_allocations_at_equal_times() {
     // At t = 5, op5's release of X (5) goes before op4's allocation of Z (1), even though
     // op4 comes first in program order: 11 -> 6 -> 7, so the peak is 11, not 12.
     let ops: Vec<Op> = (0..6).map(|node| Op::Compute { node, no_grad: false }).collect();
-    let config = SimConfig { budget: Some(11), machine: Machine::default().with_bandwidth(1.0), timeline: true, ..cfg() };
+    let config =
+        SimConfig { budget: Some(11), machine: Machine::default().with_bandwidth(1.0), timeline: true, ..cfg() };
     let spec = |d: usize, size: u64, resident: bool| TensorSpec { name: Tensor::Data(d), size, resident };
     let mut eng =
         Engine::new(&ops, &config, 0, [spec(0, 5, true), spec(1, 2, true), spec(2, 1, true), spec(3, 4, false)]);
