@@ -89,6 +89,9 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
             "compute_time": report.compute_time,
             "peak_bytes": report.peak_bytes,
             "peak_host_bytes": report.peak_host_bytes,
+            "d2h_busy": report.d2h_busy,
+            "h2d_busy": report.h2d_busy,
+            "compute_stall": report.compute_stall,
             "compute_ops": report.compute_ops,
             "ops": schedule.ops.len(),
         }))?;
@@ -98,7 +101,8 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
         "valid     {} ops ({} compute) on the {} view of {}\n\
          makespan  {} (compute {})\n\
          peak      {}\n\
-         host peak {}\n",
+         host peak {}\n\
+         links     busy {} to the host, {} back; compute stalled {}\n",
         schedule.ops.len(),
         report.compute_ops,
         view_name(view),
@@ -107,6 +111,9 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
         units.time(report.compute_time),
         units.size(report.peak_bytes),
         units.size(report.peak_host_bytes),
+        units.time(report.d2h_busy),
+        units.time(report.h2d_busy),
+        units.time(report.compute_stall),
     );
     if let Some(b) = resolved {
         text.push_str(&format!(
