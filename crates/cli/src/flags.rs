@@ -39,6 +39,8 @@ pub enum Command {
     Profile(ProfileArgs),
     /// Compare Burn's autodiff (with and without checkpointing) with pebble's store-all and rotor.
     Bench(BenchArgs),
+    /// Reproduce a published experiment in simulation (`ch4`: Shilova's thesis, Ch. 4).
+    Reproduce(ReproduceArgs),
 }
 
 /// `pebble models`.
@@ -598,4 +600,46 @@ mod tests {
         assert!(bandwidth_value("-1").is_err());
         assert!(positive_value("0").is_err());
     }
+}
+
+/// The experiments `pebble reproduce` knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Experiment {
+    /// Shilova's thesis, Ch. 4: offloading and rematerialization (pofo, autocapper,
+    /// opportunist) against remat only (rotor) and offload only (offload-dp).
+    Ch4,
+}
+
+/// `pebble reproduce`.
+#[derive(Debug, Args)]
+pub struct ReproduceArgs {
+    /// The experiment.
+    #[arg(value_enum)]
+    pub experiment: Experiment,
+    /// Zoo models, comma-separated.
+    #[arg(
+        long,
+        value_name = "A,B,C",
+        value_delimiter = ',',
+        default_value = "resnet50,resnet101,resnet152,densenet121,densenet169,inception_v3"
+    )]
+    pub models: Vec<String>,
+    /// Batch size.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub batch: usize,
+    /// Image side.
+    #[arg(long, value_name = "PIXELS", default_value_t = 500)]
+    pub image: usize,
+    /// The machine to plan for.
+    #[arg(long, value_name = "PROFILE", default_value = "v100")]
+    pub profile: String,
+    /// Where to write the JSON and the SVG charts.
+    #[arg(long, value_name = "DIR", default_value = "docs")]
+    pub out_dir: PathBuf,
+    /// Fewer points: α ∈ {0.2, 0.5, 0.75}, β ∈ {12, 36} GB/s.
+    #[arg(long)]
+    pub quick: bool,
+    /// Overwrite the output files if they exist.
+    #[arg(long)]
+    pub force: bool,
 }

@@ -66,6 +66,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Train(args) => cmd::train::run(args),
         Command::Profile(args) => cmd::profile::run(args),
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Reproduce(args) => cmd::reproduce::run(args),
     }
 }
 

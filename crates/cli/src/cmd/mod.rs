@@ -6,6 +6,7 @@ pub mod info;
 pub mod models;
 pub mod plan;
 pub mod profile;
+pub mod reproduce;
 pub mod simulate;
 pub mod sweep;
 pub mod train;

@@ -1,0 +1,707 @@
+//! `pebble reproduce ch4`: Shilova's thesis, Ch. 4 (§4.4), in simulation: pofo
+//! (offloading and rematerialization together) against remat only (`rotor`), offload
+//! only (`offload-dp`, DYNPROG) and the two heuristics (`autocapper`, `opportunist`) on
+//! the chains of zoo CNNs.
+//!
+//! For each model: `T_seq` is store-all's makespan (no memory limit), `M^high` its
+//! simulated peak, `M^low` the simulated peak of `recompute-all`, and the budget at `α` is
+//! `M(α) = (1−α)·M^low + α·M^high`, the memory solvers plan in (the simulator's peak,
+//! static memory included; the executor's runtime reserve plays no part, as in the
+//! thesis's simulations). Overhead is `makespan / T_seq − 1`. The experiment sweeps `α`
+//! at β = 12 GB/s (Fig. 4.2), β at α = 0.2 (Fig. 4.3), records the share of the saved
+//! activations `ā_0..ā_L` offloaded (Fig. 4.4), and finds by bisection the least budget
+//! at which pofo (and rotor) stay within 20% overhead: the activation-memory division
+//! factor of the thesis's headline ("4 to 6 times less memory").
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use anyhow::anyhow;
+use pebble_graph::Chain;
+use pebble_machine::Machine;
+use pebble_schedule::{Op, Schedule, Tensor};
+use pebble_solve::{PlanError, Problem, SolveError, SolveOptions};
+use plotters::prelude::*;
+use serde_json::{json, Value};
+
+use super::overhead;
+use crate::flags::{Experiment, ModelOpts, ReproduceArgs, SizeOpts};
+use crate::out;
+use crate::source::{build_model, check_new_file, write_new_file, Subject};
+
+/// The solvers of Figs. 4.2–4.3, in the order of the charts' legends.
+pub const SOLVERS: [&str; 5] = ["rotor", "offload-dp", "pofo", "autocapper", "opportunist"];
+/// The solvers that offload and recompute (Fig. 4.4).
+const MIXED: [&str; 3] = ["pofo", "autocapper", "opportunist"];
+/// β of the α sweep, bytes per second.
+const BETA: f64 = 12e9;
+/// α of the β sweep.
+const ALPHA: f64 = 0.2;
+/// The overhead of the headline's division factor.
+const LIMIT: f64 = 0.2;
+/// Bisection steps on the budget for the division factor (`--quick`: 5).
+const STEPS: usize = 8;
+const QUICK_STEPS: usize = 5;
+/// The solvers whose division factor is searched.
+const FACTOR_SOLVERS: [&str; 2] = ["pofo", "rotor"];
+
+/// The output files, in `--out-dir`.
+const FILES: [&str; 4] = ["ch4.json", "ch4-alpha.svg", "ch4-beta.svg", "ch4-offloaded.svg"];
+
+/// One model's chain and its references.
+struct Setup {
+    name: String,
+    chain: Chain,
+    machine: Machine,
+    t_seq: f64,
+    m_high: u64,
+    m_low: u64,
+    /// `Σ ā_0..ā_L`.
+    saved_bytes: u64,
+}
+
+impl Setup {
+    fn budget(&self, alpha: f64) -> u64 {
+        ((1.0 - alpha) * self.m_low as f64 + alpha * self.m_high as f64).round() as u64
+    }
+}
+
+/// What one solver did at one budget and bandwidth.
+#[derive(Debug, Clone)]
+enum Cell {
+    Feasible { makespan: f64, peak: u64, offloaded: f64, d2h_busy: f64, seconds: f64 },
+    Infeasible,
+    Failed(String),
+}
+
+/// The least budget found within [`LIMIT`] overhead.
+#[derive(Debug, Clone, Copy)]
+struct Threshold {
+    budget: u64,
+    overhead: f64,
+}
+
+/// A unit of work for the thread pool.
+#[derive(Debug, Clone, Copy)]
+enum Job {
+    /// Model, point (α, β), solver.
+    Point(usize, usize, usize),
+    /// Model, solver name: the bisection for the division factor.
+    Bisect(usize, &'static str),
+}
+
+pub fn run(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
+    match args.experiment {
+        Experiment::Ch4 => ch4(args),
+    }
+}
+
+fn ch4(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let steps = if args.quick { QUICK_STEPS } else { STEPS };
+    let paths: Vec<PathBuf> = FILES.iter().map(|f| args.out_dir.join(f)).collect();
+    for path in &paths {
+        check_new_file(path, "--out-dir", args.force)?;
+    }
+    for name in SOLVERS.iter().chain(["recompute-all"].iter()) {
+        crate::source::find_solver(name, "reproduce")?;
+    }
+    let alphas: Vec<f64> = if args.quick { vec![0.2, 0.5, 0.75] } else { (1..=10).map(|i| i as f64 / 10.0).collect() };
+    let betas: Vec<f64> = if args.quick { vec![12e9, 36e9] } else { vec![12e9, 18e9, 24e9, 36e9] };
+    // The (α, β) points, each once: the α sweep at β = 12 GB/s and the β sweep at α = 0.2.
+    let mut points: Vec<(f64, f64)> = alphas.iter().map(|&a| (a, BETA)).collect();
+    for &b in &betas {
+        if !points.iter().any(|&(a, bb)| same(a, ALPHA) && same(bb, b)) {
+            points.push((ALPHA, b));
+        }
+    }
+    let find = |alpha: f64, beta: f64| points.iter().position(|&(a, b)| same(a, alpha) && same(b, beta));
+
+    let setups = args.models.iter().map(|name| setup(name.trim(), args)).collect::<anyhow::Result<Vec<_>>>()?;
+
+    // The slow jobs first (pofo's bisections, then its points), so that two threads end
+    // together.
+    let mut jobs: Vec<Job> = Vec::new();
+    let by_size = {
+        let mut m: Vec<usize> = (0..setups.len()).collect();
+        m.sort_by_key(|&i| std::cmp::Reverse(setups[i].chain.len()));
+        m
+    };
+    for &m in &by_size {
+        jobs.push(Job::Bisect(m, "pofo"));
+    }
+    let order = ["pofo", "autocapper", "rotor", "offload-dp", "opportunist"];
+    for (rank, name) in order.iter().enumerate() {
+        let s = SOLVERS.iter().position(|n| n == name).unwrap_or(rank);
+        for &m in &by_size {
+            for p in 0..points.len() {
+                jobs.push(Job::Point(m, p, s));
+            }
+            if *name == "rotor" {
+                jobs.push(Job::Bisect(m, "rotor"));
+            }
+        }
+    }
+
+    let bar = crate::progress::bar(jobs.len() as u64, "solves");
+    let next = AtomicUsize::new(0);
+    let cells: Mutex<HashMap<(usize, usize, usize), Cell>> = Mutex::default();
+    let thresholds: Mutex<HashMap<(usize, &'static str), Option<Threshold>>> = Mutex::default();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, jobs.len().max(1));
+    std::thread::scope(|scope| -> anyhow::Result<()> {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| loop {
+                    let j = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&job) = jobs.get(j) else { break };
+                    match job {
+                        Job::Point(m, p, s) => {
+                            let (alpha, beta) = points[p];
+                            let setup = &setups[m];
+                            let cell = solve(setup, SOLVERS[s], setup.budget(alpha), beta);
+                            cells.lock().map(|mut c| c.insert((m, p, s), cell)).ok();
+                        }
+                        Job::Bisect(m, name) => {
+                            let t = bisect(&setups[m], name, steps);
+                            thresholds.lock().map(|mut c| c.insert((m, name), t)).ok();
+                        }
+                    }
+                    bar.inc(1);
+                })
+            })
+            .collect();
+        let mut panicked = false;
+        for worker in workers {
+            panicked |= worker.join().is_err();
+        }
+        if panicked {
+            return Err(anyhow!("a solver panicked"));
+        }
+        Ok(())
+    })?;
+    bar.finish_and_clear();
+    let cells = cells.into_inner().map_err(|_| anyhow!("a solver panicked"))?;
+    let thresholds = thresholds.into_inner().map_err(|_| anyhow!("a solver panicked"))?;
+    let cell = |m: usize, p: usize, s: usize| cells.get(&(m, p, s)).cloned().unwrap_or(Cell::Failed("not run".into()));
+    for ((m, p, s), c) in &cells {
+        if let Cell::Failed(why) = c {
+            let (a, b) = points[*p];
+            eprintln!("warning: {} on {} at α = {a}, β = {} GB/s failed: {why}", SOLVERS[*s], setups[*m].name, b / 1e9);
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+
+    // The JSON.
+    let point_json = |m: usize, p: usize| -> Value {
+        let setup = &setups[m];
+        let (alpha, beta) = points[p];
+        let budget = setup.budget(alpha);
+        let mut by_solver = serde_json::Map::new();
+        for (s, name) in SOLVERS.iter().enumerate() {
+            let v = match cell(m, p, s) {
+                Cell::Feasible { makespan, peak, offloaded, d2h_busy, seconds } => json!({
+                    "feasible": true,
+                    "makespan": makespan,
+                    "overhead": overhead(makespan, setup.t_seq),
+                    "peak_bytes": peak,
+                    "offloaded_bytes": offloaded,
+                    "offloaded_share": share(offloaded, setup.saved_bytes),
+                    "d2h_busy": d2h_busy,
+                    "solve_seconds": seconds,
+                }),
+                Cell::Infeasible => json!({ "feasible": false }),
+                Cell::Failed(why) => json!({ "feasible": false, "error": why }),
+            };
+            by_solver.insert(name.to_string(), v);
+        }
+        json!({
+            "alpha": alpha,
+            "beta": beta,
+            "budget_bytes": budget,
+            "activation_bytes": budget.saturating_sub(setup.chain.static_bytes),
+            "solvers": by_solver,
+        })
+    };
+    let models_json: Vec<Value> = setups
+        .iter()
+        .enumerate()
+        .map(|(m, setup)| {
+            let alpha_sweep: Vec<Value> =
+                alphas.iter().filter_map(|&a| find(a, BETA)).map(|p| point_json(m, p)).collect();
+            let beta_sweep: Vec<Value> =
+                betas.iter().filter_map(|&b| find(ALPHA, b)).map(|p| point_json(m, p)).collect();
+            let mut factors = serde_json::Map::new();
+            for name in FACTOR_SOLVERS {
+                let v = match thresholds.get(&(m, name)).copied().flatten() {
+                    Some(t) => json!({
+                        "budget_bytes": t.budget,
+                        "activation_bytes": t.budget.saturating_sub(setup.chain.static_bytes),
+                        "overhead": t.overhead,
+                        "factor": factor(setup, t.budget),
+                        // Within the limit already at M^low: the factor is M^low's, a
+                        // lower bound on what the solver could do with less.
+                        "at_m_low": t.budget == setup.m_low,
+                    }),
+                    None => Value::Null,
+                };
+                factors.insert(name.to_string(), v);
+            }
+            json!({
+                "model": setup.name,
+                "stages": setup.chain.len(),
+                "static_bytes": setup.chain.static_bytes,
+                "t_seq": setup.t_seq,
+                "m_high_bytes": setup.m_high,
+                "m_low_bytes": setup.m_low,
+                "saved_bytes": setup.saved_bytes,
+                "alpha_sweep": alpha_sweep,
+                "beta_sweep": beta_sweep,
+                "division_factor": factors,
+            })
+        })
+        .collect();
+    let command = command_line(args);
+    let report = json!({
+        "experiment": "ch4",
+        "command": command,
+        "profile": args.profile,
+        "batch": args.batch,
+        "image": args.image,
+        "quick": args.quick,
+        "solvers": SOLVERS,
+        "alphas": alphas,
+        "betas": betas,
+        "beta_of_alpha_sweep": BETA,
+        "alpha_of_beta_sweep": ALPHA,
+        "overhead_limit": LIMIT,
+        "bisection_steps": steps,
+        "threads": threads,
+        "run_seconds": seconds,
+        "models": models_json,
+    });
+
+    // The charts.
+    let overhead_at = |m: usize, p: Option<usize>, s: usize| -> Option<f64> {
+        match cell(m, p?, s) {
+            Cell::Feasible { makespan, .. } => Some(100.0 * overhead(makespan, setups[m].t_seq)),
+            _ => None,
+        }
+    };
+    let share_at = |m: usize, p: Option<usize>, s: usize| -> Option<f64> {
+        match cell(m, p?, s) {
+            Cell::Feasible { offloaded, .. } => Some(100.0 * share(offloaded, setups[m].saved_bytes)),
+            _ => None,
+        }
+    };
+    let alpha_panels: Vec<Panel> = (0..setups.len())
+        .map(|m| Panel {
+            title: setups[m].name.clone(),
+            curves: (0..SOLVERS.len())
+                .map(|s| (s, alphas.iter().map(|&a| (a, overhead_at(m, find(a, BETA), s))).collect()))
+                .collect(),
+        })
+        .collect();
+    let beta_panels: Vec<Panel> = (0..setups.len())
+        .map(|m| Panel {
+            title: setups[m].name.clone(),
+            curves: (0..SOLVERS.len())
+                .map(|s| (s, betas.iter().map(|&b| (b / 1e9, overhead_at(m, find(ALPHA, b), s))).collect()))
+                .collect(),
+        })
+        .collect();
+    let share_panels: Vec<Panel> = (0..setups.len())
+        .map(|m| Panel {
+            title: setups[m].name.clone(),
+            curves: MIXED
+                .iter()
+                .filter_map(|name| SOLVERS.iter().position(|n| n == name))
+                .map(|s| (s, alphas.iter().map(|&a| (a, share_at(m, find(a, BETA), s))).collect()))
+                .collect(),
+        })
+        .collect();
+    let sizes = format!("batch {}, {}×{}, {}", args.batch, args.image, args.image, args.profile);
+    let svgs = [
+        render(
+            &format!("Time overhead vs memory (α), β = 12 GB/s; {sizes}"),
+            "α: budget = (1−α)·M_low + α·M_high",
+            "overhead over T_seq (%)",
+            &alpha_panels,
+            Some(100.0),
+        ),
+        render(
+            &format!("Time overhead vs bandwidth, α = 0.2; {sizes}"),
+            "β (GB/s)",
+            "overhead over T_seq (%)",
+            &beta_panels,
+            Some(100.0),
+        ),
+        render(
+            &format!("Share of the saved activations offloaded, β = 12 GB/s; {sizes}"),
+            "α: budget = (1−α)·M_low + α·M_high",
+            "offloaded / Σ ā_i (%)",
+            &share_panels,
+            None,
+        ),
+    ];
+    let mut text = serde_json::to_string_pretty(&report)?;
+    text.push('\n');
+    std::fs::create_dir_all(&args.out_dir)
+        .map_err(|e| crate::error::bad(format!("--out-dir `{}`: {e}", args.out_dir.display())))?;
+    write_new_file(&paths[0], "--out-dir", &text, args.force)?;
+    for (path, svg) in paths[1..].iter().zip(svgs) {
+        let svg = svg.map_err(|e| anyhow!("`{}`: cannot draw the plot: {e}", path.display()))?;
+        write_new_file(path, "--out-dir", &svg, args.force)?;
+    }
+
+    // The summary.
+    let fmt = |c: Cell, setup: &Setup| match c {
+        Cell::Feasible { makespan, .. } => format!("{:+.1}%", 100.0 * overhead(makespan, setup.t_seq)),
+        Cell::Infeasible => "—".to_string(),
+        Cell::Failed(_) => "error".to_string(),
+    };
+    let mut header = vec!["model".to_string(), "α".to_string(), "β GB/s".to_string()];
+    header.extend(SOLVERS.iter().map(|s| s.to_string()));
+    header.push("pofo offl.".to_string());
+    let mut rows = Vec::new();
+    for (m, setup) in setups.iter().enumerate() {
+        for (p, &(alpha, beta)) in points.iter().enumerate() {
+            let mut row = vec![setup.name.clone(), format!("{alpha:.2}"), format!("{:.0}", beta / 1e9)];
+            row.extend((0..SOLVERS.len()).map(|s| fmt(cell(m, p, s), setup)));
+            let pofo = SOLVERS.iter().position(|n| *n == "pofo").unwrap_or(0);
+            row.push(share_at(m, Some(p), pofo).map_or("—".to_string(), |v| format!("{v:.0}%")));
+            rows.push(row);
+        }
+    }
+    let right: Vec<bool> = (0..header.len()).map(|i| i > 0).collect();
+    let mut summary = out::table(&header, &rows, &right);
+    let fheader: Vec<String> =
+        ["model", "M_high − static", "pofo ≤20%", "factor", "rotor ≤20%", "factor"].map(String::from).to_vec();
+    let gib = pebble_graph::units::format_bytes;
+    let frows: Vec<Vec<String>> = setups
+        .iter()
+        .enumerate()
+        .map(|(m, setup)| {
+            let mut row = vec![setup.name.clone(), gib(setup.m_high.saturating_sub(setup.chain.static_bytes))];
+            for name in FACTOR_SOLVERS {
+                match thresholds.get(&(m, name)).copied().flatten() {
+                    Some(t) => {
+                        row.push(gib(t.budget.saturating_sub(setup.chain.static_bytes)));
+                        row.push(format!("{:.2}", factor(setup, t.budget)));
+                    }
+                    None => row.extend(["—".to_string(), "—".to_string()]),
+                }
+            }
+            row
+        })
+        .collect();
+    summary.push('\n');
+    summary.push_str("activation memory divided, at ≤ 20% overhead:\n");
+    summary.push_str(&out::table(&fheader, &frows, &[false, true, true, true, true, true]));
+    summary.push_str(&format!("\n{command}: {seconds:.0} s on {threads} threads\n"));
+    for path in &paths {
+        summary.push_str(&format!("wrote {}\n", path.display()));
+    }
+    out::print(&summary)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Two parameters equal up to rounding.
+fn same(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+/// `part / whole`, 0 for an empty whole.
+fn share(part: f64, whole: u64) -> f64 {
+    if whole > 0 {
+        part / whole as f64
+    } else {
+        0.0
+    }
+}
+
+/// `(M^high − static) / (budget − static)`.
+fn factor(setup: &Setup, budget: u64) -> f64 {
+    let s = setup.chain.static_bytes;
+    setup.m_high.saturating_sub(s) as f64 / budget.saturating_sub(s).max(1) as f64
+}
+
+/// The command line that reproduces this run.
+fn command_line(args: &ReproduceArgs) -> String {
+    format!(
+        "pebble reproduce ch4 --models {} --batch {} --image {} --profile {}{}",
+        args.models.join(","),
+        args.batch,
+        args.image,
+        args.profile,
+        if args.quick { " --quick" } else { "" }
+    )
+}
+
+/// Builds a model's chain and its references.
+fn setup(name: &str, args: &ReproduceArgs) -> anyhow::Result<Setup> {
+    let opts = ModelOpts {
+        size: SizeOpts {
+            batch: Some(args.batch),
+            image: Some(args.image),
+            seq: None,
+            layers: None,
+            width: None,
+            heads: None,
+        },
+        dtype: None,
+        optimizer: None,
+        profile: Some(args.profile.clone()),
+        device: None,
+    };
+    let (model, options) = build_model(name, &opts)?;
+    let machine = options.profile.machine;
+    let chain = model.chain;
+    let subject = Subject::Chain(chain);
+    let store_all = subject.store_all(&machine)?;
+    let Subject::Chain(chain) = subject else { unreachable!("built as a chain") };
+    let recompute_all = pebble_solve::solver("recompute-all").map_err(|e| anyhow!("{e}"))?;
+    let m_low = pebble_solve::plan(recompute_all, Problem::Chain(&chain), u64::MAX, &options_for(&machine, BETA))
+        .map_err(|e| anyhow!("{name}: recompute-all: {e}"))?
+        .report
+        .peak_bytes
+        .min(store_all.peak_bytes);
+    let saved_bytes = chain.xbar.iter().sum();
+    Ok(Setup {
+        name: name.to_string(),
+        chain,
+        machine,
+        t_seq: store_all.makespan,
+        m_high: store_all.peak_bytes,
+        m_low,
+        saved_bytes,
+    })
+}
+
+/// The solver options at bandwidth `beta`, both directions.
+fn options_for(machine: &Machine, beta: f64) -> SolveOptions {
+    SolveOptions {
+        machine: machine.with_bandwidth(beta),
+        progress: pebble_solve::Progress::none(),
+        ..SolveOptions::default()
+    }
+}
+
+/// Bytes offloaded by a schedule: `Σ fraction × size` over its offloads.
+fn offloaded_bytes(chain: &Chain, schedule: &Schedule) -> f64 {
+    schedule
+        .ops
+        .iter()
+        .map(|op| match *op {
+            Op::Offload { tensor, fraction } => {
+                let size = match tensor {
+                    Tensor::Activation(i) => chain.x.get(i).copied().unwrap_or(0),
+                    Tensor::Saved(i) => chain.xbar.get(i).copied().unwrap_or(0),
+                    _ => 0,
+                };
+                size as f64 * fraction
+            }
+            _ => 0.0,
+        })
+        .sum()
+}
+
+/// One solver at one budget and bandwidth.
+fn solve(setup: &Setup, name: &str, budget: u64, beta: f64) -> Cell {
+    let solver = match pebble_solve::solver(name) {
+        Ok(s) => s,
+        Err(e) => return Cell::Failed(e.to_string()),
+    };
+    match pebble_solve::plan(solver, Problem::Chain(&setup.chain), budget, &options_for(&setup.machine, beta)) {
+        Ok(plan) => Cell::Feasible {
+            makespan: plan.report.makespan,
+            peak: plan.report.peak_bytes,
+            offloaded: offloaded_bytes(&setup.chain, &plan.schedule),
+            d2h_busy: plan.report.d2h_busy,
+            seconds: plan.solve_seconds,
+        },
+        Err(PlanError::Solve(SolveError::Infeasible { .. })) => Cell::Infeasible,
+        Err(e) => Cell::Failed(e.to_string()),
+    }
+}
+
+/// The least budget in `[M^low, M^high]` at which `name`'s overhead is at most [`LIMIT`]
+/// at β = 12 GB/s, by bisection (`steps` steps; overhead taken as falling with memory).
+fn bisect(setup: &Setup, name: &str, steps: usize) -> Option<Threshold> {
+    let ok = |budget: u64| match solve(setup, name, budget, BETA) {
+        Cell::Feasible { makespan, .. } => {
+            let o = overhead(makespan, setup.t_seq);
+            (o <= LIMIT).then_some(o)
+        }
+        _ => None,
+    };
+    let (mut lo, mut hi) = (setup.m_low, setup.m_high);
+    let mut best = Threshold { budget: hi, overhead: ok(hi)? };
+    if let Some(o) = ok(lo) {
+        return Some(Threshold { budget: lo, overhead: o });
+    }
+    for _ in 0..steps {
+        let mid = lo + (hi - lo) / 2;
+        match ok(mid) {
+            Some(o) => {
+                best = Threshold { budget: mid, overhead: o };
+                hi = mid;
+            }
+            None => lo = mid,
+        }
+    }
+    Some(best)
+}
+
+/// A curve's `(x, y)` points, `None` where infeasible.
+type Points = Vec<(f64, Option<f64>)>;
+
+/// One panel of a chart: a model, and a curve per solver (its index in [`SOLVERS`]) of
+/// `(x, y)` points, `None` where infeasible.
+struct Panel {
+    title: String,
+    curves: Vec<(usize, Points)>,
+}
+
+/// Matplotlib's `tab10`, as in `plot.rs`: one color per solver across the charts.
+const COLORS: [RGBColor; 5] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+];
+
+/// Draws one panel per model in a grid, a line with markers per solver; values above
+/// `cap` are drawn at it (offload-only's overhead at low memory would flatten the rest).
+fn render(title: &str, x_desc: &str, y_desc: &str, panels: &[Panel], cap: Option<f64>) -> Result<String, String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let cols = panels.len().clamp(1, 3);
+    let rows = panels.len().div_ceil(cols).max(1);
+    let size = ((cols as u32 * 520).max(960), rows as u32 * 400 + 50);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let root = root.titled(title, ("sans-serif", 22)).map_err(|e| err(&e))?;
+        let areas = root.split_evenly((rows, cols));
+        for (i, (panel, area)) in panels.iter().zip(areas.iter()).enumerate() {
+            let xs = panel.curves.iter().flat_map(|c| c.1.iter().map(|p| p.0));
+            let (xmin, xmax) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| (a.min(x), b.max(x)));
+            let (xmin, xmax) = if xmin.is_finite() { (xmin, xmax) } else { (0.0, 1.0) };
+            let ys = panel.curves.iter().flat_map(|c| c.1.iter().filter_map(|p| p.1));
+            let ymax = ys.fold(0.0f64, f64::max);
+            let clipped = cap.is_some_and(|c| ymax > c);
+            let top = match cap {
+                Some(c) if ymax > c => c,
+                _ => ymax,
+            };
+            let caption = if clipped {
+                format!("{} (above {top:.0}% drawn at {top:.0}%)", panel.title)
+            } else {
+                panel.title.clone()
+            };
+            let top = if top > 0.0 { top * 1.15 } else { 1.0 };
+            let xpad = if xmax > xmin { 0.04 * (xmax - xmin) } else { 0.5 };
+            let top = if clipped { cap.unwrap_or(top) * 1.05 } else { top };
+            let mut chart = ChartBuilder::on(area)
+                .caption(caption, ("sans-serif", 16))
+                .margin(10)
+                .x_label_area_size(40)
+                .y_label_area_size(55)
+                .build_cartesian_2d((xmin - xpad)..(xmax + xpad), (-0.03 * top)..top)
+                .map_err(|e| err(&e))?;
+            chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw().map_err(|e| err(&e))?;
+            for (s, points) in &panel.curves {
+                let color = COLORS[*s % COLORS.len()];
+                let limit = cap.unwrap_or(f64::INFINITY);
+                let pts: Vec<Option<(f64, f64)>> = points.iter().map(|&(x, y)| y.map(|y| (x, y.min(limit)))).collect();
+                for run in pts.split(|p| p.is_none()).filter(|r| !r.is_empty()) {
+                    let run: Vec<(f64, f64)> = run.iter().flatten().copied().collect();
+                    chart.draw_series(LineSeries::new(run, color.stroke_width(2))).map_err(|e| err(&e))?;
+                }
+                let feasible = pts.iter().flatten().copied();
+                let series = match s % 4 {
+                    0 => chart.draw_series(feasible.map(|p| Circle::new(p, 4, color.filled()))),
+                    1 => chart.draw_series(feasible.map(|p| TriangleMarker::new(p, 6, color.filled()))),
+                    2 => chart.draw_series(
+                        feasible.map(|p| EmptyElement::at(p) + Rectangle::new([(-4, -4), (4, 4)], color.filled())),
+                    ),
+                    _ => chart.draw_series(feasible.map(|p| Cross::new(p, 5, color.stroke_width(2)))),
+                }
+                .map_err(|e| err(&e))?;
+                if i == 0 {
+                    series
+                        .label(SOLVERS[*s])
+                        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+                }
+            }
+            if i == 0 {
+                chart
+                    .configure_series_labels()
+                    .position(SeriesLabelPosition::UpperRight)
+                    .background_style(WHITE.mix(0.9))
+                    .border_style(BLACK)
+                    .draw()
+                    .map_err(|e| err(&e))?;
+            }
+        }
+        root.present().map_err(|e| err(&e))?;
+    }
+    Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `reproduce ch4 --quick` on a tiny ResNet: every solver at every point, and pofo
+    /// (which contains rotor's and offload-dp's schedules) never slower than either.
+    #[test]
+    fn quick_ch4_on_a_tiny_model() {
+        let dir = std::env::temp_dir().join(format!("pebble-reproduce-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let args = ReproduceArgs {
+            experiment: Experiment::Ch4,
+            models: vec!["resnet18".to_string()],
+            batch: 2,
+            image: 64,
+            profile: "v100".to_string(),
+            out_dir: dir.clone(),
+            quick: true,
+            force: false,
+        };
+        run(&args).unwrap();
+        // The files exist now: a second run is refused without --force.
+        assert!(run(&args).is_err());
+        let json: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("ch4.json")).unwrap()).unwrap();
+        for file in &FILES[1..] {
+            assert!(std::fs::read_to_string(dir.join(file)).unwrap().contains("<svg"));
+        }
+        let models = json["models"].as_array().unwrap();
+        assert_eq!(models.len(), 1);
+        let model = &models[0];
+        assert!(model["division_factor"]["pofo"]["factor"].as_f64().unwrap() >= 1.0);
+        let sweeps = [&model["alpha_sweep"], &model["beta_sweep"]];
+        let points: Vec<&Value> = sweeps.iter().flat_map(|s| s.as_array().unwrap().iter()).collect();
+        assert_eq!(points.len(), 3 + 2);
+        for point in points {
+            let solvers = &point["solvers"];
+            for name in SOLVERS {
+                assert!(solvers[name]["feasible"].is_boolean(), "{name} missing at {point}");
+                assert!(solvers[name].get("error").is_none(), "{name} failed at {point}");
+            }
+            let pofo = solvers["pofo"]["overhead"].as_f64();
+            for other in ["rotor", "offload-dp"] {
+                if let Some(o) = solvers[other]["overhead"].as_f64() {
+                    let p = pofo.unwrap_or_else(|| panic!("pofo infeasible where {other} is: {point}"));
+                    assert!(p <= o + 1e-9, "pofo {p} > {other} {o} at {point}");
+                }
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
