@@ -248,7 +248,6 @@ pub fn transfer_schedule(
     budget: u64,
     config: &SimConfig,
 ) -> Result<Schedule, SimError> {
-    let l = chain.len();
     let mut start = vec![0.0; compute.len() + 1];
     for (k, op) in compute.iter().enumerate() {
         let d = match *op {
