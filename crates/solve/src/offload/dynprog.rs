@@ -31,8 +31,8 @@ use std::collections::HashMap;
 use pebble_graph::Chain;
 use pebble_schedule::Schedule;
 
-use super::{no_wait_schedule, OffChain, Offloaded};
-use crate::{Slots, SolveError, SolveOptions};
+use super::{no_wait_schedule, slot_size, OffChain, Offloaded};
+use crate::{SolveError, SolveOptions};
 
 /// The problem in slots.
 #[derive(Debug, Clone)]
@@ -246,21 +246,13 @@ fn rounded_abar(c: &OffChain, slot: u64) -> Vec<i64> {
     out
 }
 
-/// The slot size for `options.slots` (`Exact`: one byte).
-fn slot_size(c: &OffChain, slots: Slots) -> u64 {
-    match slots {
-        Slots::Count(k) => c.memory.div_ceil(k.max(1) as u64).max(1),
-        Slots::Exact => 1,
-    }
-}
-
 /// Most re-solves of the iterative rounding.
 const ROUNDS: usize = 24;
 
 /// The `offload-dp` solver: DP, then the no-wait schedule of its offload set, rounding
 /// `ā` up one at a time while that schedule does not fit.
 pub(crate) fn solve(chain: &Chain, c: &OffChain, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
-    let slot = slot_size(c, options.slots);
+    let slot = slot_size(c.memory, options.slots);
     let mut abar = rounded_abar(c, slot);
     let machine = &options.machine;
     let mut last = None;

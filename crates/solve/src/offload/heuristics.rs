@@ -523,10 +523,9 @@ mod tests {
             let chain = random_chain(&mut rng, l);
             let c = super::super::OffChain::new(&chain, u64::MAX).unwrap();
             let peak = store_all_peak(&chain);
-            let offload_least = Some(c.least_memory() as u64);
             let rotor_least =
                 crate::min_feasible_budget(&Rotor, Problem::Chain(&chain), &SolveOptions::default()).unwrap().unwrap();
-            let least = (offload_least.unwrap() + chain.static_bytes).min(rotor_least);
+            let least = (c.least_memory() as u64 + chain.static_bytes).min(rotor_least);
             if least >= peak {
                 continue;
             }

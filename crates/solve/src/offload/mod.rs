@@ -170,6 +170,15 @@ pub fn lower_bound(chain: &Chain, budget: u64, machine: &Machine) -> Result<f64,
     Ok(sum.max(machine.d2h.transfer_time(q) + machine.h2d.transfer_time(q)))
 }
 
+/// The slot size of the offloading DPs over `memory` bytes: `M/N` rounded up for
+/// `Slots::Count(N)`, one byte for `Slots::Exact`.
+pub(crate) fn slot_size(memory: u64, slots: crate::Slots) -> u64 {
+    match slots {
+        crate::Slots::Count(k) => memory.div_ceil(k.max(1) as u64).max(1),
+        crate::Slots::Exact => 1,
+    }
+}
+
 /// The tensor that holds `ā_ℓ` in pebble's chain view.
 fn saved(ell: usize) -> Tensor {
     if ell == 0 {

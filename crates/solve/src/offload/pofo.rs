@@ -62,7 +62,7 @@ use pebble_graph::Chain;
 use pebble_schedule::{ForwardMode, Op, Schedule, Tensor};
 use rustc_hash::FxHashMap;
 
-use super::{transfer_schedule, Transfer};
+use super::{slot_size, transfer_schedule, Transfer};
 use crate::{Problem, Slots, SolveError, SolveOptions, Solver};
 
 const INF: f64 = f64::INFINITY;
@@ -418,14 +418,6 @@ pub struct Found {
     pub compute: Vec<Op>,
     /// The offloaded inputs, each issued before its first reader.
     pub offloads: Vec<Transfer>,
-}
-
-/// The slot size for `slots` (`Exact`: one byte) over `memory` bytes.
-pub(crate) fn slot_size(memory: u64, slots: Slots) -> u64 {
-    match slots {
-        Slots::Count(k) => memory.div_ceil(k.max(1) as u64).max(1),
-        Slots::Exact => 1,
-    }
 }
 
 /// Runs pofo's DP on `chain` within `budget` with links of `beta_off` and `beta_pre`
