@@ -114,49 +114,43 @@ impl Slotted {
 
     /// `ε_G` (3.16)/(3.17) for a final state.
     fn epsilon_g(&self, a: i64, df: i64, db: i64) -> f64 {
-        let (bo, bp, m, n) = (self.beta_off, self.beta_pre, self.memory as f64, self.n);
-        if df <= 0 && db <= 0 {
-            return 0.0;
-        }
-        if df > 0 && db > 0 {
-            return df as f64 / bo + db as f64 / bp;
-        }
-        // Σ_{i ≥ j+1} ā_i, walking j down from n.
-        let mut later = 0i64;
-        let mut u = 0.0;
-        if df > 0 {
+        let (bo, bp) = (self.beta_off, self.beta_pre);
+        match (df > 0, db > 0) {
+            (false, false) => 0.0,
+            (true, true) => df as f64 / bo + db as f64 / bp,
             // (3.16): offloading goes on into the first backward ops.
-            let mf = (a + df) as f64;
-            let av = -db as f64 / bp;
-            let mut e = df as f64 / bo - av;
-            for j in (1..=n).rev() {
-                if u >= av {
-                    break;
-                }
-                let r = (self.delta[j - 1] + self.delta[j] + self.ob[j] - later) as f64;
-                e = e.max((r - m + mf) / bo - u);
-                u += self.ub[j];
-                later += self.abar[j];
+            (true, false) => {
+                self.overrun(a, df, bo, -db as f64 / bp, |j| self.delta[j - 1] + self.delta[j] + self.ob[j], &self.ub)
             }
-            e.max(0.0)
-        } else {
             // (3.17): prefetching starts during the last forward ops.
-            let mb = (a + db) as f64;
-            let av = -df as f64 / bo;
-            let mut e = db as f64 / bp - av;
-            for j in (1..=n).rev() {
-                if u >= av {
-                    break;
-                }
-                let r = (self.of[j] - later) as f64;
-                e = e.max((r - m + mb) / bp - u);
-                u += self.uf[j];
-                later += self.abar[j];
-            }
-            e.max(0.0)
+            (false, true) => self.overrun(a, db, bp, -df as f64 / bo, |j| self.of[j], &self.uf),
         }
     }
+
+    /// (3.16) and (3.17), one the mirror of the other: one link still has `pending` slots
+    /// to move at `rate` while the other has been idle for `idle`; the ops `j = n, n−1, …`
+    /// that run within that idle time (taking `time[j]`, needing `need(j)` beside what is
+    /// kept, less `Σ_{i ≥ j+1} ā_i`) each wait for what they cannot fit.
+    fn overrun(&self, a: i64, pending: i64, rate: f64, idle: f64, need: impl Fn(usize) -> i64, time: &[f64]) -> f64 {
+        let m = self.memory as f64;
+        let held = (a + pending) as f64;
+        let mut e = pending as f64 / rate - idle;
+        // Σ_{i ≥ j+1} ā_i, walking j down from n, and the time of the ops after j.
+        let (mut later, mut u) = (0i64, 0.0);
+        for j in (1..=self.n).rev() {
+            if u >= idle {
+                break;
+            }
+            e = e.max(((need(j) - later) as f64 - m + held) / rate - u);
+            u += time[j];
+            later += self.abar[j];
+        }
+        e.max(0.0)
+    }
 }
+
+/// A state `(A, Δ_F, Δ_B)`, in slots.
+type State = (i64, i64, i64);
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -171,11 +165,11 @@ pub fn run(p: &Slotted) -> Option<(f64, Vec<bool>)> {
     let n = p.n;
     let m = p.memory;
     let floor = -m;
-    let mut layers: Vec<Vec<((i64, i64, i64), Entry)>> = Vec::with_capacity(n + 1);
+    let mut layers: Vec<Vec<(State, Entry)>> = Vec::with_capacity(n + 1);
     layers.push(vec![((0, 0, 0), Entry { cost: 0.0, parent: 0, offloaded: false })]);
     for i in 1..=n {
         let prev = &layers[i - 1];
-        let mut next: HashMap<(i64, i64, i64), Entry> = HashMap::with_capacity(prev.len() * 2);
+        let mut next: HashMap<State, Entry> = HashMap::with_capacity(prev.len() * 2);
         let input = p.abar[i - 1];
         for (idx, &((a, df, db), e)) in prev.iter().enumerate() {
             let room = m - a - input;
@@ -189,7 +183,7 @@ pub fn run(p: &Slotted) -> Option<(f64, Vec<bool>)> {
             let cost = e.cost + p.uf[i] + p.ub[i] + ef as f64 / p.beta_off + eb as f64 / p.beta_pre;
             let dfm = p.move_f[i] + ef;
             let dbm = p.move_b[i] + eb;
-            let mut push = |key: (i64, i64, i64), offloaded: bool| {
+            let mut push = |key: State, offloaded: bool| {
                 let key = (key.0, key.1.max(floor), key.2.max(floor));
                 let entry = Entry { cost, parent: idx as u32, offloaded };
                 next.entry(key)

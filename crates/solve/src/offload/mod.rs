@@ -76,16 +76,12 @@ impl OffChain {
         let memory = budget.checked_sub(chain.static_bytes)?;
         let mut uf = vec![0.0; n + 1];
         let mut of = vec![0; n + 1];
-        for ell in 1..=l {
-            uf[ell] = chain.ftime[ell - 1];
-            of[ell] = chain.ftmp[ell - 1];
-        }
+        uf[1..=l].copy_from_slice(&chain.ftime);
+        of[1..=l].copy_from_slice(&chain.ftmp);
         let mut ub = vec![0.0; n + 1];
         let mut ob = vec![0; n + 1];
-        for ell in 1..=n {
-            ub[ell] = chain.btime[ell - 1];
-            ob[ell] = chain.btmp[ell - 1];
-        }
+        ub[1..=n].copy_from_slice(&chain.btime);
+        ob[1..=n].copy_from_slice(&chain.btmp);
         let mut abar = vec![0; n + 1];
         let mut a = vec![0; n + 1];
         let mut delta = vec![0; n + 1];
