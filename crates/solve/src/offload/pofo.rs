@@ -190,8 +190,9 @@ const SLACK: f64 = 1e-9;
 
 /// The most slots, stages and `Δ_B` the tables hold (their choices keep them in `u16`).
 const KEY_LIMIT: i64 = 1 << 15;
-/// The most rows of [`OC_x`'s table](Pofo::fwd): `2 (L+1) (M+1)²`.
-const MAX_ROWS: usize = 1 << 25;
+/// The most rows of either table: `2 (L+1) (M+1)²` for `OC_x`, `(L+1)(L+2)/2 · (M+1)` for
+/// `C_Δ` (about 800 stages at 50 slots).
+const MAX_ROWS: usize = 1 << 24;
 
 /// A memo of values and choices by row and column, in blocks of [`BLOCK`] consecutive
 /// columns of a row, each block given its cells when first written (in chunks of
@@ -307,11 +308,15 @@ struct Pofo<'a> {
 
 impl<'a> Pofo<'a> {
     /// The tables for `c`, with `C_Δ(·, 0)` filled; `None` if they would be too large
-    /// (more than [`KEY_LIMIT`] slots or stages).
+    /// (more than [`KEY_LIMIT`] slots or stages, or [`MAX_ROWS`] rows).
     fn new(c: &'a Sized) -> Option<Pofo<'a>> {
         let n = c.l + 1;
         let width = c.memory.max(0) as usize + 1;
-        if c.memory >= KEY_LIMIT || n as i64 >= KEY_LIMIT || 2 * n * width * width > MAX_ROWS {
+        if c.memory >= KEY_LIMIT
+            || n as i64 >= KEY_LIMIT
+            || 2 * n * width * width > MAX_ROWS
+            || tri(0, n) * width > MAX_ROWS
+        {
             return None;
         }
         let mut lb = vec![0.0; tri(0, n)];
@@ -653,8 +658,9 @@ pub struct Found {
 }
 
 /// Runs pofo's DP on `chain` within `budget` with links of `beta_off` and `beta_pre`
-/// bytes per time unit; `None` if nothing fits, or if the grid is too fine for its tables
-/// (`2 (L+1) (M+1)²` beyond 2²⁵, `M` in slots: only [`Slots::Exact`] on sizes in bytes).
+/// bytes per time unit; `None` if nothing fits, or if its tables would be too large (more
+/// than 2²⁴ rows: [`Slots::Exact`] on sizes in bytes, or chains of over 800 stages at 50
+/// slots).
 pub fn dp(chain: &Chain, budget: u64, slots: Slots, beta_off: f64, beta_pre: f64) -> Option<Found> {
     let memory = budget.checked_sub(chain.static_bytes)?;
     let slot = slot_size(memory, slots);
