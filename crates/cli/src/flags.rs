@@ -507,12 +507,9 @@ pub struct TrainArgs {
     /// on the device first).
     #[arg(long, value_enum, default_value = "analytic")]
     pub costs: CostsArg,
-    /// Memory discretization of the dynamic programs [default: 500].
-    #[arg(long, value_name = "N|exact", value_parser = slots_value, allow_hyphen_values = true)]
-    pub slots: Option<Slots>,
-    /// Wall-clock limit of MILP solvers, in seconds.
-    #[arg(long, value_name = "SECONDS", value_parser = positive_value, allow_hyphen_values = true)]
-    pub time_limit: Option<f64>,
+    /// The solver's options; `--bandwidth` also throttles the executor's host link.
+    #[command(flatten)]
+    pub solve: SolveArgs,
     /// Print one JSON object instead of a summary.
     #[arg(long)]
     pub json: bool,

@@ -75,10 +75,13 @@ fn run() -> anyhow::Result<ExitCode> {
 fn parse() -> Result<Cli, clap::Error> {
     let solvers: String =
         pebble_solve::registry().iter().map(|s| format!("  {:<16} {}\n", s.name(), s.description())).collect();
+    let bounds: String =
+        pebble_solve::bound::BOUNDS.iter().map(|b| format!("  {:<16} {}\n", b.name, b.description)).collect();
     let after = format!("Solvers:\n{solvers}");
+    let with_bounds = format!("{after}\nBounds (a time, no schedule):\n{bounds}");
     let command = Cli::command()
-        .mut_subcommand("plan", |c| c.after_help(after.clone()))
-        .mut_subcommand("sweep", |c| c.after_help(after.clone()))
+        .mut_subcommand("plan", |c| c.after_help(with_bounds.clone()))
+        .mut_subcommand("sweep", |c| c.after_help(with_bounds.clone()))
         .mut_subcommand("train", |c| c.after_help(after.clone()));
     let matches = command.try_get_matches()?;
     Cli::from_arg_matches(&matches)

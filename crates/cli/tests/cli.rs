@@ -548,3 +548,37 @@ fn profile_writes_a_graph_the_planner_reads() {
     let j = ok(&["plan", "--graph", s(&graph), "--budget", "95%", "--solver", "rotor", "--json"]).json();
     assert_eq!(j["feasible"], true, "{j}");
 }
+
+/// `offload-bound` is taken where a solver is, and gives Proposition 3's time with no
+/// schedule: on the fixture (Σu = 19, keep-all peak 39) at β = 0.25 unit per time unit,
+/// budget 35 leaves Q = 4 to move both ways, 2·4/0.25 = 32; budget 30, 2·9/0.25 = 72;
+/// below 26 some layer does not fit alone.
+#[test]
+fn offload_bound_is_a_time_without_a_schedule() {
+    let chain = fixture("chain.json");
+    let plan = |budget: &str, solver: &str| {
+        pebble(&["plan", "--chain", s(&chain), "--budget", budget, "--solver", solver, "--bandwidth", "0.25", "--json"])
+    };
+    for (budget, time) in [("39", 19.0), ("35", 32.0), ("30", 72.0)] {
+        let bound = plan(budget, "offload-bound");
+        assert_eq!(bound.code, 0, "{}", bound.stderr);
+        let j = bound.json();
+        assert_eq!((j["bound"].clone(), j["predicted_time"].clone()), (true.into(), time.into()), "budget {budget}");
+        let dp = plan(budget, "offload-dp").json();
+        assert!(dp["predicted_time"].as_f64().expect("time") >= time, "offload-dp beats the bound at {budget}");
+    }
+    let run = plan("25", "offload-bound");
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(run.json()["min_feasible_budget_bytes"], 26);
+    bad_input(
+        &["plan", "--chain", s(&chain), "--budget", "35", "--solver", "offload-bound", "--output", "x.json"],
+        &["--output", "a bound"],
+    );
+    // In a sweep, the bound is a column beside the solvers, marked as one.
+    let sweep =
+        ok(&["sweep", "--chain", s(&chain), "--solvers", "offload-bound,offload-dp", "--points", "3", "--json"]).json();
+    let names: Vec<_> = sweep["solvers"].as_array().expect("solvers").iter().map(|c| c["solver"].clone()).collect();
+    assert_eq!(names, ["offload-dp", "offload-bound"]);
+    assert_eq!(sweep["solvers"][1]["bound"], true);
+    assert_eq!(sweep["solvers"][0]["bound"], false);
+}

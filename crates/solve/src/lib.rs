@@ -18,6 +18,7 @@ use pebble_sim::{SimConfig, SimError, SimReport};
 use thiserror::Error;
 
 pub mod baseline;
+pub mod bound;
 pub mod brute;
 pub mod budget;
 mod discretize;

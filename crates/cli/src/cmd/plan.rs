@@ -14,6 +14,9 @@ use crate::plot;
 use crate::source::{find_solver, view_name, write_file, Source, Subject};
 
 pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
+    if let Some(bound) = pebble_solve::bound::bound(&args.solver) {
+        return run_bound(args, bound);
+    }
     let solver = find_solver(&args.solver, "--solver")?;
     check_timeline(&args.timeline)?;
     let (source, machine) = Source::load(&args.source, &args.opts)?;
@@ -189,4 +192,81 @@ fn extend(report: &mut serde_json::Value, more: serde_json::Value) {
     if let (Some(r), serde_json::Value::Object(m)) = (report.as_object_mut(), more) {
         r.extend(m);
     }
+}
+
+/// `pebble plan --solver BOUND`: the bound's time at the budget, with no schedule, so
+/// `--output` and `--timeline` are refused.
+fn run_bound(args: &PlanArgs, bound: &pebble_solve::bound::Bound) -> anyhow::Result<ExitCode> {
+    for (given, flag) in [(args.output.is_some(), "--output"), (args.timeline.timeline.is_some(), "--timeline")] {
+        if given {
+            return Err(bad(format!("{flag}: `{}` is a bound: it gives a time, not a schedule", bound.name)));
+        }
+    }
+    let (source, machine) = Source::load(&args.source, &args.opts)?;
+    let subject = source.view(pebble_schedule::View::Chain)?;
+    let Subject::Chain(chain) = &subject else { unreachable!("asked for the chain view") };
+    let units = source.units();
+    let options = solve_options(&args.solve, &machine);
+    let store_all = subject.store_all(&options.machine)?;
+    let static_bytes = source.param_state_bytes(&subject);
+    let resolved = resolve_budget(&args.budget, store_all.peak_bytes, static_bytes, &machine)?;
+    let mut report = json!({
+        "solver": bound.name,
+        "bound": true,
+        "view": "chain",
+        "static_bytes": static_bytes,
+        "store_all_peak_bytes": store_all.peak_bytes,
+        "activation_peak_bytes": store_all.peak_bytes.saturating_sub(static_bytes),
+        "baseline_time": store_all.makespan,
+    });
+    extend(&mut report, budget_json(&resolved, &machine));
+    let time = match (bound.time)(chain, resolved.planned_bytes, &options.machine) {
+        Ok(time) => time,
+        Err(SolveError::Infeasible { .. }) => {
+            // The family's feasibility is offload-greedy's: every layer fits alone.
+            let greedy = find_solver("offload-greedy", "--solver")?;
+            let min = pebble_solve::min_feasible_budget(greedy, subject.problem(), &options)?
+                .map(|planned| pebble_solve::budget::total_for(planned, &machine.runtime));
+            let message = match min {
+                Some(m) => format!(
+                    "infeasible: no schedule bounded by `{}` fits in {}; the minimum feasible budget is {} ({} of store-all)",
+                    bound.name,
+                    units.size(resolved.total_bytes),
+                    units.size(m),
+                    percent_of(m, resolved.reference_bytes)
+                ),
+                None => format!("infeasible: no schedule bounded by `{}` fits in any budget", bound.name),
+            };
+            if args.json {
+                extend(
+                    &mut report,
+                    json!({ "feasible": false, "predicted_time": null, "min_feasible_budget_bytes": min, "error": message }),
+                );
+                out::print_json(&report)?;
+            }
+            return Err(Infeasible(message).into());
+        }
+        Err(e) => return Err(bad(format!("--solver: {e}"))),
+    };
+    let over = overhead(time, store_all.makespan);
+    if args.json {
+        extend(&mut report, json!({ "feasible": true, "predicted_time": time, "overhead": over }));
+        out::print_json(&report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    out::print(&format!(
+        "bound     {} on the chain view of {}\n\
+         budget    {} ({} of what store-all needs, {}; {} planned)\n\
+         time      at least {} (store-all {}): overhead at least {:+.1}%; a bound, no schedule\n",
+        bound.name,
+        source.label(),
+        units.size(resolved.total_bytes),
+        percent_of(resolved.total_bytes, resolved.reference_bytes),
+        units.size(resolved.reference_bytes),
+        units.size(resolved.planned_bytes),
+        units.time(time),
+        units.time(store_all.makespan),
+        100.0 * over,
+    ))?;
+    Ok(ExitCode::SUCCESS)
 }

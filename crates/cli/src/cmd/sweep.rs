@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use anyhow::anyhow;
 use pebble_schedule::View;
 use pebble_sim::SimReport;
+use pebble_solve::bound::Bound;
 use pebble_solve::{PlanError, SolveError, SolveOptions, Solver};
 use serde_json::json;
 
@@ -55,7 +56,13 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
         Some(names) => names.clone(),
         None => DEFAULT_SOLVERS.split(',').map(String::from).collect(),
     };
-    let solvers = names.iter().map(|name| find_solver(name.trim(), "--solvers")).collect::<anyhow::Result<Vec<_>>>()?;
+    // Bounds (a time, no schedule) are drawn beside the solvers, after them.
+    let bounds: Vec<&Bound> = names.iter().filter_map(|name| pebble_solve::bound::bound(name.trim())).collect();
+    let solvers = names
+        .iter()
+        .filter(|name| pebble_solve::bound::bound(name.trim()).is_none())
+        .map(|name| find_solver(name.trim(), "--solvers"))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let (source, machine) = Source::load(&args.source, &args.opts)?;
     let units = source.units();
     let options = SolveOptions { progress: pebble_solve::Progress::none(), ..solve_options(&args.solve, &machine) };
@@ -75,6 +82,11 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
             }
         };
         view_of.push(index);
+    }
+    if !bounds.is_empty() && !views.iter().any(|r| r.subject.view() == View::Chain) {
+        let subject = source.view(View::Chain)?;
+        let store_all = subject.store_all(&options.machine)?;
+        views.push(Reference { subject, store_all });
     }
     let reference = views.iter().position(|r| r.subject.view() == View::Chain).unwrap_or(0);
     let hi = views[reference].store_all.peak_bytes;
@@ -123,7 +135,21 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
         Ok(())
     })?;
     bar.finish_and_clear();
-    let cell = |b: usize, s: usize| cells[b * solvers.len() + s].clone().unwrap_or(Cell::Failed("not run".into()));
+    // Each bound at every budget, on the chain view (cheap: a closed form).
+    let chain = &views[reference];
+    for bound in &bounds {
+        cells.extend(budgets.iter().map(|&budget| bound_cell(bound, chain, budget, &options)));
+    }
+    let cell = |b: usize, s: usize| {
+        let cell = if s < solvers.len() {
+            cells[b * solvers.len() + s].clone()
+        } else {
+            cells[budgets.len() * solvers.len() + (s - solvers.len()) * budgets.len() + b].clone()
+        };
+        cell.unwrap_or(Cell::Failed("not run".into()))
+    };
+    // Every column's name, solvers first, then bounds.
+    let columns: Vec<&str> = solvers.iter().map(|s| s.name()).chain(bounds.iter().map(|b| b.name)).collect();
 
     for (s, solver) in solvers.iter().enumerate() {
         if let Some(Cell::Failed(why)) = (0..budgets.len()).map(|b| cell(b, s)).find(|c| matches!(c, Cell::Failed(_))) {
@@ -132,11 +158,11 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
     }
 
     if let Some(path) = &args.svg {
-        let curves: Vec<Curve> = solvers
+        let curves: Vec<Curve> = columns
             .iter()
             .enumerate()
-            .map(|(s, solver)| Curve {
-                name: solver.name().to_string(),
+            .map(|(s, name)| Curve {
+                name: name.to_string(),
                 points: budgets
                     .iter()
                     .enumerate()
@@ -152,18 +178,18 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
     }
 
     if args.json {
-        let solvers_json: Vec<_> = solvers
+        let solvers_json: Vec<_> = columns
             .iter()
             .enumerate()
-            .map(|(s, solver)| {
-                let view = &views[view_of[s]];
+            .map(|(s, name)| {
+                let view = &views[view_of.get(s).copied().unwrap_or(reference)];
                 let points: Vec<_> = budgets
                     .iter()
                     .enumerate()
                     .map(|(b, &budget)| match cell(b, s) {
                         Cell::Feasible { peak, time, overhead } => json!({
                             "budget_bytes": total(budget), "planned_bytes": budget, "feasible": true,
-                            "predicted_peak_bytes": peak, "predicted_time": time, "overhead": overhead,
+                            "predicted_peak_bytes": (s < solvers.len()).then_some(peak), "predicted_time": time, "overhead": overhead,
                         }),
                         Cell::Infeasible => {
                             json!({ "budget_bytes": total(budget), "planned_bytes": budget, "feasible": false })
@@ -174,7 +200,8 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
                     })
                     .collect();
                 json!({
-                    "solver": solver.name(),
+                    "solver": name,
+                    "bound": s >= solvers.len(),
                     "view": view_name(view.subject.view()),
                     "baseline_time": view.store_all.makespan,
                     "points": points,
@@ -204,13 +231,13 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
     };
     let decimals = if step > 0.0 { (1.0 - step.log10().floor()).clamp(1.0, 4.0) as usize } else { 1 };
     let mut header = vec!["budget".to_string(), "of store-all".to_string()];
-    header.extend(solvers.iter().map(|s| s.name().to_string()));
+    header.extend(columns.iter().map(|name| name.to_string()));
     let rows: Vec<Vec<String>> = budgets
         .iter()
         .enumerate()
         .map(|(b, &budget)| {
             let mut row = vec![units.size(total(budget)), percent(total(budget), total(hi), decimals)];
-            row.extend((0..solvers.len()).map(|s| match cell(b, s) {
+            row.extend((0..columns.len()).map(|s| match cell(b, s) {
                 Cell::Feasible { overhead, .. } => format!("{:+.1}%", 100.0 * overhead),
                 Cell::Infeasible => "—".to_string(),
                 Cell::Failed(_) => "error".to_string(),
@@ -247,6 +274,17 @@ fn solve(solver: &dyn Solver, view: &Reference, budgets: &[u64], options: &Solve
         Ok(plans) => plans.into_iter().map(cell).collect(),
         Err(e) => budgets.iter().map(|_| cell(Err(e.clone()))).collect(),
     }
+}
+
+/// A bound at one budget (planned bytes), on the chain view. Its "peak" is the budget:
+/// a bound has no schedule to measure.
+fn bound_cell(bound: &Bound, view: &Reference, budget: u64, options: &SolveOptions) -> Option<Cell> {
+    let Subject::Chain(chain) = &view.subject else { return Some(Cell::Failed("no chain view".into())) };
+    Some(match (bound.time)(chain, budget, &options.machine) {
+        Ok(time) => Cell::Feasible { peak: budget, time, overhead: overhead(time, view.store_all.makespan) },
+        Err(SolveError::Infeasible { .. }) => Cell::Infeasible,
+        Err(e) => Cell::Failed(e.to_string()),
+    })
 }
 
 /// `value` as a percentage of `reference` with `decimals` decimals.

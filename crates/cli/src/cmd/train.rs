@@ -57,13 +57,9 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<ExitCode> {
         (None, None) => return Err(bad("give --budget or --activation-budget")),
     };
     let (device, options) = run_target(&args.model)?;
-    let defaults = pebble_solve::SolveOptions::default();
-    let solve = pebble_solve::SolveOptions {
-        slots: args.slots.unwrap_or(defaults.slots),
-        time_limit: args.time_limit,
-        machine: options.profile.machine,
-        ..defaults
-    };
+    // The solver, the simulator and the executor's link all use this machine: the
+    // profile's, with `--bandwidth` applied.
+    let solve = super::solve_options(&args.solve, &options.profile.machine);
     let config = TrainConfig {
         model: args.model.model.clone(),
         options,

@@ -1,0 +1,49 @@
+//! Lower bounds: a time that no schedule of some family beats, given without a schedule.
+//!
+//! A bound is not a [`crate::Solver`]: it returns a time, and nothing for the simulator to
+//! check. The CLI takes a bound's name wherever it takes a solver's (`pebble plan
+//! --solver offload-bound`, `pebble sweep --solvers rotor,offload-bound`) and reports the
+//! time alone, or draws it as a curve beside the solvers'.
+
+use pebble_graph::Chain;
+use pebble_machine::Machine;
+
+use crate::SolveError;
+
+/// A lower bound on the time of a family of schedules of a chain.
+pub struct Bound {
+    /// Its name, as the CLI takes it.
+    pub name: &'static str,
+    /// One line for `--help`.
+    pub description: &'static str,
+    /// The bound for a chain, a budget in bytes (static memory included, as solvers get
+    /// it) and a machine; [`SolveError::Infeasible`] when no schedule of the family fits.
+    pub time: fn(&Chain, u64, &Machine) -> Result<f64, SolveError>,
+}
+
+/// Every bound pebble knows.
+pub const BOUNDS: &[Bound] = &[Bound {
+    name: "offload-bound",
+    description: "lower bound of offloading without recomputation, max(Σu, Q/β↓ + Q/β↑) (Shilova, Prop. 3); a time, no schedule",
+    time: crate::offload::lower_bound,
+}];
+
+/// The bound named `name`, if there is one.
+pub fn bound(name: &str) -> Option<&'static Bound> {
+    BOUNDS.iter().find(|b| b.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offload_bound_is_found_by_name_and_no_solver_shares_it() {
+        let b = bound("offload-bound").expect("registered");
+        assert_eq!(b.name, "offload-bound");
+        assert!(bound("rotor").is_none());
+        for b in BOUNDS {
+            assert!(crate::solver(b.name).is_err(), "`{}` is both a bound and a solver", b.name);
+        }
+    }
+}
