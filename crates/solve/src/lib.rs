@@ -20,6 +20,7 @@ use thiserror::Error;
 pub mod baseline;
 pub mod bound;
 pub mod brute;
+pub mod brute_offload;
 pub mod budget;
 mod discretize;
 pub mod multichain;
