@@ -27,8 +27,9 @@
 //! * A prefetch takes device memory when it starts and rebuilds the device tensors from
 //!   the host copy; a compute op that reads the tensor waits for it. The host copy stays
 //!   until the tensor is freed or consumed.
-//! * The device pool counts the step's resident bytes and the schedule's tensors at their
-//!   declared sizes under [`TransferOptions::device_cap`]: a compute op (or a prefetch)
+//! * The device pool counts the step's resident bytes, the schedule's tensors at their
+//!   declared sizes and, while an op runs, its temporaries ([`StageTemporaries`], the
+//!   plan's chain's) under [`TransferOptions::device_cap`]: a compute op (or a prefetch)
 //!   that would go over it waits for offloads in flight to release memory, and fails when
 //!   none will. [`TransferReport`] says how long each link was busy and how long the
 //!   compute stream waited.
@@ -46,7 +47,7 @@ use pebble_zoo::{GraphIndex, TensorId};
 use crate::ops::{self, OpCtx};
 use crate::program::{Key, Program, Source};
 use crate::rng::op_seed;
-use crate::transfer::{Parts, TransferOptions, TransferReport, Transfers};
+use crate::transfer::{Parts, StageTemporaries, TransferOptions, TransferReport, Transfers};
 use crate::{RuntimeError, Value};
 
 type Env<B> = HashMap<TensorId, Value<B>>;
@@ -71,6 +72,8 @@ pub struct StepInputs<'a, B: Backend> {
     /// Bytes resident on the device when the step starts (parameters, optimizer state,
     /// the batch): where the device pool starts, with the gradients the step allocates.
     pub resident_bytes: u64,
+    /// Each chain stage's temporaries, which the device pool holds while the op runs.
+    pub temporaries: &'a StageTemporaries,
 }
 
 /// What a step leaves: the loss and the parameters' gradients.
@@ -394,14 +397,20 @@ impl<B: Backend> Runner<'_, B> {
                     for &r in &eff.reads {
                         run.settle(r)?;
                     }
+                    // The output and the op's temporaries must fit in the pool beside
+                    // what it holds; the temporaries go back when the op is done.
+                    let tmp = self.step.temporaries.of_op(op);
                     if let Some(o) = eff.output {
                         // Made again while held (or kept for a read): the old device copy
                         // goes first; a host copy stays.
                         run.drop_device(o)?;
-                        run.xfer.reserve(k, &op.to_string(), run.sizes[o])?;
+                        run.xfer.reserve(k, &op.to_string(), run.sizes[o] + tmp)?;
                         run.track[o].dev = run.sizes[o];
+                    } else {
+                        run.xfer.reserve(k, &op.to_string(), tmp)?;
                     }
                     self.compute(k, op, eff, &mut run.held)?;
+                    run.xfer.release(tmp);
                     for &r in &eff.releases {
                         run.release(r)?;
                     }

@@ -27,7 +27,7 @@ pub use backend::{DeviceKind, Unavailable};
 pub use burn_backend::Backend;
 pub use program::Program;
 pub use session::{OptimizerKind, Session, StepReport};
-pub use transfer::{LinkSpeed, TransferOptions, TransferReport};
+pub use transfer::{LinkSpeed, StageTemporaries, TransferOptions, TransferReport};
 pub use value::{read_floats, sync, Value};
 
 /// What can go wrong while running a model.

@@ -15,7 +15,7 @@ use pebble_zoo::{Elem, GraphIndex, Network, OpKind, TensorId};
 use crate::exec::{self, StepInputs};
 use crate::program::Program;
 use crate::rng::{self, SplitMix};
-use crate::transfer::{TransferOptions, TransferReport};
+use crate::transfer::{StageTemporaries, TransferOptions, TransferReport};
 use crate::value::{read_floats, sync};
 use crate::{memory, RuntimeError, Value};
 
@@ -78,6 +78,7 @@ pub struct Session<B: Backend> {
     pub(crate) seed: u64,
     pub(crate) steps: u64,
     pub(crate) transfers: TransferOptions,
+    pub(crate) temporaries: StageTemporaries,
 }
 
 fn float_tensor<B: Backend>(values: Vec<f32>, shape: &[usize], device: &B::Device) -> FloatTensor<B> {
@@ -130,7 +131,8 @@ impl<B: Backend> Session<B> {
         };
         let inputs = synthetic_batch::<B>(net, &mut rng, &device);
         let transfers = TransferOptions::default();
-        Session { program, index, device, params, moments, inputs, optimizer, seed, steps: 0, transfers }
+        let temporaries = StageTemporaries::default();
+        Session { program, index, device, params, moments, inputs, optimizer, seed, steps: 0, transfers, temporaries }
     }
 
     /// The device.
@@ -154,6 +156,12 @@ impl<B: Backend> Session<B> {
         self.transfers = options;
     }
 
+    /// Sets the temporaries the device pool holds while each chain op runs (the plan's
+    /// chain's `ftmp` and `btmp`; none unless set).
+    pub fn set_temporaries(&mut self, temporaries: StageTemporaries) {
+        self.temporaries = temporaries;
+    }
+
     /// Runs `schedule` once, without updating anything: the loss, the gradients and what
     /// the transfers did.
     pub fn gradients(&self, schedule: &Schedule) -> Result<exec::StepOutput<B>, RuntimeError> {
@@ -162,6 +170,7 @@ impl<B: Backend> Session<B> {
             params: &self.params,
             seed: self.step_seed(),
             resident_bytes: self.resident_bytes(),
+            temporaries: &self.temporaries,
         };
         exec::run_with(&self.program, &self.index, schedule, &step, &self.device, &self.transfers)
     }

@@ -73,9 +73,41 @@ pub struct TransferOptions {
     pub h2d: LinkSpeed,
     /// The device pool's cap in bytes (`None`: none). The pool counts what the step
     /// holds from its start (`StepInputs::resident_bytes` and the parameters' gradients)
-    /// and the schedule's tensors at their declared sizes; op temporaries are not counted.
-    /// Chain schedules only: graph schedules run uncapped.
+    /// and the schedule's tensors at their declared sizes, and a running op's temporaries
+    /// where the session has them ([`StageTemporaries`]). Chain schedules only: graph
+    /// schedules run uncapped.
     pub device_cap: Option<u64>,
+}
+
+/// The temporary memory of each stage's forward (`ftmp`) and backward (`btmp`, the
+/// loss's last) in the chain a plan was made on. The device pool holds an op's
+/// temporaries while it runs, as the simulator does, so that an op waits for offloads in
+/// flight to make room for them (O.3) instead of running over the budget beside copies
+/// the link has not taken yet. Without them the pool counts tensors only.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StageTemporaries {
+    /// `ftmp[i]`: bytes stage `i`'s forward holds while it runs.
+    pub forward: Vec<u64>,
+    /// `btmp[i]`: bytes stage `i`'s backward holds while it runs (`i = L`: the loss).
+    pub backward: Vec<u64>,
+}
+
+impl StageTemporaries {
+    /// A chain's `ftmp` and `btmp`.
+    pub fn of(chain: &pebble_graph::Chain) -> StageTemporaries {
+        StageTemporaries { forward: chain.ftmp.clone(), backward: chain.btmp.clone() }
+    }
+
+    /// The temporaries of compute op `op` (0 for a stage it does not know).
+    pub fn of_op(&self, op: &pebble_schedule::Op) -> u64 {
+        use pebble_schedule::Op;
+        let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
+        match *op {
+            Op::Forward { stage, .. } => at(&self.forward, stage),
+            Op::Backward { stage } => at(&self.backward, stage),
+            _ => 0,
+        }
+    }
 }
 
 impl Default for TransferOptions {

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use pebble_graph::{partition, Chain, TrainingGraph};
 use pebble_machine::{Link, Machine, Profile, RuntimeOverhead};
-use pebble_runtime::{Backend, LinkSpeed, OptimizerKind, Session, TransferOptions};
+use pebble_runtime::{Backend, LinkSpeed, OptimizerKind, Session, StageTemporaries, TransferOptions};
 use pebble_schedule::View;
 use pebble_solve::budget::{total_for, Budget, BudgetRequest};
 use pebble_solve::{PlanError, Problem, SolveError, SolveOptions, Solver};
@@ -224,9 +224,13 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     let plan = plan_within(solver, problem, &budget, &config.solve, &overhead)?;
     let params = lowered.network.param_count();
     let mut session = Session::<B>::new(lowered.network, lowered.index, config.optimizer, config.seed, device);
-    // Transfers go at the speed of the machine planned for, and the device pool holds
-    // what the solver planned in.
-    session.set_transfers(transfer_options(&config.solve.machine, Some(budget.planned_bytes)));
+    // Transfers go at the speed of the machine planned for, and the device pool holds the
+    // schedule to its simulated peak (within what the solver planned in): an op that
+    // would go above it waits for the offloads the simulator had done by then, so a link
+    // that lags behind its nominal speed costs time, not memory.
+    let cap = plan.report.peak_bytes.min(budget.planned_bytes);
+    session.set_transfers(transfer_options(&config.solve.machine, Some(cap)));
+    session.set_temporaries(StageTemporaries::of(&lowered.chain));
     // One unmeasured pass first, without an update (the losses stay those of the steps):
     // what the backend allocates once and keeps (kernel caches, thread pools) is not the
     // schedule's memory. The profiler does the same for `Costs::Profiled`.
