@@ -633,7 +633,7 @@ pub struct ReproduceArgs {
     /// Where to write the JSON and the SVG charts.
     #[arg(long, value_name = "DIR", default_value = "docs")]
     pub out_dir: PathBuf,
-    /// Fewer points: α ∈ {0.2, 0.5, 0.75}, β ∈ {12, 36} GB/s.
+    /// Fewer points: α ∈ {0.2, 0.5, 0.75}, β ∈ {12, 36} GB/s (the full run: α from 0.1 to 1 by tenths and 0.75, β ∈ {12, 18, 24, 36} GB/s).
     #[arg(long)]
     pub quick: bool,
     /// Overwrite the output files if they exist.

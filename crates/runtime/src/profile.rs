@@ -43,7 +43,7 @@ fn float_bytes<B: Backend>(t: &FloatTensor<B>) -> u64 {
 }
 
 /// Repetitions of each measurement after one warm-up; the median counts.
-const REPEATS: usize = 3;
+const REPEATS: usize = 5;
 
 /// A random operand of `shape`: floats in `[-1, 1)`, integers below `range`.
 fn operand<B: Backend>(shape: &[usize], elem: Elem, range: u64, rng: &mut SplitMix, device: &B::Device) -> Value<B> {

@@ -56,8 +56,9 @@ impl Solver for Brute {
 
 inventory::submit!(crate::Registration(&Brute));
 
+/// A time ordered by `f64::total_cmp`, for the searches' heaps.
 #[derive(Clone, Copy, PartialEq)]
-struct Cost(f64);
+pub(crate) struct Cost(pub(crate) f64);
 
 impl Eq for Cost {}
 

@@ -80,7 +80,7 @@
 //! is needed, and the optimum is well above the compute time). [`Search::max_simulations`]
 //! and a limit on the partial compute sequences bound it (`TooLarge`).
 
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use pebble_graph::Chain;
@@ -88,6 +88,7 @@ use pebble_machine::Machine;
 use pebble_schedule::{ForwardMode, Op, Schedule, Tensor, View};
 use pebble_sim::{simulate_chain, SimConfig, SimError};
 
+use crate::brute::Cost;
 use crate::SolveError;
 
 /// The largest chain [`brute_offload`] accepts.
@@ -238,23 +239,6 @@ pub fn search(chain: &Chain, budget: u64, machine: &Machine, how: Search) -> Res
 /// simulator), so the answer is optimal to that precision.
 fn no_better(lb: f64, best: f64) -> bool {
     lb >= best * (1.0 - 1e-12)
-}
-
-#[derive(Clone, Copy, PartialEq)]
-struct Cost(f64);
-
-impl Eq for Cost {}
-
-impl PartialOrd for Cost {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Cost {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.0.total_cmp(&other.0)
-    }
 }
 
 struct Best {

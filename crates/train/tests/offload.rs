@@ -53,6 +53,18 @@ fn store_all(l: usize) -> Schedule {
     offloading(l, &[], 0)
 }
 
+/// A GPT small enough for the tests: 3 layers of width 32 over 16 tokens, batch 2.
+fn tiny_gpt() -> ModelOptions {
+    ModelOptions {
+        batch: Some(2),
+        seq: Some(16),
+        layers: Some(3),
+        width: Some(32),
+        heads: Some(4),
+        ..ModelOptions::default()
+    }
+}
+
 fn mlp_options() -> ModelOptions {
     ModelOptions { batch: Some(256), layers: Some(6), ..ModelOptions::default() }
 }
@@ -123,14 +135,7 @@ fn offloading_saved_sets_changes_no_number_and_saves_their_memory() {
 #[test]
 fn gpt_offloads_change_no_number() {
     let _turn = lock();
-    let options = ModelOptions {
-        batch: Some(2),
-        seq: Some(16),
-        layers: Some(3),
-        width: Some(32),
-        heads: Some(4),
-        ..ModelOptions::default()
-    };
+    let options = tiny_gpt();
     let (session, xbar) = session("gpt", options);
     let l = xbar.len() - 1;
     let reference = numbers(&session, &store_all(l));
@@ -210,14 +215,7 @@ fn compute_waits_under_the_cap_for_offloads_to_release_memory() {
 #[test]
 fn plans_without_transfers_fit_the_pool_at_their_least_budget() {
     let _turn = lock();
-    let gpt = ModelOptions {
-        batch: Some(2),
-        seq: Some(16),
-        layers: Some(3),
-        width: Some(32),
-        heads: Some(4),
-        ..ModelOptions::default()
-    };
+    let gpt = tiny_gpt();
     let mlp = ModelOptions { batch: Some(8), layers: Some(4), ..ModelOptions::default() };
     let optimizer = OptimizerKind::Sgd { lr: 0.1 };
     for (model, mut options) in [("gpt", gpt), ("mlp", mlp)] {
@@ -250,14 +248,7 @@ fn plans_without_transfers_fit_the_pool_at_their_least_budget() {
 fn offloading_solvers_schedules_run_with_store_alls_numbers() {
     let _turn = lock();
     let optimizer = OptimizerKind::Sgd { lr: 0.1 };
-    let gpt = ModelOptions {
-        batch: Some(2),
-        seq: Some(16),
-        layers: Some(3),
-        width: Some(32),
-        heads: Some(4),
-        ..ModelOptions::default()
-    };
+    let gpt = tiny_gpt();
     let resnet =
         ModelOptions { batch: Some(2), image: Some(32), layers: Some(1), width: Some(8), ..ModelOptions::default() };
     for (model, options) in [("mlp", mlp_options()), ("gpt", gpt), ("resnet", resnet)] {
