@@ -24,7 +24,8 @@ pub struct Bound {
 /// Every bound pebble knows.
 pub const BOUNDS: &[Bound] = &[Bound {
     name: "offload-bound",
-    description: "lower bound of offloading without recomputation, max(Σu, Q/β↓ + Q/β↑) (Shilova, Prop. 3); a time, no schedule",
+    description:
+        "lower bound of offloading without recomputation, max(Σu, Q/β↓ + Q/β↑) (Shilova, Prop. 3); a time, no schedule",
     time: crate::offload::lower_bound,
 }];
 

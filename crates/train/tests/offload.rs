@@ -260,8 +260,7 @@ fn offloading_solvers_schedules_run_with_store_alls_numbers() {
         let solve = SolveOptions { machine: options.profile.machine, ..SolveOptions::default() };
         let mut session = Session::<Flex>::new(lowered.network, lowered.index, optimizer, 5, FlexDevice);
         let reference = numbers(&session, &store_all(l));
-        let top =
-            pebble_solve::simulate(problem, &store_all(l), &solve.sim_config()).expect("store-all").peak_bytes;
+        let top = pebble_solve::simulate(problem, &store_all(l), &solve.sim_config()).expect("store-all").peak_bytes;
         let mut moved = 0;
         for name in ["offload-greedy", "offload-dp", "pofo", "autocapper", "opportunist"] {
             let solver = pebble_solve::solver(name).expect("registered");
