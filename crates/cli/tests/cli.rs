@@ -525,6 +525,22 @@ fn train_json_has_the_contract_fields() {
     assert!(measured <= j["budget_bytes"].as_u64().expect("budget"), "{j}");
 }
 
+/// An offloading plan's run prints its link and stall beside the simulated ones, and its
+/// JSON has them per step.
+#[test]
+fn train_prints_transfers_beside_the_simulated_ones() {
+    let plan = ["--budget", "95%", "--solver", "offload-greedy", "--costs", "profiled", "--bandwidth", "1e9"];
+    let text = ok(&cat(&[&["train"], &TINY_GPT, &plan, &["--steps", "2"]])).stdout;
+    for needle in ["simulated", "link      device→host busy", "compute stall", "host      peak"] {
+        assert!(text.contains(needle), "no `{needle}` in:\n{text}");
+    }
+    let j = ok(&cat(&[&["train"], &TINY_GPT, &plan, &["--steps", "2", "--json"]])).json();
+    assert!(j["predicted_d2h_busy"].as_f64().expect("predicted_d2h_busy") > 0.0, "{j}");
+    assert_eq!(j["d2h_busy"].as_array().expect("d2h_busy").len(), 2, "{j}");
+    let measured = j["measured_peak_bytes"].as_u64().expect("counting");
+    assert!(measured <= j["budget_bytes"].as_u64().expect("budget"), "{j}");
+}
+
 #[test]
 fn train_reports_bad_input_and_infeasible_budgets() {
     bad_input(&cat(&[&["train"], &TINY_GPT, &["--budget", "50%", "--solver", "nope"]]), &["--solver", "nope"]);

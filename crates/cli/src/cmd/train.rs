@@ -89,7 +89,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<ExitCode> {
          solver    {} on the {} view ({} ops, solved in {:.3} s)\n\
          budget    {} ({} planned, {} kept by the runtime; store-all peak {})\n\
          peak      predicted {}, measured {}\n\
-         step      {:.4} s mean over {} steps\n",
+         step      {:.4} s mean over {} steps (simulated {:.4} s on the planned costs)\n",
         report.model,
         report.params,
         report.device,
@@ -105,7 +105,24 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<ExitCode> {
         report.measured_peak_bytes.map_or("-".to_string(), mib),
         mean(&report.step_seconds),
         report.step_seconds.len(),
+        report.predicted_time,
     );
+    if report.predicted_d2h_busy > 0.0 || report.d2h_busy.iter().any(|&b| b > 0.0) {
+        // Per step, measured (mean) beside simulated.
+        text.push_str(&format!(
+            "link      device→host busy {:.4} s (simulated {:.4}), host→device {:.4} s ({:.4}); \
+             compute stall {:.4} s ({:.4})\n\
+             host      peak {} measured, {} simulated\n",
+            mean(&report.d2h_busy),
+            report.predicted_d2h_busy,
+            mean(&report.h2d_busy),
+            report.predicted_h2d_busy,
+            mean(&report.compute_stall),
+            report.predicted_compute_stall,
+            report.measured_host_peak_bytes.map_or("-".to_string(), mib),
+            mib(report.predicted_host_peak_bytes),
+        ));
+    }
     let first = report.losses.first().copied().unwrap_or(f32::NAN);
     let last = report.losses.last().copied().unwrap_or(f32::NAN);
     text.push_str(&format!("loss      {first:.4} → {last:.4}\n"));
