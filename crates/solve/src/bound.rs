@@ -19,6 +19,9 @@ pub struct Bound {
     /// The bound for a chain, a budget in bytes (static memory included, as solvers get
     /// it) and a machine; [`SolveError::Infeasible`] when no schedule of the family fits.
     pub time: fn(&Chain, u64, &Machine) -> Result<f64, SolveError>,
+    /// A solver whose least feasible budget is the family's, for the message of an
+    /// infeasible budget.
+    pub feasibility: &'static str,
 }
 
 /// Every bound pebble knows.
@@ -27,6 +30,9 @@ pub const BOUNDS: &[Bound] = &[Bound {
     description:
         "lower bound of offloading without recomputation, max(Σu, Q/β↓ + Q/β↑) (Shilova, Prop. 3); a time, no schedule",
     time: crate::offload::lower_bound,
+    // Offloading alone fits wherever each layer fits with its input (3.8)–(3.9), as
+    // GREEDY does.
+    feasibility: "offload-greedy",
 }];
 
 /// The bound named `name`, if there is one.
@@ -45,6 +51,7 @@ mod tests {
         assert!(bound("rotor").is_none());
         for b in BOUNDS {
             assert!(crate::solver(b.name).is_err(), "`{}` is both a bound and a solver", b.name);
+            assert!(crate::solver(b.feasibility).is_ok(), "`{}`'s feasibility solver is unknown", b.name);
         }
     }
 }

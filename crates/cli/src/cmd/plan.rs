@@ -223,9 +223,8 @@ fn run_bound(args: &PlanArgs, bound: &pebble_solve::bound::Bound) -> anyhow::Res
     let time = match (bound.time)(chain, resolved.planned_bytes, &options.machine) {
         Ok(time) => time,
         Err(SolveError::Infeasible { .. }) => {
-            // The family's feasibility is offload-greedy's: every layer fits alone.
-            let greedy = find_solver("offload-greedy", "--solver")?;
-            let min = pebble_solve::min_feasible_budget(greedy, subject.problem(), &options)?
+            let family = find_solver(bound.feasibility, "--solver")?;
+            let min = pebble_solve::min_feasible_budget(family, subject.problem(), &options)?
                 .map(|planned| pebble_solve::budget::total_for(planned, &machine.runtime));
             let message = match min {
                 Some(m) => format!(
