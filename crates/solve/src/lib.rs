@@ -29,6 +29,7 @@ pub mod revolve;
 pub mod rk_rotor;
 pub mod rotor;
 pub mod rotor_optimal;
+pub mod weights;
 
 /// What a solver plans.
 #[derive(Debug, Clone, Copy)]

@@ -1,0 +1,210 @@
+//! Weight offloading (Beaumont, Eyraud-Dubois, Shilova, Zhao 2022; digest
+//! `seed000-004.md` part A): which layers' weights leave the device, and when.
+//!
+//! The model differs from the rest of pebble's chain model in three ways the paper fixes:
+//! the weight update is fused into `B_i` (its gradient `δw_i` lives only during `B_i`),
+//! activations are neither offloaded nor recomputed (`a^i` stays from `F_i` to `B_{i+1}`),
+//! and the schedule is a steady-state cycle, numbered from `B_L`. [`WeightChain`] holds
+//! such an instance; [`WeightChain::op_memory`] is the one memory-accounting function
+//! that the selection ([`selection`]), the scheduler and the MILP bound share, with the
+//! digest's fix of the paper's double count as the default ([`Accounting`]).
+
+pub mod selection;
+
+use pebble_graph::Chain;
+
+use crate::SolveError;
+
+/// A layer's operation: its forward `F_i` or its backward `B_i` (with the update).
+/// Layers are numbered from 1, as in the paper.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WeightOp {
+    /// `F_i`.
+    Forward(usize),
+    /// `B_i`, the weight update included.
+    Backward(usize),
+}
+
+impl WeightOp {
+    /// The layer it belongs to.
+    pub fn layer(self) -> usize {
+        match self {
+            WeightOp::Forward(i) | WeightOp::Backward(i) => i,
+        }
+    }
+}
+
+/// How an operation's memory counts its own layer's weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Accounting {
+    /// `M_o + Σ_{j ≠ layer(o)} |w_j|`: the layer's weights once, in `M_o` (the paper's
+    /// NP-hardness proof; the digest's recommendation, since the printed formula makes
+    /// the paper's own gadget schedule infeasible).
+    #[default]
+    Consistent,
+    /// `M_o + Σ_j |w_j|`, as Algorithm 1 and eq. (4) print it: the layer's weights twice.
+    Literal,
+}
+
+/// A weight-offloading instance: `L` layers, each with weights `w`, forward and
+/// backward times, and the activations between them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WeightChain {
+    /// `|w_i|` for `i = 1..=L`, at index `i − 1`.
+    pub w: Vec<u64>,
+    /// `|a^i|` for `i = 0..=L` (`a^0` the input): what stays from `F_i` to `B_{i+1}`.
+    pub a: Vec<u64>,
+    /// `u_{F_i}`, at index `i − 1`.
+    pub uf: Vec<f64>,
+    /// `u_{B_i}`, at index `i − 1`.
+    pub ub: Vec<f64>,
+}
+
+impl WeightChain {
+    /// An instance from its arrays, checked: `w`, `uf`, `ub` of one length `L ≥ 1`, `a`
+    /// of `L + 1`, times finite and non-negative.
+    pub fn new(w: Vec<u64>, a: Vec<u64>, uf: Vec<f64>, ub: Vec<f64>) -> Result<WeightChain, SolveError> {
+        let l = w.len();
+        let bad = |why: String| Err(SolveError::Unsupported { solver: "weight-offload", why });
+        if l == 0 {
+            return bad("a weight chain needs at least one layer".into());
+        }
+        if a.len() != l + 1 || uf.len() != l || ub.len() != l {
+            return bad(format!(
+                "a weight chain of {l} layers needs {} activations and {l} forward and backward times, got {}, {} and {}",
+                l + 1,
+                a.len(),
+                uf.len(),
+                ub.len()
+            ));
+        }
+        if let Some(t) = uf.iter().chain(&ub).find(|t| !t.is_finite() || **t < 0.0) {
+            return bad(format!("operation times must be finite and non-negative, got {t}"));
+        }
+        Ok(WeightChain { w, a, uf, ub })
+    }
+
+    /// The weight-offloading view of a chain with weights `w`: layer `i` is stage `i − 1`,
+    /// `a^i` is what stage `i − 1` keeps for its backward (`x̄_i`, `a^0 = x_0`), and the
+    /// loss's time is folded into `B_L` (the paper ignores the loss).
+    pub fn from_chain(chain: &Chain) -> Result<WeightChain, SolveError> {
+        let Some(w) = chain.w.clone() else {
+            let why = "weight offloading needs the chain's weights `w`".into();
+            return Err(SolveError::Unsupported { solver: "weight-offload", why });
+        };
+        let l = chain.len();
+        let mut a = Vec::with_capacity(l + 1);
+        a.push(chain.x[0]);
+        a.extend_from_slice(&chain.xbar[1..=l]);
+        let mut ub = chain.btime[..l].to_vec();
+        ub[l - 1] += chain.btime[l];
+        WeightChain::new(w, a, chain.ftime.clone(), ub)
+    }
+
+    /// `L`.
+    pub fn len(&self) -> usize {
+        self.w.len()
+    }
+
+    /// Never: an instance has at least one layer.
+    pub fn is_empty(&self) -> bool {
+        self.w.is_empty()
+    }
+
+    /// `|w_i|`, `i` from 1.
+    pub fn weight(&self, i: usize) -> u64 {
+        self.w[i - 1]
+    }
+
+    /// `Σ_i |w_i|`.
+    pub fn total_weights(&self) -> u64 {
+        self.w.iter().sum()
+    }
+
+    /// One iteration's operations in the paper's order: `F_1 … F_L, B_L … B_1`.
+    pub fn ops(&self) -> Vec<WeightOp> {
+        let l = self.len();
+        (1..=l).map(WeightOp::Forward).chain((1..=l).rev().map(WeightOp::Backward)).collect()
+    }
+
+    /// The operation's time.
+    pub fn time(&self, op: WeightOp) -> f64 {
+        match op {
+            WeightOp::Forward(i) => self.uf[i - 1],
+            WeightOp::Backward(i) => self.ub[i - 1],
+        }
+    }
+
+    /// `Σ u`: the iteration's time with no wait.
+    pub fn compute_time(&self) -> f64 {
+        self.uf.iter().chain(&self.ub).sum()
+    }
+
+    /// Eq. (1): `M_{F_i} = |w_i| + Σ_{k≤i} |a^k|` and `M_{B_i} = 2|w_i| + Σ_{k≤i} |a^k|`
+    /// (`δw_i` beside `w_i`; `δ^{i−1}` replaces `a^{i−1}`).
+    pub fn eq1(&self, op: WeightOp) -> u64 {
+        let i = op.layer();
+        let acts: u64 = self.a[..=i].iter().sum();
+        let copies = match op {
+            WeightOp::Forward(_) => 1,
+            WeightOp::Backward(_) => 2,
+        };
+        copies * self.weight(i) + acts
+    }
+
+    /// What `op` needs besides the weights resident on the device: `M_o` less its own
+    /// layer's `|w|` under [`Accounting::Consistent`] (the resident weights count it),
+    /// `M_o` under [`Accounting::Literal`].
+    pub fn op_memory(&self, op: WeightOp, accounting: Accounting) -> u64 {
+        match accounting {
+            Accounting::Consistent => self.eq1(op) - self.weight(op.layer()),
+            Accounting::Literal => self.eq1(op),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The digest's instance T1 (A.6).
+    pub(crate) fn t1() -> WeightChain {
+        WeightChain::new(vec![2, 3, 1, 2], vec![1; 5], vec![1.0; 4], vec![2.0; 4]).unwrap()
+    }
+
+    #[test]
+    fn eq1_and_the_two_accountings_on_t1() {
+        let c = t1();
+        assert_eq!(c.compute_time(), 12.0);
+        // F_3: |w_3| + a^0..a^3 = 1 + 4; B_2: 2·3 + 3.
+        assert_eq!(c.eq1(WeightOp::Forward(3)), 5);
+        assert_eq!(c.eq1(WeightOp::Backward(2)), 9);
+        assert_eq!(c.op_memory(WeightOp::Backward(2), Accounting::Consistent), 6);
+        assert_eq!(c.op_memory(WeightOp::Backward(2), Accounting::Literal), 9);
+        let names: Vec<String> = c.ops().iter().map(|o| format!("{o:?}")).collect();
+        assert_eq!(names.first().map(String::as_str), Some("Forward(1)"));
+        assert_eq!(names.last().map(String::as_str), Some("Backward(1)"));
+    }
+
+    #[test]
+    fn bad_instances_are_refused_naming_what_is_wrong() {
+        let e = WeightChain::new(vec![1, 2], vec![1, 1], vec![1.0; 2], vec![1.0; 2]).unwrap_err();
+        assert!(e.to_string().contains("3 activations"), "{e}");
+        let e = WeightChain::new(vec![1], vec![1, 1], vec![f64::NAN], vec![1.0]).unwrap_err();
+        assert!(e.to_string().contains("finite"), "{e}");
+        let no_w = Chain::homogeneous(3, 1.0, 1.0, 1);
+        assert!(WeightChain::from_chain(&no_w).unwrap_err().to_string().contains("`w`"));
+    }
+
+    #[test]
+    fn a_chain_with_weights_maps_layer_i_to_stage_i_minus_one() {
+        let mut chain = Chain::homogeneous(3, 1.0, 2.0, 4);
+        chain.w = Some(vec![5, 6, 7]);
+        chain.xbar = vec![4, 8, 9, 10];
+        let c = WeightChain::from_chain(&chain).unwrap();
+        assert_eq!(c.w, vec![5, 6, 7]);
+        assert_eq!(c.a, vec![4, 8, 9, 10]);
+        assert_eq!(c.ub, vec![2.0, 2.0, 4.0], "the loss folded into B_L");
+        assert_eq!(c.compute_time(), chain.ftime.iter().chain(&chain.btime).sum::<f64>());
+    }
+}
