@@ -38,6 +38,7 @@ mod prepare_tests;
 pub mod rockmate;
 pub mod sequence;
 pub mod subgraph;
+pub mod weight_bound;
 
 use thiserror::Error;
 

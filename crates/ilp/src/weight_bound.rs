@@ -1,0 +1,248 @@
+//! The MILP lower bound of weight offloading (Beaumont, Eyraud-Dubois, Shilova, Zhao
+//! 2022, Section 6; digest `seed000-004.md` A.4, with the fixes of A.4/A.6).
+//!
+//! [`weight_offload_bound`] minimizes `Σ_j (u_j + idle_j)` over one steady-state cycle of
+//! the `2L` operations (numbered from `B_L`: `B_i` is `L − i + 1`, `F_i` is `L + i`) under
+//! constraints (2)–(8). Its optimum is a **lower bound** on the optimal cycle time, not an
+//! exact formulation: memory is checked only at operation starts, and transfers are
+//! continuous amounts that may be split across intervals, so a solution need not be a
+//! schedule. The fixes: (6)'s first part is `Σ (P − D) ≤ 0` (the printed `≥ 0` forbids
+//! any net deletion, [`WeightBoundOptions::printed_sign_6`] restores it), (5)'s cycle
+//! sum runs over `1..2L`, and a sum `Σ_{j=a}^{b}` with `b < a` is cyclic. Constraint (4)
+//! uses [`WeightChain::op_memory`], the accounting the selection and the scheduler share.
+//! The rows mirror the digest's reference script
+//! (`seed000-004_checks/milp_lower_bound_check.py`) one for one; β is the bandwidth of
+//! each direction of a full-duplex link.
+
+use pebble_solve::weights::{Accounting, WeightChain, WeightOp};
+
+use crate::milp::{Lin, Milp, Outcome};
+use crate::IlpError;
+
+/// How to build the bound.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct WeightBoundOptions {
+    /// The memory accounting of constraint (4) (see [`Accounting`]).
+    pub accounting: Accounting,
+    /// (6)'s first part with the paper's printed sign, `Σ (P − D) ≥ 0` (a regression
+    /// check: it makes any instance that needs offloading infeasible).
+    pub printed_sign_6: bool,
+    /// HiGHS's time limit in seconds.
+    pub time_limit: Option<f64>,
+}
+
+/// The bound and the solution's choices.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WeightBound {
+    /// `Σ u + Σ idle`: the lower bound on the cycle time (an incumbent's value, not a
+    /// bound, if HiGHS stopped at its time limit; see `optimal`).
+    pub time: f64,
+    /// Whether HiGHS proved the value optimal.
+    pub optimal: bool,
+    /// `O_i^*` per layer (index `i − 1`): `w_i` offloaded at some point.
+    pub offloaded: Vec<bool>,
+    /// `D_i^{(1)}`: `w_i` removed between `F_i` and `B_i`.
+    pub after_forward: Vec<bool>,
+    /// `D_i^{(0)}`: `w_i` removed between `B_i` and `F_i`.
+    pub after_backward: Vec<bool>,
+}
+
+/// Cyclic inclusive range of op indices in `1..=n`; `b == 0` means `n`, `a == n + 1`
+/// means 1 (the reference script's `crange`).
+fn crange(a: usize, b: usize, n: usize) -> Vec<usize> {
+    let b = if b == 0 { n } else { b };
+    let a = if a == n + 1 { 1 } else { a };
+    if b >= a {
+        (a..=b).collect()
+    } else {
+        (a..=n).chain(1..=b).collect()
+    }
+}
+
+/// The MILP lower bound of the instance with `memory` bytes of device memory and
+/// bandwidth `beta` (bytes per time unit, each direction). [`IlpError::Infeasible`] when
+/// HiGHS proves no solution fits.
+pub fn weight_offload_bound(
+    chain: &WeightChain,
+    memory: u64,
+    beta: f64,
+    options: &WeightBoundOptions,
+) -> Result<WeightBound, IlpError> {
+    let l = chain.len();
+    let n = 2 * l;
+    // Op j (1-based) → its operation.
+    let op = |j: usize| if j <= l { WeightOp::Backward(l - j + 1) } else { WeightOp::Forward(j - l) };
+    let u: Vec<f64> = (1..=n).map(|j| chain.time(op(j))).collect();
+    let w = |i: usize| chain.weight(i) as f64;
+    let inf = f64::INFINITY;
+
+    let mut m = Milp::new();
+    // Columns O, P, D indexed [i-1][j-1], then idle, then D1, D0, O*.
+    let cols = |m: &mut Milp| -> Vec<Vec<highs::Col>> {
+        (0..l).map(|_| (0..n).map(|_| m.continuous(0.0, 0.0, inf, 0.0)).collect()).collect()
+    };
+    let o = cols(&mut m);
+    let p = cols(&mut m);
+    let d = cols(&mut m);
+    let idle: Vec<_> = (0..n).map(|_| m.continuous(1.0, 0.0, inf, 0.0)).collect();
+    let d1: Vec<_> = (0..l).map(|_| m.binary(0.0, 0.0)).collect();
+    let d0: Vec<_> = (0..l).map(|_| m.binary(0.0, 0.0)).collect();
+    let os: Vec<_> = (0..l).map(|_| m.binary(0.0, 0.0)).collect();
+    // Σ_{j ∈ range} (P_{i,j} − D_{i,j}), plus O_{i,j} with `with_o`.
+    let net = |i: usize, range: &[usize], with_o: bool| {
+        let mut e = Lin::default();
+        for &j in range {
+            e.add_col(p[i - 1][j - 1], 1.0).add_col(d[i - 1][j - 1], -1.0);
+            if with_o {
+                e.add_col(o[i - 1][j - 1], 1.0);
+            }
+        }
+        e
+    };
+
+    // (2): each link's transfers fit in the interval.
+    for j in 1..=n {
+        for x in [&o, &p] {
+            let mut e = Lin::default();
+            e.add_col(idle[j - 1], 1.0);
+            for row in x.iter() {
+                e.add_col(row[j - 1], -1.0 / beta);
+            }
+            m.row(-u[j - 1], &e, inf);
+        }
+    }
+    // (3): no offload of w_i during B_i itself.
+    for i in 1..=l {
+        let mut e = Lin::default();
+        e.add_col(idle[l - i], 1.0).add_col(o[i - 1][l - i], -1.0 / beta);
+        m.row(0.0, &e, inf);
+    }
+    // (4): memory at each op start.
+    let total = chain.total_weights() as f64;
+    for k in 1..=n {
+        let mut e = Lin::default();
+        for i in 1..=l {
+            e.add_lin(&net(i, &crange(l - i + 1, k - 1, n), false), 1.0);
+        }
+        m.row(-inf, &e, memory as f64 - chain.op_memory(op(k), options.accounting) as f64 - total);
+    }
+    for i in 1..=l {
+        // (5): a stable cycle, and w_i back before F_i.
+        m.row(0.0, &net(i, &crange(1, n, n), false), 0.0);
+        m.row(0.0, &net(i, &crange(l - i + 1, l + i - 1, n), false), 0.0);
+        // (6): never above |w_i| (or the printed sign), no data lost.
+        for k in 1..=n {
+            let range = crange(l - i + 1, k - 1, n);
+            if options.printed_sign_6 {
+                m.row(0.0, &net(i, &range, false), inf);
+            } else {
+                m.row(-inf, &net(i, &range, false), 0.0);
+            }
+            m.row(0.0, &net(i, &range, true), inf);
+        }
+        // (7): offload all or nothing.
+        let mut e = Lin::default();
+        for j in 1..=n {
+            e.add_col(o[i - 1][j - 1], 1.0);
+        }
+        e.add_col(os[i - 1], -w(i));
+        m.row(0.0, &e, 0.0);
+        // (8): delete all or nothing, per window.
+        for (window, bin) in [(crange(l + i, l - i, n), d1[i - 1]), (crange(l - i + 1, l + i - 1, n), d0[i - 1])] {
+            let mut e = Lin::default();
+            for j in window {
+                e.add_col(d[i - 1][j - 1], 1.0);
+            }
+            e.add_col(bin, -w(i));
+            m.row(0.0, &e, 0.0);
+        }
+    }
+
+    let (x, optimal) = match m.solve(options.time_limit, false, &[])? {
+        Outcome::Optimal(x) => (x, true),
+        Outcome::Incumbent(x, _) => (x, false),
+    };
+    let idle_sum: f64 = idle.iter().map(|c| x[c.index()]).sum();
+    let bits = |v: &[highs::Col]| v.iter().map(|c| x[c.index()] > 0.5).collect::<Vec<_>>();
+    Ok(WeightBound {
+        time: u.iter().sum::<f64>() + idle_sum,
+        optimal,
+        offloaded: bits(&os),
+        after_forward: bits(&d1),
+        after_backward: bits(&d0),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t1() -> WeightChain {
+        WeightChain::new(vec![2, 3, 1, 2], vec![1; 5], vec![1.0; 4], vec![2.0; 4]).unwrap()
+    }
+
+    fn opts(accounting: Accounting) -> WeightBoundOptions {
+        WeightBoundOptions { accounting, printed_sign_6: false, time_limit: Some(60.0) }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-6 * b.abs().max(1.0)
+    }
+
+    /// The 3-PARTITION gadget of A.2 (the reference script's `gadget`): the instance,
+    /// β and the memory.
+    fn gadget(xs: &[u64], v: u64) -> (WeightChain, u64, f64) {
+        let m = xs.len() / 3;
+        let l = 5 * m;
+        let (mut w, mut uf, mut ub) = (Vec::new(), vec![0.0; l], Vec::new());
+        for i in 1..=l {
+            if i <= 2 * m {
+                w.push(if i % 2 == 1 { v } else { 0 });
+                ub.push(if i % 2 == 1 { 0.0 } else { 1.0 });
+            } else {
+                w.push(xs[i - 2 * m - 1]);
+                ub.push(0.0);
+            }
+        }
+        uf[2 * m - 1] = m as f64;
+        (WeightChain::new(w, vec![0; l + 1], uf, ub).unwrap(), m as u64 * v + v, v as f64)
+    }
+
+    #[test]
+    fn t1_follows_the_digest_under_both_accountings() {
+        let betas = [100.0, 4.0, 2.0, 1.0, 0.5, 0.25];
+        for (accounting, memory, want) in [
+            (Accounting::Consistent, 11, [12.0, 12.0, 12.0, 12.0, 14.0, 26.0]),
+            (Accounting::Literal, 13, [12.0, 12.0, 12.0, 12.0, 16.0, 30.0]),
+        ] {
+            for (beta, want) in betas.iter().zip(want) {
+                let b = weight_offload_bound(&t1(), memory, *beta, &opts(accounting)).unwrap();
+                assert!(b.optimal);
+                assert!(close(b.time, want), "{accounting:?} β = {beta}: {} ≠ {want}", b.time);
+            }
+        }
+    }
+
+    #[test]
+    fn t1_without_memory_pressure_offloads_nothing() {
+        let b = weight_offload_bound(&t1(), 100, 0.01, &opts(Accounting::Consistent)).unwrap();
+        assert!(close(b.time, 12.0), "{}", b.time);
+    }
+
+    #[test]
+    fn the_printed_sign_of_6_is_infeasible_on_t1() {
+        let o = WeightBoundOptions { printed_sign_6: true, ..opts(Accounting::Consistent) };
+        assert_eq!(weight_offload_bound(&t1(), 11, 100.0, &o), Err(IlpError::Infeasible));
+    }
+
+    #[test]
+    fn the_3_partition_gadget_gives_4_consistent_and_6_literal() {
+        for xs in [[6, 6, 8, 7, 7, 6], [6, 6, 6, 6, 7, 9]] {
+            let (chain, memory, beta) = gadget(&xs, 20);
+            for (accounting, want) in [(Accounting::Consistent, 4.0), (Accounting::Literal, 6.0)] {
+                let b = weight_offload_bound(&chain, memory, beta, &opts(accounting)).unwrap();
+                assert!(close(b.time, want), "{xs:?} {accounting:?}: {} ≠ {want}", b.time);
+            }
+        }
+    }
+}
