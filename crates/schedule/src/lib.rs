@@ -137,6 +137,12 @@ pub struct Schedule {
     pub solver: Option<String>,
     /// The ops, in program order.
     pub ops: Vec<Op>,
+    /// The ops are one period of a steady state, repeated for ever (weight offloading's
+    /// cycle): the simulator infers where each weight is when a period begins from the
+    /// ops themselves, unrolls several periods, and reports the steady-state period as
+    /// the step time. Absent (false) in every other schedule.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub periodic: bool,
 }
 
 /// Why a schedule could not be read.
@@ -168,7 +174,13 @@ pub enum ScheduleError {
 impl Schedule {
     /// A schedule of the given ops.
     pub fn new(view: View, ops: Vec<Op>) -> Schedule {
-        Schedule { version: FORMAT_VERSION, view, solver: None, ops }
+        Schedule { version: FORMAT_VERSION, view, solver: None, ops, periodic: false }
+    }
+
+    /// Marks the ops as one period of a steady state (see [`Schedule::periodic`]).
+    pub fn repeated(mut self) -> Schedule {
+        self.periodic = true;
+        self
     }
 
     /// Names the solver that produced it.

@@ -17,6 +17,18 @@
 //!
 //! Every op waits for its reads' prefetches, allocates its outputs and temporary memory at
 //! its start and releases them at its end.
+//!
+//! Weights are updated in place by their stage's backward (the fused update of Beaumont
+//! et al. 2022), so `B_i` makes `Weight(i)`'s host copy stale. `Free(Weight(i))` drops
+//! the device copy of a weight whose host copy is up to date (and keeps that copy).
+//!
+//! A [periodic](pebble_schedule::Schedule::periodic) schedule is one period of a steady
+//! state. Where each weight is when a period begins is read off the ops (the last of its
+//! offload, prefetch and free in the period, and whether its backward follows its last
+//! offload); the ops are then run [`PERIODS`] times, each period after the first taking a
+//! new input `a_0` in place of the last `δ_0`. The report's `makespan` is the
+//! steady-state period (the mean start-to-start time of the periods from
+//! [`STEADY_FROM`] on), and its times and counts are per period; peaks are over all.
 
 use pebble_graph::Chain;
 use pebble_schedule::{ForwardMode, Op, Schedule, Tensor, View};
@@ -71,6 +83,36 @@ fn lengths_ok(c: &Chain) -> bool {
         }
 }
 
+/// How many periods a periodic schedule is unrolled to.
+pub const PERIODS: usize = 6;
+/// The first period (0-based) counted in the steady state: the ones before are a transient.
+pub const STEADY_FROM: usize = 2;
+
+/// Where a weight's device copy is when a period begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Device {
+    Resident,
+    /// Offloaded, still readable until the reads issued before its next prefetch end.
+    Releasing,
+    Gone,
+}
+
+/// Where each weight is when a period of `ops` begins: the state its ops leave at the
+/// period's end. The second flag says whether the host copy is up to date.
+fn weight_starts(ops: &[Op], l: usize) -> Vec<(Device, bool)> {
+    let mut st = vec![(Device::Resident, false); l];
+    for op in ops {
+        match *op {
+            Op::Offload { tensor: Tensor::Weight(i), .. } if i < l => st[i] = (Device::Releasing, true),
+            Op::Prefetch { tensor: Tensor::Weight(i), .. } if i < l => st[i].0 = Device::Resident,
+            Op::Free { tensor: Tensor::Weight(i) } if i < l => st[i].0 = Device::Gone,
+            Op::Backward { stage: i } if i < l => st[i].1 = false,
+            _ => {}
+        }
+    }
+    st
+}
+
 pub(crate) fn simulate(chain: &Chain, schedule: &Schedule, config: &SimConfig) -> Result<SimReport, SimError> {
     if schedule.view != View::Chain {
         return Err(SimError::WrongView { found: schedule.view, expected: View::Chain });
@@ -87,29 +129,70 @@ pub(crate) fn simulate(chain: &Chain, schedule: &Schedule, config: &SimConfig) -
     let ids = Ids { l, weights: chain.w.is_some() };
     let n = ids.n();
     let w_total: u64 = chain.w.as_ref().map_or(0, |w| w.iter().sum());
+    let starts = if schedule.periodic { weight_starts(ops, l) } else { vec![(Device::Resident, false); l] };
     let specs = (0..4 * n).map(|id| {
         let (kind, i) = (id / n, id % n);
+        let plain = |name, size, resident| TensorSpec { name, size, resident, host: false, releasing: false };
         match kind {
-            0 => TensorSpec { name: Tensor::Activation(i), size: chain.x[i], resident: i == 0 },
-            1 => TensorSpec { name: Tensor::Saved(i), size: chain.xbar[i], resident: false },
-            2 => TensorSpec { name: Tensor::Grad(i), size: chain.x[i], resident: false },
+            0 => plain(Tensor::Activation(i), chain.x[i], i == 0),
+            1 => plain(Tensor::Saved(i), chain.xbar[i], false),
+            2 => plain(Tensor::Grad(i), chain.x[i], false),
             _ => {
                 let size = chain.w.as_ref().and_then(|w| w.get(i).copied());
-                TensorSpec { name: Tensor::Weight(i), size: size.unwrap_or(0), resident: size.is_some() }
+                let (device, host) = starts.get(i).copied().unwrap_or((Device::Resident, false));
+                TensorSpec {
+                    name: Tensor::Weight(i),
+                    size: size.unwrap_or(0),
+                    resident: size.is_some() && device != Device::Gone,
+                    host: size.is_some() && host,
+                    releasing: device == Device::Releasing,
+                }
             }
         }
     });
     let mut eng = Engine::new(ops, config, chain.static_bytes.saturating_sub(w_total), specs);
     let mut done = vec![false; l + 1];
+    let periods = if schedule.periodic { PERIODS } else { 1 };
+    let mut period_starts = Vec::with_capacity(periods);
 
-    for (k, op) in ops.iter().enumerate() {
-        if let Err(e) = step(chain, &ids, &mut eng, &mut done, k, op) {
-            return Err(eng.fail(e));
+    for p in 0..periods {
+        let first = p * ops.len();
+        if p > 0 {
+            if !done[0] {
+                return Err(eng.fail(SimError::Incomplete(format!("period {p} ended before δ_0 was computed"))));
+            }
+            // The next batch replaces the last input gradient.
+            let gone = if eng.on_device(ids.grad(0)) { eng.free(first, ids.grad(0)) } else { Ok(()) };
+            let next = gone.and_then(|()| eng.arrive(first, ids.act(0)));
+            if let Err(e) = next {
+                return Err(eng.fail(e));
+            }
+            done.fill(false);
+        }
+        for (k, op) in ops.iter().enumerate() {
+            if let Err(e) = step(chain, &ids, &mut eng, &mut done, first + k, op) {
+                return Err(eng.fail(e));
+            }
+            if op.is_compute() && period_starts.len() == p {
+                period_starts.push(eng.last_start());
+            }
         }
     }
-    let report = eng.finish()?;
+    let mut report = eng.finish()?;
     if !done[0] {
         return Err(SimError::Incomplete("δ_0 was never computed".into()));
+    }
+    if periods > 1 {
+        let last = period_starts.len() - 1;
+        let period = (period_starts[last] - period_starts[STEADY_FROM]) / (last - STEADY_FROM) as f64;
+        let per = periods as f64;
+        report.makespan = period;
+        report.compute_time /= per;
+        report.compute_ops /= periods;
+        report.d2h_busy /= per;
+        report.h2d_busy /= per;
+        report.compute_stall = (period - report.compute_time).max(0.0);
+        report.periods = periods;
     }
     Ok(report)
 }
@@ -194,6 +277,9 @@ fn step(chain: &Chain, ids: &Ids, eng: &mut Engine<'_>, done: &mut [bool], k: us
                         frees: &[ids.grad(i + 1), ids.sav(i + 1), ids.act(i + 1), ids.act(i)],
                     },
                 )?;
+                if ids.weights {
+                    eng.invalidate_host(k, ids.weight(i));
+                }
             }
             done[i] = true;
             Ok(())
@@ -202,7 +288,7 @@ fn step(chain: &Chain, ids: &Ids, eng: &mut Engine<'_>, done: &mut [bool], k: us
         Op::Free { tensor } => {
             let id = resolve(ids, eng, k, tensor)?;
             if matches!(tensor, Tensor::Weight(_)) {
-                return Err(eng.invalid(k, "weights are static: offload them instead of freeing them"));
+                return eng.drop_device(k, id);
             }
             eng.free(k, id)
         }

@@ -135,6 +135,12 @@ pub(crate) struct TensorSpec {
     pub size: u64,
     /// Whether it is resident (and complete) at time 0.
     pub resident: bool,
+    /// Whether a complete host copy exists at time 0 (a weight in a periodic schedule).
+    pub host: bool,
+    /// With `resident` and `host`: the device copy is an offloaded one, readable until the
+    /// reads issued before the next prefetch end, and released then (the state an offload
+    /// issued at the end of a period leaves at the start of the next).
+    pub releasing: bool,
 }
 
 /// A compute op's effect, as a front-end describes it.
@@ -189,6 +195,7 @@ impl<'s> Engine<'s> {
         let mut t = Vec::new();
         let mut names = Vec::new();
         let mut base = baseline;
+        let mut host = Vec::new();
         for spec in tensors {
             let mut s = TState { size: spec.size, ..TState::default() };
             if spec.resident {
@@ -196,6 +203,18 @@ impl<'s> Engine<'s> {
                 s.dev_bytes = spec.size;
                 s.intact = true;
                 base = base.saturating_add(spec.size);
+            }
+            if spec.host {
+                s.host_frac = 1.0;
+                s.host_bytes = spec.size;
+                host.push(Ev { time: 0.0, key: key(1, 0, ALLOC), delta: spec.size as i128 });
+                if spec.resident && spec.releasing {
+                    // Released at 0 unless a read holds it, before any allocation at 0.
+                    s.dev_frac = 0.0;
+                    s.dev_bytes = 0;
+                    s.last_alloc = f64::NEG_INFINITY;
+                    s.pending.push(Pending { bytes: spec.size, time: 0.0, op: 0, floor: f64::NEG_INFINITY });
+                }
             }
             t.push(s);
             names.push(spec.name);
@@ -218,7 +237,7 @@ impl<'s> Engine<'s> {
             compute_ops: 0,
             dev: Vec::with_capacity(ops.len() * 2),
             ramps: Vec::new(),
-            host: Vec::new(),
+            host,
             horizon: 0.0,
             d2h_busy: 0.0,
             h2d_busy: 0.0,
@@ -241,8 +260,15 @@ impl<'s> Engine<'s> {
     // ----- errors --------------------------------------------------------------------
 
     /// The op's text, for errors.
+    /// An op index past the schedule's end is in a later period of a periodic schedule.
     pub fn text(&self, op: usize) -> String {
-        self.ops.get(op).map(|o| o.to_string()).unwrap_or_default()
+        let n = self.ops.len().max(1);
+        let text = self.ops.get(op % n).map(|o| o.to_string()).unwrap_or_default();
+        if op >= n {
+            format!("{text}, period {}", op / n + 1)
+        } else {
+            text
+        }
     }
 
     pub fn missing(&self, op: usize, id: usize) -> SimError {
@@ -340,6 +366,61 @@ impl<'s> Engine<'s> {
         }
         self.release(id, self.cursor, self.last_start, op);
         Ok(())
+    }
+
+    /// Frees the device copy of a tensor that has a complete host copy (a weight the host
+    /// holds up to date), keeping the host copy: at the compute cursor, but not before
+    /// the tensor's transfers (and the reads holding an offloaded copy) end.
+    pub fn drop_device(&mut self, op: usize, id: usize) -> Result<(), SimError> {
+        let s = &self.t[id];
+        if s.host_frac < 1.0 - EPS {
+            return Err(self.invalid(
+                op,
+                format!(
+                    "{:?} has no up-to-date host copy, so its device copy cannot be dropped (offload it instead)",
+                    self.names[id]
+                ),
+            ));
+        }
+        if s.dev_frac <= EPS && s.pending.is_empty() {
+            return Err(self.invalid(op, format!("{:?} is not on the device", self.names[id])));
+        }
+        self.release_device(id, self.cursor, self.last_start, op);
+        Ok(())
+    }
+
+    /// The tensor was modified on the device (a weight's update inside its backward): its
+    /// host copy is stale, and is released at the compute cursor.
+    pub fn invalidate_host(&mut self, op: usize, id: usize) {
+        let s = &mut self.t[id];
+        if s.host_bytes > 0 {
+            let class = Self::class(self.cursor, s.host_last_alloc, self.last_start);
+            self.host.push(Ev { time: self.cursor, key: key(class, op, RELEASE), delta: -(s.host_bytes as i128) });
+        }
+        s.host_frac = 0.0;
+        s.host_bytes = 0;
+    }
+
+    /// A step input arrives (the next period's batch): resident from the compute cursor.
+    pub fn arrive(&mut self, op: usize, id: usize) -> Result<(), SimError> {
+        if self.t[id].present() {
+            return Err(self.already(op, id));
+        }
+        let s = &mut self.t[id];
+        s.dev_frac = 1.0;
+        s.dev_bytes = s.size;
+        s.intact = true;
+        s.ready = self.cursor;
+        s.last_alloc = self.cursor;
+        if s.size > 0 {
+            self.dev.push(Ev { time: self.cursor, key: key(1, op, ALLOC), delta: s.size as i128 });
+        }
+        Ok(())
+    }
+
+    /// Start of the last compute op.
+    pub fn last_start(&self) -> f64 {
+        self.last_start
     }
 
     fn check_fraction(&self, op: usize, fraction: f64) -> Result<(), SimError> {
@@ -582,6 +663,18 @@ impl<'s> Engine<'s> {
     /// Releases everything the tensor holds, device and host, at `time` or when its
     /// transfers (and the reads that hold an offloaded copy) end, whichever is later.
     fn release(&mut self, id: usize, time: f64, floor: f64, op: usize) {
+        let when = self.release_device(id, time, floor, op);
+        let s = &mut self.t[id];
+        if s.host_bytes > 0 {
+            let class = Self::class(when, s.host_last_alloc, floor);
+            self.host.push(Ev { time: when, key: key(class, op, RELEASE), delta: -(s.host_bytes as i128) });
+        }
+        s.host_frac = 0.0;
+        s.host_bytes = 0;
+    }
+
+    /// Releases the tensor's device copy (see [`Engine::release`]); returns when.
+    fn release_device(&mut self, id: usize, time: f64, floor: f64, op: usize) -> f64 {
         let s = &mut self.t[id];
         let mut when = time.max(s.busy_until);
         let mut floor = floor;
@@ -596,15 +689,10 @@ impl<'s> Engine<'s> {
             self.dev.push(Ev { time: when, key: key(class, op, RELEASE), delta: -(bytes as i128) });
             self.horizon = self.horizon.max(when);
         }
-        if s.host_bytes > 0 {
-            let class = Self::class(when, s.host_last_alloc, floor);
-            self.host.push(Ev { time: when, key: key(class, op, RELEASE), delta: -(s.host_bytes as i128) });
-        }
         s.dev_frac = 0.0;
         s.dev_bytes = 0;
-        s.host_frac = 0.0;
-        s.host_bytes = 0;
         s.intact = false;
+        when
     }
 
     fn sort(evs: &mut [Ev]) {
@@ -731,6 +819,7 @@ impl<'s> Engine<'s> {
             compute_stall: (self.cursor - self.compute_time).max(0.0),
             timeline,
             spans: self.spans,
+            periods: 1,
         })
     }
 }

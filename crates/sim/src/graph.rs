@@ -53,6 +53,8 @@ pub(crate) fn simulate(graph: &TrainingGraph, schedule: &Schedule, config: &SimC
         name: Tensor::Data(d),
         size: node.size,
         resident: fixed(node.kind),
+        host: false,
+        releasing: false,
     });
     let mut eng = Engine::new(ops, config, 0, specs);
     let mut st = State {

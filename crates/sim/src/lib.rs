@@ -54,6 +54,16 @@
 //! `F_i^∅`, `F_i^ck`, `F_i^all`, the loss `B_L` and `B_i` follow Table 2.1; see
 //! `src/chain.rs` for the exact reads, outputs and releases. `a_i` may be read through
 //! `Activation(i)` or `Saved(i)`. The schedule is complete once `δ_0` is computed.
+//! `B_i` updates `Weight(i)` in place, making its host copy stale; `Free(Weight(i))`
+//! drops the device copy of a weight whose host copy is up to date.
+//!
+//! # Periodic schedules
+//!
+//! A [`Schedule::periodic`](pebble_schedule::Schedule::periodic) chain schedule is one
+//! period of a steady state (weight offloading's cycle). The simulator reads where each
+//! weight is when a period begins off the ops, runs [`PERIODS`] periods (each new one
+//! takes a fresh `a_0` in place of the last `δ_0`), and reports the steady-state period
+//! as `makespan`, with times and counts per period and peaks over all periods.
 //!
 //! # Graph view
 //!
@@ -80,6 +90,8 @@
 
 mod chain;
 mod engine;
+
+pub use chain::{PERIODS, STEADY_FROM};
 mod graph;
 
 use pebble_graph::{Chain, TrainingGraph};
@@ -183,6 +195,9 @@ pub struct SimReport {
     pub timeline: Vec<MemoryPoint>,
     /// When each compute op and transfer ran (only when [`SimConfig::timeline`] is set).
     pub spans: Vec<Span>,
+    /// How many periods were run: 1, or [`PERIODS`] for a periodic schedule, whose
+    /// `makespan` is then the steady-state period and whose times are per period.
+    pub periods: usize,
 }
 
 /// Why a schedule is invalid. `op` is the index of the offending op in the schedule.

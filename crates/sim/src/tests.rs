@@ -593,9 +593,130 @@ fn weights_can_be_offloaded() {
         simulate_chain(&c, &s, &bw(3.0)).unwrap_err(),
         SimError::MissingInput { op: 5, text: "F0all".into(), tensor: Tensor::Weight(0) }
     );
-    // Weights cannot be freed.
+    // A weight with no up-to-date host copy cannot be freed.
     let s = with(sched("F0ck", 2), &[(1, Op::Free { tensor: Tensor::Weight(1) })]);
     assert!(matches!(simulate_chain(&c, &s, &cfg()).unwrap_err(), SimError::InvalidOp { op: 1, .. }));
+}
+
+// ----- 4b. periodic schedules: weights in a steady-state cycle -----------------------------
+
+/// L = 2 with weights `w = [10, 10]` (all of `static_bytes`), unit times, unit activations.
+fn weight_chain() -> Chain {
+    let mut c = Chain::homogeneous(2, 1.0, 1.0, 1);
+    c.w = Some(vec![10, 10]);
+    c.static_bytes = 20;
+    c
+}
+
+fn periodic(text: &str, extra: &[(usize, Op)]) -> Schedule {
+    with(sched(text, 2), extra).repeated()
+}
+
+fn off(i: usize) -> Op {
+    Op::Offload { tensor: Tensor::Weight(i), fraction: 1.0 }
+}
+
+fn pre(i: usize) -> Op {
+    Op::Prefetch { tensor: Tensor::Weight(i), fraction: 1.0 }
+}
+
+fn free_w(i: usize) -> Op {
+    Op::Free { tensor: Tensor::Weight(i) }
+}
+
+#[test]
+fn a_periodic_schedule_without_transfers_runs_at_its_compute_time() {
+    let c = weight_chain();
+    let once = run(&c, "F0all F1all L B1 B0");
+    let r = simulate_chain(&c, &periodic("F0all F1all L B1 B0", &[]), &cfg()).unwrap();
+    assert_eq!(r.periods, crate::PERIODS);
+    assert_eq!(r.makespan, 5.0, "the period");
+    assert_eq!(r.compute_time, 5.0);
+    assert_eq!(r.compute_ops, 5);
+    assert_eq!(r.compute_stall, 0.0);
+    assert_eq!(r.peak_bytes, once.peak_bytes, "every period peaks as the first");
+}
+
+#[test]
+fn a_weight_offloaded_every_period_bounds_the_period_by_the_link() {
+    // Offload W1 after F1 (10 at bandwidth 1), bring it back after the loss for B1: per
+    // period F0, F1 (2), the offload (10), the prefetch after it (10), B1, B0 (2); the
+    // loss overlaps the offload.
+    let c = weight_chain();
+    let s = periodic("F0all F1all L B1 B0", &[(2, off(1)), (3, pre(1))]);
+    let once = simulate_chain(&c, &Schedule { periodic: false, ..s.clone() }, &bw(1.0)).unwrap();
+    assert_eq!(once.makespan, 24.0);
+    let r = simulate_chain(&c, &s, &bw(1.0)).unwrap();
+    assert_eq!(r.makespan, 24.0);
+    assert_eq!(r.compute_stall, 19.0);
+    assert_eq!(r.d2h_busy, 10.0, "per period");
+    // B1 holds both weights, a_0, ā_1, ā_2, δ_2 and δ_1, as in store-all.
+    assert_eq!(run(&c, "F0all F1all L B1 B0").peak_bytes, 25);
+    assert_eq!(r.peak_bytes, 25);
+    // Under a budget of 15, B1 cannot run with W1 back: the period is refused.
+    let tight = SimConfig { budget: Some(15), ..bw(1.0) };
+    assert!(matches!(simulate_chain(&c, &s, &tight).unwrap_err(), SimError::BudgetExceeded { .. }));
+}
+
+#[test]
+fn a_weight_with_an_up_to_date_host_copy_is_dropped_not_offloaded_again() {
+    // The discount of Beaumont et al.: W0 offloaded after B0 (its update), brought back
+    // for F0, dropped after it (the host copy is still valid), brought back for B0.
+    let c = weight_chain();
+    let text = "F0all F1all L B1 B0";
+    let s = periodic(text, &[(0, pre(0)), (1, free_w(0)), (4, pre(0)), (5, off(0))]);
+    let r = simulate_chain(&c, &s, &bw(10.0)).unwrap();
+    // Each period moves W0 twice in and once out.
+    assert!(close(r.h2d_busy, 2.0), "{}", r.h2d_busy);
+    assert!(close(r.d2h_busy, 1.0), "{}", r.d2h_busy);
+    assert_eq!(r.peak_host_bytes, 10);
+    // F1, the loss and B1 run without W0.
+    let under = simulate_chain(&c, &s, &SimConfig { budget: Some(24), ..bw(10.0) }).unwrap();
+    assert!(under.peak_bytes <= 24);
+    // Without the offload after B0 the period ends with W0 on the device (and its host
+    // copy stale), so the next period's first prefetch finds it there.
+    let stale = periodic(text, &[(0, pre(0)), (1, free_w(0)), (4, pre(0))]);
+    assert_eq!(
+        simulate_chain(&c, &stale, &bw(10.0)).unwrap_err(),
+        SimError::AlreadyResident { op: 0, text: "[prefetch Weight(0) 1]".into(), tensor: Tensor::Weight(0) }
+    );
+    // Dropping W0 after B0 instead: its host copy is stale, so no copy is left anywhere
+    // when the next period begins.
+    let dropped = periodic(text, &[(0, pre(0)), (1, free_w(0)), (4, pre(0)), (5, free_w(0))]);
+    match simulate_chain(&c, &dropped, &bw(10.0)).unwrap_err() {
+        SimError::InvalidOp { op: 0, why, .. } => assert!(why.contains("no host copy"), "{why}"),
+        e => panic!("{e}"),
+    }
+    // In one step from the usual start, the drop after B0 is refused where it stands.
+    let once = with(sched(text, 2), &[(5, free_w(0))]);
+    match simulate_chain(&c, &once, &bw(10.0)).unwrap_err() {
+        SimError::InvalidOp { op: 5, why, .. } => assert!(why.contains("no up-to-date host copy"), "{why}"),
+        e => panic!("{e}"),
+    }
+}
+
+#[test]
+fn an_upload_at_the_end_of_a_period_keeps_the_weight_for_the_next_forward() {
+    // W0 uploaded after B0: the next period's F0 still reads the device copy, which is
+    // dropped after it and prefetched back for B0.
+    let c = weight_chain();
+    let s = periodic("F0all F1all L B1 B0", &[(1, free_w(0)), (4, pre(0)), (5, off(0))]);
+    let r = simulate_chain(&c, &s, &SimConfig { budget: Some(24), ..bw(10.0) }).unwrap();
+    assert!(r.peak_bytes <= 24);
+    assert!(close(r.h2d_busy, 1.0) && close(r.d2h_busy, 1.0));
+    // Not periodic, the first F0 finds W0 resident and the drop has no host copy to keep.
+    let once = Schedule { periodic: false, ..s };
+    assert!(matches!(simulate_chain(&c, &once, &bw(10.0)).unwrap_err(), SimError::InvalidOp { .. }));
+}
+
+#[test]
+fn a_period_that_does_not_finish_its_step_is_refused() {
+    let c = weight_chain();
+    let s = periodic("F0all F1all L B1", &[]);
+    assert_eq!(
+        simulate_chain(&c, &s, &cfg()).unwrap_err(),
+        SimError::Incomplete("period 1 ended before δ_0 was computed".into())
+    );
 }
 
 // ----- 5. graph view ----------------------------------------------------------------------
@@ -989,7 +1110,7 @@ fn releases_come_before_allocations_at_equal_times() {
     let ops: Vec<Op> = (0..6).map(|node| Op::Compute { node, no_grad: false }).collect();
     let config =
         SimConfig { budget: Some(11), machine: Machine::default().with_bandwidth(1.0), timeline: true, ..cfg() };
-    let spec = |d: usize, size: u64, resident: bool| TensorSpec { name: Tensor::Data(d), size, resident };
+    let spec = |d: usize, size: u64, resident: bool| TensorSpec { name: Tensor::Data(d), size, resident, host: false, releasing: false };
     let mut eng =
         Engine::new(&ops, &config, 0, [spec(0, 5, true), spec(1, 2, true), spec(2, 1, true), spec(3, 4, false)]);
     eng.offload(0, 1, 1.0).unwrap();
