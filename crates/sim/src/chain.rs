@@ -22,6 +22,11 @@
 //! et al. 2022), so `B_i` makes `Weight(i)`'s host copy stale. `Free(Weight(i))` drops
 //! the device copy of a weight whose host copy is up to date (and keeps that copy).
 //!
+//! An offload of a weight that is read again before its next offload, prefetch or free
+//! is an *upload*: it copies the weight to the host and keeps the device copy until an
+//! explicit free (the paper's upload, "send to the CPU without deleting"). Any other
+//! offload releases the device copy when its transfer ends.
+//!
 //! A [periodic](pebble_schedule::Schedule::periodic) schedule is one period of a steady
 //! state. Where each weight is when a period begins is read off the ops (the last of its
 //! offload, prefetch and free in the period, and whether its backward follows its last
@@ -88,24 +93,41 @@ pub const PERIODS: usize = 6;
 /// The first period (0-based) counted in the steady state: the ones before are a transient.
 pub const STEADY_FROM: usize = 2;
 
-/// Where a weight's device copy is when a period begins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Device {
-    Resident,
-    /// Offloaded, still readable until the reads issued before its next prefetch end.
-    Releasing,
-    Gone,
+/// Whether the op reads stage `i`'s weights.
+fn reads_weight(op: &Op, i: usize) -> bool {
+    matches!(*op, Op::Forward { stage, .. } | Op::Backward { stage } if stage == i)
+}
+
+/// Whether the offload of `Weight(i)` at `k` is an upload: a read of the weight comes
+/// before its next offload, prefetch or free (looking on into the next period if the
+/// schedule is periodic). An upload keeps the device copy until an explicit free; any
+/// other offload releases it when the transfer ends.
+fn is_upload(ops: &[Op], k: usize, i: usize, periodic: bool) -> bool {
+    let n = ops.len();
+    let ahead = if periodic { n - 1 } else { n - k - 1 };
+    for step in 1..=ahead {
+        let op = &ops[(k + step) % n];
+        if reads_weight(op, i) {
+            return true;
+        }
+        if let Op::Offload { tensor, .. } | Op::Prefetch { tensor, .. } | Op::Free { tensor } = op {
+            if *tensor == Tensor::Weight(i) {
+                return false;
+            }
+        }
+    }
+    false
 }
 
 /// Where each weight is when a period of `ops` begins: the state its ops leave at the
-/// period's end. The second flag says whether the host copy is up to date.
-fn weight_starts(ops: &[Op], l: usize) -> Vec<(Device, bool)> {
-    let mut st = vec![(Device::Resident, false); l];
-    for op in ops {
+/// period's end, `(on the device, host copy up to date)`.
+fn weight_starts(ops: &[Op], l: usize) -> Vec<(bool, bool)> {
+    let mut st = vec![(true, false); l];
+    for (k, op) in ops.iter().enumerate() {
         match *op {
-            Op::Offload { tensor: Tensor::Weight(i), .. } if i < l => st[i] = (Device::Releasing, true),
-            Op::Prefetch { tensor: Tensor::Weight(i), .. } if i < l => st[i].0 = Device::Resident,
-            Op::Free { tensor: Tensor::Weight(i) } if i < l => st[i].0 = Device::Gone,
+            Op::Offload { tensor: Tensor::Weight(i), .. } if i < l => st[i] = (is_upload(ops, k, i, true), true),
+            Op::Prefetch { tensor: Tensor::Weight(i), .. } if i < l => st[i].0 = true,
+            Op::Free { tensor: Tensor::Weight(i) } if i < l => st[i].0 = false,
             Op::Backward { stage: i } if i < l => st[i].1 = false,
             _ => {}
         }
@@ -129,29 +151,38 @@ pub(crate) fn simulate(chain: &Chain, schedule: &Schedule, config: &SimConfig) -
     let ids = Ids { l, weights: chain.w.is_some() };
     let n = ids.n();
     let w_total: u64 = chain.w.as_ref().map_or(0, |w| w.iter().sum());
-    let starts = if schedule.periodic { weight_starts(ops, l) } else { vec![(Device::Resident, false); l] };
+    let starts = if schedule.periodic { weight_starts(ops, l) } else { vec![(true, false); l] };
     let specs = (0..4 * n).map(|id| {
         let (kind, i) = (id / n, id % n);
-        let plain = |name, size, resident| TensorSpec { name, size, resident, host: false, releasing: false };
+        let plain = |name, size, resident| TensorSpec { name, size, resident, host: false };
         match kind {
             0 => plain(Tensor::Activation(i), chain.x[i], i == 0),
             1 => plain(Tensor::Saved(i), chain.xbar[i], false),
             2 => plain(Tensor::Grad(i), chain.x[i], false),
             _ => {
                 let size = chain.w.as_ref().and_then(|w| w.get(i).copied());
-                let (device, host) = starts.get(i).copied().unwrap_or((Device::Resident, false));
+                let (device, host) = starts.get(i).copied().unwrap_or((true, false));
                 TensorSpec {
                     name: Tensor::Weight(i),
                     size: size.unwrap_or(0),
-                    resident: size.is_some() && device != Device::Gone,
+                    resident: size.is_some() && device,
                     host: size.is_some() && host,
-                    releasing: device == Device::Releasing,
                 }
             }
         }
     });
     let mut eng = Engine::new(ops, config, chain.static_bytes.saturating_sub(w_total), specs);
     let mut done = vec![false; l + 1];
+    let uploads: Vec<bool> = ops
+        .iter()
+        .enumerate()
+        .map(|(k, op)| match *op {
+            Op::Offload { tensor: Tensor::Weight(i), fraction } if ids.weights && i < l && fraction >= 1.0 => {
+                is_upload(ops, k, i, schedule.periodic)
+            }
+            _ => false,
+        })
+        .collect();
     let periods = if schedule.periodic { PERIODS } else { 1 };
     let mut period_starts = Vec::with_capacity(periods);
 
@@ -170,7 +201,12 @@ pub(crate) fn simulate(chain: &Chain, schedule: &Schedule, config: &SimConfig) -
             done.fill(false);
         }
         for (k, op) in ops.iter().enumerate() {
-            if let Err(e) = step(chain, &ids, &mut eng, &mut done, first + k, op) {
+            let ran = if uploads[k] {
+                eng.upload(first + k, ids.weight(weight_of(op)))
+            } else {
+                step(chain, &ids, &mut eng, &mut done, first + k, op)
+            };
+            if let Err(e) = ran {
                 return Err(eng.fail(e));
             }
             if op.is_compute() && period_starts.len() == p {
@@ -195,6 +231,13 @@ pub(crate) fn simulate(chain: &Chain, schedule: &Schedule, config: &SimConfig) -
         report.periods = periods;
     }
     Ok(report)
+}
+
+fn weight_of(op: &Op) -> usize {
+    match *op {
+        Op::Offload { tensor: Tensor::Weight(i), .. } => i,
+        _ => unreachable!("only weight offloads are uploads"),
+    }
 }
 
 /// The id through which `a_i` is read: `Activation(i)` if resident, else `Saved(i)` if

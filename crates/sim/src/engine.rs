@@ -137,10 +137,6 @@ pub(crate) struct TensorSpec {
     pub resident: bool,
     /// Whether a complete host copy exists at time 0 (a weight in a periodic schedule).
     pub host: bool,
-    /// With `resident` and `host`: the device copy is an offloaded one, readable until the
-    /// reads issued before the next prefetch end, and released then (the state an offload
-    /// issued at the end of a period leaves at the start of the next).
-    pub releasing: bool,
 }
 
 /// A compute op's effect, as a front-end describes it.
@@ -208,13 +204,6 @@ impl<'s> Engine<'s> {
                 s.host_frac = 1.0;
                 s.host_bytes = spec.size;
                 host.push(Ev { time: 0.0, key: key(1, 0, ALLOC), delta: spec.size as i128 });
-                if spec.resident && spec.releasing {
-                    // Released at 0 unless a read holds it, before any allocation at 0.
-                    s.dev_frac = 0.0;
-                    s.dev_bytes = 0;
-                    s.last_alloc = f64::NEG_INFINITY;
-                    s.pending.push(Pending { bytes: spec.size, time: 0.0, op: 0, floor: f64::NEG_INFINITY });
-                }
             }
             t.push(s);
             names.push(spec.name);
@@ -442,6 +431,33 @@ impl<'s> Engine<'s> {
 
     fn part(size: u64, fraction: f64) -> u64 {
         ((size as f64) * fraction).round().min(size as f64) as u64
+    }
+
+    /// Copies a whole tensor to the host on the device→host stream, keeping the device copy
+    /// (a weight uploaded ahead of a read, dropped after it by an explicit free).
+    pub fn upload(&mut self, op: usize, id: usize) -> Result<(), SimError> {
+        self.check_fraction(op, 1.0)?;
+        let s = &self.t[id];
+        if !s.intact {
+            return Err(self.missing(op, id));
+        }
+        let start = self.cursor.max(self.d2h_free).max(s.ready);
+        let end = start + self.d2h.transfer_time(s.size as f64);
+        self.d2h_free = end;
+        self.d2h_busy += end - start;
+        if self.timeline {
+            self.spans.push(Span { lane: Lane::D2h, op, start, end });
+        }
+        let s = &mut self.t[id];
+        if s.host_bytes < s.size {
+            self.host.push(Ev { time: start, key: key(1, op, ALLOC), delta: (s.size - s.host_bytes) as i128 });
+            s.host_last_alloc = start;
+        }
+        s.host_frac = 1.0;
+        s.host_bytes = s.size;
+        s.host_ready = s.host_ready.max(end);
+        s.busy_until = s.busy_until.max(end);
+        Ok(())
     }
 
     /// Moves `fraction` of a tensor to the host on the device→host stream.
@@ -714,13 +730,15 @@ impl<'s> Engine<'s> {
         let mut ramps = std::mem::take(&mut self.ramps);
         ramps.sort_by(|a, b| a.t0.total_cmp(&b.t0));
         let budget = self.budget;
+        // Releases at 0 that precede everything (an offloaded copy no read holds).
+        let first: i128 = self.dev.iter().take_while(|e| e.time == 0.0 && e.key >> 63 == 0).map(|e| e.delta).sum();
         if let Some(b) = budget {
-            if self.base > b {
+            if self.base as i128 + first > b as i128 {
                 return Err(SimError::BudgetExceeded {
                     op: 0,
                     text: "initial state (static memory and inputs)".into(),
                     time: 0.0,
-                    bytes: self.base,
+                    bytes: saturate(self.base as i128 + first),
                     budget: b,
                 });
             }

@@ -54,7 +54,6 @@ pub(crate) fn simulate(graph: &TrainingGraph, schedule: &Schedule, config: &SimC
         size: node.size,
         resident: fixed(node.kind),
         host: false,
-        releasing: false,
     });
     let mut eng = Engine::new(ops, config, 0, specs);
     let mut st = State {

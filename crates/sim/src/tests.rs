@@ -1110,7 +1110,7 @@ fn releases_come_before_allocations_at_equal_times() {
     let ops: Vec<Op> = (0..6).map(|node| Op::Compute { node, no_grad: false }).collect();
     let config =
         SimConfig { budget: Some(11), machine: Machine::default().with_bandwidth(1.0), timeline: true, ..cfg() };
-    let spec = |d: usize, size: u64, resident: bool| TensorSpec { name: Tensor::Data(d), size, resident, host: false, releasing: false };
+    let spec = |d: usize, size: u64, resident: bool| TensorSpec { name: Tensor::Data(d), size, resident, host: false };
     let mut eng =
         Engine::new(&ops, &config, 0, [spec(0, 5, true), spec(1, 2, true), spec(2, 1, true), spec(3, 4, false)]);
     eng.offload(0, 1, 1.0).unwrap();

@@ -9,7 +9,11 @@
 //! that the selection ([`selection`]), the scheduler and the MILP bound share, with the
 //! digest's fix of the paper's double count as the default ([`Accounting`]).
 
+pub mod schedule;
 pub mod selection;
+mod solvers;
+
+pub use solvers::{L2l, WeightOffload, WeightOffloadNoReuse};
 
 use pebble_graph::Chain;
 
@@ -58,6 +62,15 @@ pub struct WeightChain {
     pub uf: Vec<f64>,
     /// `u_{B_i}`, at index `i − 1`.
     pub ub: Vec<f64>,
+    /// What `F_i` holds on the device besides the weights, at index `i − 1`.
+    pub mf: Vec<u64>,
+    /// What `B_i` holds on the device besides the weights, at index `i − 1`.
+    pub mb: Vec<u64>,
+    /// What stays on the device after `F_i` ends, besides the weights (what `F_{i+1}`
+    /// finds), at index `i − 1`.
+    pub kept_f: Vec<u64>,
+    /// What stays after `B_i` ends, besides the weights, at index `i − 1`.
+    pub kept_b: Vec<u64>,
 }
 
 impl WeightChain {
@@ -81,12 +94,23 @@ impl WeightChain {
         if let Some(t) = uf.iter().chain(&ub).find(|t| !t.is_finite() || **t < 0.0) {
             return bad(format!("operation times must be finite and non-negative, got {t}"));
         }
-        Ok(WeightChain { w, a, uf, ub })
+        // Eq. (1) less the layer's own weights.
+        let acts: Vec<u64> = (1..=l).map(|i| a[..=i].iter().sum()).collect();
+        let mf = acts.clone();
+        let mb = (0..l).map(|j| acts[j] + w[j]).collect();
+        // After B_i: a^0 … a^{i−2} and δ^{i−1}, the size of a^{i−1}.
+        let kept_b = (0..l).map(|j| acts[j] - a[j + 1]).collect();
+        Ok(WeightChain { w, a, uf, ub, kept_f: mf.clone(), mf, mb, kept_b })
     }
 
     /// The weight-offloading view of a chain with weights `w`: layer `i` is stage `i − 1`,
     /// `a^i` is what stage `i − 1` keeps for its backward (`x̄_i`, `a^0 = x_0`), and the
-    /// loss's time is folded into `B_L` (the paper ignores the loss).
+    /// loss is folded into `B_L` (the paper ignores the loss). The memory of each
+    /// operation besides the weights is what the simulator counts when every stage keeps
+    /// its saved set (`F_all`): the static bytes other than `w`, the activations kept so
+    /// far, the op's outputs and temporary memory; `B_L` is the larger of the loss and
+    /// the last stage's backward. So a schedule that fits by this accounting fits the
+    /// simulator's.
     pub fn from_chain(chain: &Chain) -> Result<WeightChain, SolveError> {
         let Some(w) = chain.w.clone() else {
             let why = "weight offloading needs the chain's weights `w`".into();
@@ -98,7 +122,23 @@ impl WeightChain {
         a.extend_from_slice(&chain.xbar[1..=l]);
         let mut ub = chain.btime[..l].to_vec();
         ub[l - 1] += chain.btime[l];
-        WeightChain::new(w, a, chain.ftime.clone(), ub)
+        let mut c = WeightChain::new(w, a, chain.ftime.clone(), ub)?;
+        let other = chain.static_bytes.saturating_sub(c.total_weights());
+        // kept[s]: a_0 and the saved sets of stages before s.
+        let mut kept = vec![other + chain.x[0]; l + 1];
+        for s in 1..=l {
+            kept[s] = kept[s - 1] + chain.xbar[s];
+        }
+        for s in 0..l {
+            c.mf[s] = kept[s] + chain.xbar[s + 1] + chain.ftmp[s];
+            c.mb[s] = kept[s + 1] + chain.x[s + 1] + chain.x[s] + chain.btmp[s];
+            c.kept_f[s] = kept[s + 1];
+            // δ_s beside what came before stage s (B_0 releases a_0).
+            c.kept_b[s] = kept[s] + chain.x[s] - if s == 0 { chain.x[0] } else { 0 };
+        }
+        let loss = kept[l] + chain.x[l] + chain.btmp[l];
+        c.mb[l - 1] = c.mb[l - 1].max(loss);
+        Ok(c)
     }
 
     /// `L`.
@@ -125,6 +165,22 @@ impl WeightChain {
     pub fn ops(&self) -> Vec<WeightOp> {
         let l = self.len();
         (1..=l).map(WeightOp::Forward).chain((1..=l).rev().map(WeightOp::Backward)).collect()
+    }
+
+    /// What stays on the device after `op` ends, besides the weights.
+    pub fn kept_after(&self, op: WeightOp) -> u64 {
+        match op {
+            WeightOp::Forward(i) => self.kept_f[i - 1],
+            WeightOp::Backward(i) => self.kept_b[i - 1],
+        }
+    }
+
+    /// The operation's position in [`WeightChain::ops`].
+    pub fn op_index(&self, op: WeightOp) -> usize {
+        match op {
+            WeightOp::Forward(i) => i - 1,
+            WeightOp::Backward(i) => 2 * self.len() - i,
+        }
     }
 
     /// The operation's time.
@@ -154,11 +210,16 @@ impl WeightChain {
 
     /// What `op` needs besides the weights resident on the device: `M_o` less its own
     /// layer's `|w|` under [`Accounting::Consistent`] (the resident weights count it),
-    /// `M_o` under [`Accounting::Literal`].
+    /// `M_o` under [`Accounting::Literal`]. `M_o` is eq. (1) for an instance built by
+    /// [`WeightChain::new`], the simulator's count for one from [`WeightChain::from_chain`].
     pub fn op_memory(&self, op: WeightOp, accounting: Accounting) -> u64 {
+        let own = match op {
+            WeightOp::Forward(i) => self.mf[i - 1],
+            WeightOp::Backward(i) => self.mb[i - 1],
+        };
         match accounting {
-            Accounting::Consistent => self.eq1(op) - self.weight(op.layer()),
-            Accounting::Literal => self.eq1(op),
+            Accounting::Consistent => own,
+            Accounting::Literal => own + self.weight(op.layer()),
         }
     }
 }
@@ -202,6 +263,8 @@ mod tests {
         chain.w = Some(vec![5, 6, 7]);
         chain.xbar = vec![4, 8, 9, 10];
         let c = WeightChain::from_chain(&chain).unwrap();
+        assert_eq!(c.op_index(WeightOp::Backward(3)), 3);
+        assert_eq!(c.op_index(WeightOp::Backward(1)), 5);
         assert_eq!(c.w, vec![5, 6, 7]);
         assert_eq!(c.a, vec![4, 8, 9, 10]);
         assert_eq!(c.ub, vec![2.0, 2.0, 4.0], "the loss folded into B_L");

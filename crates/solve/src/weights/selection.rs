@@ -79,8 +79,7 @@ pub fn initial_excess(chain: &WeightChain, memory: u64, accounting: Accounting) 
 /// Algorithm 1 within `memory` bytes: the choices in the order taken.
 pub fn select(chain: &WeightChain, memory: u64, options: SelectionOptions) -> Result<Vec<Selected>, SolveError> {
     let l = chain.len();
-    let ops = chain.ops();
-    let index = |o: WeightOp| ops.iter().position(|&p| p == o).expect("an op of the chain");
+    let index = |o: WeightOp| chain.op_index(o);
     let mut excess = initial_excess(chain, memory, options.accounting);
     let mut taken: Vec<Selected> = Vec::new();
     let is_taken = |taken: &[Selected], c: Choice| taken.iter().any(|s| s.choice == c);

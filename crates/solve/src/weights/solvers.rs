@@ -1,0 +1,257 @@
+//! The weight-offloading solvers: `weight-offload` (Algorithms 1 and 2),
+//! `weight-offload-noreuse` (the paper's Greedy*) and `l2l`. Each returns a periodic
+//! schedule, the best the simulator finds among the cuts the scheduler planned.
+
+use pebble_schedule::{Schedule, View};
+use pebble_sim::SimConfig;
+
+use super::schedule::{greedy_schedules, l2l_schedule, Links};
+use super::selection::{select, SelectionOptions};
+use super::WeightChain;
+use crate::{Problem, SolveError, SolveOptions, Solver};
+
+/// How many of the scheduler's best-planned cuts the simulator judges.
+const JUDGED: usize = 8;
+
+fn links(options: &SolveOptions) -> Links {
+    let m = &options.machine;
+    Links { off: (m.d2h.bandwidth, m.d2h.latency), pre: (m.h2d.bandwidth, m.h2d.latency) }
+}
+
+/// The fastest of `candidates` that the simulator runs within `budget`.
+fn best_simulated(
+    chain: &pebble_graph::Chain,
+    candidates: Vec<Schedule>,
+    budget: u64,
+    options: &SolveOptions,
+    solver: &str,
+) -> Result<Schedule, SolveError> {
+    let config = SimConfig { budget: Some(budget), ..options.sim_config() };
+    let mut last = None;
+    let mut best: Option<(f64, Schedule)> = None;
+    for s in candidates {
+        match pebble_sim::simulate_chain(chain, &s, &config) {
+            Ok(r) if best.as_ref().is_none_or(|b| r.makespan < b.0) => best = Some((r.makespan, s)),
+            Ok(_) => {}
+            Err(e) => last = Some(e),
+        }
+    }
+    best.map(|(_, s)| s.with_solver(solver)).ok_or_else(|| SolveError::Infeasible {
+        budget,
+        reason: match last {
+            Some(e) => format!("no cut of the weight schedule runs within the budget ({e})"),
+            None => "no cut of the weight schedule fits the budget".into(),
+        },
+    })
+}
+
+fn greedy(
+    problem: Problem<'_>,
+    budget: u64,
+    options: &SolveOptions,
+    discount: bool,
+    name: &'static str,
+) -> Result<Schedule, SolveError> {
+    let chain = problem.chain_for(name)?;
+    let wc = WeightChain::from_chain(chain)?;
+    let chosen: Vec<_> = select(&wc, budget, SelectionOptions { discount, ..SelectionOptions::default() })?
+        .into_iter()
+        .map(|s| s.choice)
+        .collect();
+    let candidates = greedy_schedules(&wc, &chosen, budget, links(options), discount, JUDGED);
+    best_simulated(chain, candidates.into_iter().map(|(_, s)| s).collect(), budget, options, name)
+}
+
+/// `weight-offload`: Algorithm 1's selection with the discount, Algorithm 2's cyclic
+/// schedule at every cut (Beaumont, Eyraud-Dubois, Shilova, Zhao 2022, §5).
+pub struct WeightOffload;
+
+impl Solver for WeightOffload {
+    fn name(&self) -> &'static str {
+        "weight-offload"
+    }
+
+    fn description(&self) -> &'static str {
+        "weight offloading: greedy selection and cyclic scheduling (Beaumont et al. 2022)"
+    }
+
+    fn views(&self) -> &'static [View] {
+        &[View::Chain]
+    }
+
+    fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
+        greedy(problem, budget, options, true, self.name())
+    }
+}
+
+/// `weight-offload-noreuse`: the paper's Greedy* (Table 1), which offloads a weight every
+/// time it leaves the device: no discount in the selection, no upload, no drop.
+pub struct WeightOffloadNoReuse;
+
+impl Solver for WeightOffloadNoReuse {
+    fn name(&self) -> &'static str {
+        "weight-offload-noreuse"
+    }
+
+    fn description(&self) -> &'static str {
+        "weight offloading without reuse of host copies (Greedy*, Beaumont et al. 2022)"
+    }
+
+    fn views(&self) -> &'static [View] {
+        &[View::Chain]
+    }
+
+    fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
+        greedy(problem, budget, options, false, self.name())
+    }
+}
+
+/// `l2l`: the layer-to-layer baseline (Pudipeddi et al. 2020) as Beaumont et al. 2022
+/// model it: every layer's weights on a host parameter server, only the running layer's
+/// on the device, each fetched synchronously before its forward and its backward.
+pub struct L2l;
+
+impl Solver for L2l {
+    fn name(&self) -> &'static str {
+        "l2l"
+    }
+
+    fn description(&self) -> &'static str {
+        "L2L: only the running layer's weights on the device (Pudipeddi et al. 2020)"
+    }
+
+    fn views(&self) -> &'static [View] {
+        &[View::Chain]
+    }
+
+    fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
+        let chain = problem.chain_for(self.name())?;
+        let wc = WeightChain::from_chain(chain)?;
+        best_simulated(chain, vec![l2l_schedule(&wc)], budget, options, self.name())
+    }
+}
+
+inventory::submit!(crate::Registration(&WeightOffload));
+inventory::submit!(crate::Registration(&WeightOffloadNoReuse));
+inventory::submit!(crate::Registration(&L2l));
+
+#[cfg(test)]
+mod tests {
+    use pebble_graph::Chain;
+    use pebble_machine::Machine;
+    use pebble_schedule::{ForwardMode, Op};
+    use pebble_sim::{simulate_chain, SimConfig};
+    use pebble_testkit::{random_chain, Rng};
+
+    use super::*;
+
+    /// A random chain whose weights dominate its activations (sizes 1..=35).
+    fn weighty(rng: &mut Rng, l: usize) -> Chain {
+        let mut c = random_chain(rng, l);
+        let w: Vec<u64> = (0..l).map(|_| rng.range(20, 80)).collect();
+        c.static_bytes = w.iter().sum::<u64>() + rng.range(0, 10);
+        c.w = Some(w);
+        c
+    }
+
+    fn store_all(l: usize) -> Schedule {
+        let mut ops: Vec<Op> = (0..l).map(|s| Op::Forward { stage: s, mode: ForwardMode::KeepAll }).collect();
+        ops.extend((0..=l).rev().map(|s| Op::Backward { stage: s }));
+        Schedule::new(View::Chain, ops)
+    }
+
+    fn opts(bandwidth: f64) -> SolveOptions {
+        SolveOptions { machine: Machine::default().with_bandwidth(bandwidth), ..SolveOptions::default() }
+    }
+
+    #[test]
+    fn the_instance_counts_memory_as_the_simulator_does() {
+        let mut rng = Rng::new(12);
+        for _ in 0..30 {
+            let l = rng.range(1, 8) as usize;
+            let chain = weighty(&mut rng, l);
+            let wc = WeightChain::from_chain(&chain).unwrap();
+            let most = wc.ops().into_iter().map(|o| wc.op_memory(o, super::super::Accounting::Consistent)).max();
+            let expected = wc.total_weights() + most.unwrap();
+            for s in [store_all(l), store_all(l).repeated()] {
+                let r = simulate_chain(&chain, &s, &SimConfig::default()).unwrap();
+                assert_eq!(r.peak_bytes, expected, "{chain:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn without_memory_pressure_nothing_moves() {
+        let mut rng = Rng::new(5);
+        let chain = weighty(&mut rng, 6);
+        let peak = simulate_chain(&chain, &store_all(6), &SimConfig::default()).unwrap().peak_bytes;
+        let s = crate::plan(&WeightOffload, Problem::Chain(&chain), peak, &opts(10.0)).unwrap().schedule;
+        assert!(s.ops.iter().all(|o| o.is_compute()), "{}", s.to_notation());
+        let r = simulate_chain(&chain, &s, &SimConfig::on(Machine::default().with_bandwidth(10.0))).unwrap();
+        let wc = WeightChain::from_chain(&chain).unwrap();
+        assert_eq!(r.makespan, wc.compute_time());
+    }
+
+    /// L2L's closed form on a homogeneous chain: every forward and backward waits for its
+    /// layer's weights, `|w|/β` each, and the offloads hide behind the compute.
+    #[test]
+    fn l2l_pays_two_transfers_per_layer() {
+        let mut chain = Chain::homogeneous(4, 1.0, 2.0, 1);
+        chain.w = Some(vec![10; 4]);
+        chain.static_bytes = 40;
+        let o = opts(10.0);
+        let s = crate::plan(&L2l, Problem::Chain(&chain), 1000, &o).unwrap().schedule;
+        let r = simulate_chain(&chain, &s, &o.sim_config()).unwrap();
+        assert_eq!(r.compute_time, 14.0);
+        // Eight prefetches in the way, and the offload of w_1 after B_1 before the next
+        // period's first prefetch can start.
+        assert!((r.makespan - (14.0 + 8.0 + 1.0)).abs() < 1e-9, "{}", r.makespan);
+        // One layer's weights at a time, two while one leaves and the next arrives.
+        let wc = WeightChain::from_chain(&chain).unwrap();
+        let most = wc.ops().into_iter().map(|o| wc.op_memory(o, super::super::Accounting::Consistent)).max().unwrap();
+        assert!(r.peak_bytes > most + 10 && r.peak_bytes <= most + 20, "{} vs {most}", r.peak_bytes);
+    }
+
+    /// Every weight schedule runs in the simulator within its budget, and no faster than
+    /// its compute; offloading with the discount is never slower than L2L here.
+    #[test]
+    fn every_weight_schedule_passes_the_simulator() {
+        let mut rng = Rng::new(2022);
+        let (mut solved, mut tight) = (0, 0);
+        for case in 0..40 {
+            let l = rng.range(2, 9) as usize;
+            let chain = weighty(&mut rng, l);
+            let wc = WeightChain::from_chain(&chain).unwrap();
+            let full = simulate_chain(&chain, &store_all(l), &SimConfig::default()).unwrap().peak_bytes;
+            let alone = wc
+                .ops()
+                .into_iter()
+                .map(|o| wc.op_memory(o, super::super::Accounting::Consistent) + wc.weight(o.layer()))
+                .max()
+                .unwrap();
+            let budget = alone + (full - alone) * rng.range(0, 10) / 10;
+            let o = opts([2.0, 10.0, 50.0][case % 3]);
+            let config = SimConfig { budget: Some(budget), ..o.sim_config() };
+            let mut times = Vec::new();
+            for solver in [&WeightOffload as &dyn Solver, &WeightOffloadNoReuse, &L2l] {
+                match crate::plan(solver, Problem::Chain(&chain), budget, &o) {
+                    Ok(plan) => {
+                        let s = plan.schedule;
+                        assert!(s.periodic);
+                        let r = simulate_chain(&chain, &s, &config)
+                            .unwrap_or_else(|e| panic!("{} at {budget}: {e}\n{}", solver.name(), s.to_notation()));
+                        assert!(r.peak_bytes <= budget);
+                        assert!(r.makespan >= wc.compute_time() - 1e-9);
+                        times.push(r.makespan);
+                        solved += 1;
+                        tight += usize::from(budget < full);
+                    }
+                    Err(crate::PlanError::Solve(SolveError::Infeasible { .. })) => times.push(f64::INFINITY),
+                    Err(e) => panic!("{}: {e}", solver.name()),
+                }
+            }
+            assert!(times[0] <= times[2] + 1e-9, "weight-offload {} vs l2l {} at {budget}", times[0], times[2]);
+        }
+        assert!(solved >= 60 && tight >= 40, "{solved} solved, {tight} under store-all's peak");
+    }
+}
