@@ -76,7 +76,7 @@ fn parse() -> Result<Cli, clap::Error> {
     let solvers: String =
         pebble_solve::registry().iter().map(|s| format!("  {:<16} {}\n", s.name(), s.description())).collect();
     let bounds: String =
-        pebble_solve::bound::BOUNDS.iter().map(|b| format!("  {:<16} {}\n", b.name, b.description)).collect();
+        pebble_solve::bound::bounds().iter().map(|b| format!("  {:<16} {}\n", b.name, b.description)).collect();
     let after = format!("Solvers:\n{solvers}");
     let with_bounds = format!("{after}\nBounds (a time, no schedule):\n{bounds}");
     let command = Cli::command()

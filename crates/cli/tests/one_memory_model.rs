@@ -21,6 +21,10 @@ const MODELS: [(&str, &[&str]); 3] = [
 /// at 100% only: below their least budget `plan` bisects for the minimum, one ILP a step.
 const PERCENTS: [&str; 2] = ["100%", "97%"];
 const MILP: [&str; 3] = ["checkmate", "rk-checkmate", "hiremate"];
+/// Solvers whose schedules move weights, which the executor does not run yet (issue 12's
+/// executor step): their plans are checked by the simulator only (`pebble-solve`'s
+/// weight tests).
+const MOVE_WEIGHTS: [&str; 3] = ["weight-offload", "weight-offload-noreuse", "l2l"];
 
 /// Every registered solver, as an unknown name's error lists them.
 fn solvers() -> Vec<String> {
@@ -43,6 +47,9 @@ fn plan_feasible_means_train_runs_with_the_same_peak() {
     let mut trained = 0;
     let mut covered = std::collections::BTreeSet::new();
     for solver in solvers() {
+        if MOVE_WEIGHTS.contains(&solver.as_str()) {
+            continue;
+        }
         for (model, sizes) in MODELS {
             for percent in PERCENTS {
                 if percent != "100%" && MILP.contains(&solver.as_str()) {

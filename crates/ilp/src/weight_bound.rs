@@ -14,7 +14,9 @@
 //! (`seed000-004_checks/milp_lower_bound_check.py`) one for one; β is the bandwidth of
 //! each direction of a full-duplex link.
 
+use pebble_solve::bound::{Bound, BoundRegistration};
 use pebble_solve::weights::{Accounting, WeightChain, WeightOp};
+use pebble_solve::SolveError;
 
 use crate::milp::{Lin, Milp, Outcome};
 use crate::IlpError;
@@ -172,6 +174,38 @@ pub fn weight_offload_bound(
         after_backward: bits(&d0),
     })
 }
+
+/// HiGHS's time limit for the registered bound, in seconds.
+const BOUND_SECONDS: f64 = 60.0;
+
+/// `weight-offload-bound` for a chain, a budget and a machine: the MILP on the chain's
+/// weight-offloading instance ([`WeightChain::from_chain`], the simulator's accounting),
+/// with the faster link direction as β and no latency (both keep it a lower bound). If
+/// HiGHS does not prove its answer optimal within [`BOUND_SECONDS`], its incumbent is no
+/// bound, and `Σ u`, which always is, is returned instead.
+fn registered(chain: &pebble_graph::Chain, budget: u64, machine: &pebble_sim::Machine) -> Result<f64, SolveError> {
+    let wc = WeightChain::from_chain(chain)?;
+    let beta = machine.d2h.bandwidth.max(machine.h2d.bandwidth);
+    let options = WeightBoundOptions { time_limit: Some(BOUND_SECONDS), ..WeightBoundOptions::default() };
+    match weight_offload_bound(&wc, budget, beta, &options) {
+        Ok(b) if b.optimal => Ok(b.time),
+        Ok(_) | Err(IlpError::NoSolution { .. }) => Ok(wc.compute_time()),
+        Err(IlpError::Infeasible) => {
+            Err(SolveError::Infeasible { budget, reason: "the weight-offloading MILP has no solution".into() })
+        }
+        Err(e) => Err(SolveError::Unsupported { solver: "weight-offload-bound", why: e.to_string() }),
+    }
+}
+
+/// The MILP lower bound of weight offloading, for `pebble plan` and `sweep`.
+pub const WEIGHT_OFFLOAD_BOUND: Bound = Bound {
+    name: "weight-offload-bound",
+    description: "lower bound of weight offloading, the MILP of Beaumont et al. 2022 on HiGHS; a time, no schedule",
+    time: registered,
+    feasibility: "weight-offload",
+};
+
+inventory::submit!(BoundRegistration(&WEIGHT_OFFLOAD_BOUND));
 
 #[cfg(test)]
 mod tests {

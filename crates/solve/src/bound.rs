@@ -24,8 +24,14 @@ pub struct Bound {
     pub feasibility: &'static str,
 }
 
-/// Every bound pebble knows.
-pub const BOUNDS: &[Bound] = &[Bound {
+/// A bound's entry in the registry: crates that define bounds (`pebble-ilp`'s MILP
+/// bounds) submit one with `inventory::submit!`, as solvers do.
+pub struct BoundRegistration(pub &'static Bound);
+
+inventory::collect!(BoundRegistration);
+
+/// Offloading without recomputation (Shilova, Prop. 3).
+pub const OFFLOAD_BOUND: Bound = Bound {
     name: "offload-bound",
     description:
         "lower bound of offloading without recomputation, max(Σu, Q/β↓ + Q/β↑) (Shilova, Prop. 3); a time, no schedule",
@@ -33,11 +39,20 @@ pub const BOUNDS: &[Bound] = &[Bound {
     // Offloading alone fits wherever each layer fits with its input (3.8)–(3.9), as
     // GREEDY does.
     feasibility: "offload-greedy",
-}];
+};
+
+inventory::submit!(BoundRegistration(&OFFLOAD_BOUND));
+
+/// Every bound registered in this binary, by name.
+pub fn bounds() -> Vec<&'static Bound> {
+    let mut all: Vec<&'static Bound> = inventory::iter::<BoundRegistration>.into_iter().map(|r| r.0).collect();
+    all.sort_by_key(|b| b.name);
+    all
+}
 
 /// The bound named `name`, if there is one.
 pub fn bound(name: &str) -> Option<&'static Bound> {
-    BOUNDS.iter().find(|b| b.name == name)
+    bounds().into_iter().find(|b| b.name == name)
 }
 
 #[cfg(test)]
@@ -49,7 +64,7 @@ mod tests {
         let b = bound("offload-bound").expect("registered");
         assert_eq!(b.name, "offload-bound");
         assert!(bound("rotor").is_none());
-        for b in BOUNDS {
+        for b in bounds() {
             assert!(crate::solver(b.name).is_err(), "`{}` is both a bound and a solver", b.name);
             assert!(crate::solver(b.feasibility).is_ok(), "`{}`'s feasibility solver is unknown", b.name);
         }

@@ -1,0 +1,80 @@
+//! Weight offloading against its MILP lower bound (Beaumont et al. 2022): every
+//! heuristic's simulated period is at least the bound, on small random instances.
+
+use pebble_graph::Chain;
+use pebble_ilp::weight_bound::{weight_offload_bound, WeightBoundOptions};
+use pebble_schedule::{ForwardMode, Op, Schedule, View};
+use pebble_sim::{simulate_chain, Machine, SimConfig};
+use pebble_solve::weights::{L2l, WeightChain, WeightOffload, WeightOffloadNoReuse};
+use pebble_solve::{plan, PlanError, Problem, SolveError, SolveOptions, Solver};
+use pebble_testkit::{random_chain, Rng};
+
+fn weighty(rng: &mut Rng, l: usize) -> Chain {
+    let mut c = random_chain(rng, l);
+    let w: Vec<u64> = (0..l).map(|_| rng.range(20, 80)).collect();
+    c.static_bytes = w.iter().sum::<u64>();
+    c.w = Some(w);
+    c
+}
+
+fn store_all_peak(c: &Chain) -> u64 {
+    let l = c.len();
+    let mut ops: Vec<Op> = (0..l).map(|s| Op::Forward { stage: s, mode: ForwardMode::KeepAll }).collect();
+    ops.extend((0..=l).rev().map(|s| Op::Backward { stage: s }));
+    simulate_chain(c, &Schedule::new(View::Chain, ops), &SimConfig::default()).unwrap().peak_bytes
+}
+
+#[test]
+fn every_weight_heuristic_is_at_least_the_milp_bound() {
+    let mut rng = Rng::new(7);
+    let (mut compared, mut above) = (0, 0);
+    for case in 0..16 {
+        let l = rng.range(3, 5) as usize;
+        let chain = weighty(&mut rng, l);
+        let wc = WeightChain::from_chain(&chain).unwrap();
+        let full = store_all_peak(&chain);
+        let budget = full * rng.range(55, 95) / 100;
+        let beta = [3.0, 10.0, 40.0][case % 3];
+        let options = SolveOptions { machine: Machine::default().with_bandwidth(beta), ..SolveOptions::default() };
+        let bound = match weight_offload_bound(&wc, budget, beta, &WeightBoundOptions::default()) {
+            Ok(b) => b,
+            Err(_) => continue,
+        };
+        assert!(bound.optimal);
+        assert!(bound.time >= wc.compute_time() - 1e-9);
+        let config = SimConfig { budget: Some(budget), ..options.sim_config() };
+        for solver in [&WeightOffload as &dyn Solver, &WeightOffloadNoReuse, &L2l] {
+            match plan(solver, Problem::Chain(&chain), budget, &options) {
+                Ok(p) => {
+                    let r = simulate_chain(&chain, &p.schedule, &config).unwrap();
+                    assert!(
+                        r.makespan >= bound.time - 1e-6 * bound.time,
+                        "{} {} below the bound {} (case {case}, budget {budget}, β {beta})",
+                        solver.name(),
+                        r.makespan,
+                        bound.time
+                    );
+                    compared += 1;
+                    above += usize::from(r.makespan > bound.time + 1e-9);
+                }
+                Err(PlanError::Solve(SolveError::Infeasible { .. })) => {}
+                Err(e) => panic!("{}: {e}", solver.name()),
+            }
+        }
+    }
+    assert!(compared >= 20, "only {compared} schedules compared");
+    assert!(above >= 1, "no heuristic above the bound: the check is vacuous");
+}
+
+#[test]
+fn the_bound_is_registered_by_name() {
+    let b = pebble_solve::bound::bound("weight-offload-bound").expect("pebble-ilp registers it");
+    let mut chain = Chain::homogeneous(3, 1.0, 2.0, 1);
+    chain.w = Some(vec![10; 3]);
+    chain.static_bytes = 30;
+    // No memory pressure: Σu.
+    let t = (b.time)(&chain, 1000, &Machine::default().with_bandwidth(1.0)).unwrap();
+    assert_eq!(t, 3.0 + 8.0);
+    // Too little memory for one layer with its weights: infeasible.
+    assert!((b.time)(&chain, 5, &Machine::default().with_bandwidth(1.0)).is_err());
+}
