@@ -605,6 +605,10 @@ pub enum Experiment {
     /// Shilova's thesis, Ch. 4: offloading and rematerialization (pofo, autocapper,
     /// opportunist) against remat only (rotor) and offload only (offload-dp).
     Ch4,
+    /// Beaumont et al. 2022, Table 1: weight offloading (greedy, Greedy*, L2L) against
+    /// its MILP lower bound on GPT-2 and BERT-sized chains (a fixed grid: `--models`,
+    /// `--batch` and `--image` are Ch. 4's).
+    Weights,
 }
 
 /// `pebble reproduce`.

@@ -75,7 +75,11 @@ pub fn weight_offload_bound(
     // Op j (1-based) → its operation.
     let op = |j: usize| if j <= l { WeightOp::Backward(l - j + 1) } else { WeightOp::Forward(j - l) };
     let u: Vec<f64> = (1..=n).map(|j| chain.time(op(j))).collect();
-    let w = |i: usize| chain.weight(i) as f64;
+    // Sizes in units of the largest weight, so that HiGHS sees coefficients near 1 (in
+    // bytes, 1/β is below its small-coefficient threshold and memories are ~1e10).
+    let unit = chain.w.iter().copied().max().unwrap_or(1).max(1) as f64;
+    let w = |i: usize| chain.weight(i) as f64 / unit;
+    let beta = beta / unit;
     let inf = f64::INFINITY;
 
     let mut m = Milp::new();
@@ -126,7 +130,7 @@ pub fn weight_offload_bound(
         for i in 1..=l {
             e.add_lin(&net(i, &crange(l - i + 1, k - 1, n), false), 1.0);
         }
-        m.row(-inf, &e, memory as f64 - chain.op_memory(op(k), options.accounting) as f64 - total);
+        m.row(-inf, &e, (memory as f64 - chain.op_memory(op(k), options.accounting) as f64 - total) / unit);
     }
     for i in 1..=l {
         // (5): a stable cycle, and w_i back before F_i.

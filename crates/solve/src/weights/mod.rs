@@ -224,6 +224,29 @@ impl WeightChain {
     }
 }
 
+/// The paper's setting (§7) for a chain of blocks: each block's forward keeps only its
+/// input (block checkpointing, so its backward first recomputes what it saved, "about 1–2
+/// GB of intermediate activations per layer recomputed"), the weight update is fused into
+/// the backward (its gradient `δw_i`, `|w_i|` bytes, is the backward's temporary), and
+/// the weights are all the static memory (plain SGD: no optimizer state, no resident
+/// gradient).
+pub fn paper_setting(chain: &Chain) -> Result<Chain, SolveError> {
+    let Some(w) = chain.w.clone() else {
+        let why = "weight offloading needs the chain's weights `w`".into();
+        return Err(SolveError::Unsupported { solver: "weight-offload", why });
+    };
+    let l = chain.len();
+    let mut c = chain.clone();
+    for s in 0..l {
+        let saved = chain.xbar[s + 1].saturating_sub(chain.x[s + 1]);
+        c.xbar[s + 1] = chain.x[s + 1];
+        c.btime[s] = chain.btime[s] + chain.ftime[s];
+        c.btmp[s] = chain.btmp[s].max(chain.ftmp[s]) + saved + w[s];
+    }
+    c.static_bytes = w.iter().sum();
+    Ok(c)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

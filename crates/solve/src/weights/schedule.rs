@@ -84,8 +84,8 @@ struct Planned {
 
 /// One period, timed.
 struct Period {
-    /// Compute ops in the window's order (`B_L … B_1, F_1 … F_L`) with their ends.
-    ends: Vec<(WeightOp, f64)>,
+    /// Compute ops in the window's order (`B_L … B_1, F_1 … F_L`) with their starts and ends.
+    ends: Vec<(WeightOp, f64, f64)>,
     transfers: Vec<Planned>,
     /// Drops (`Free`) right after `F_k`.
     drops: Vec<usize>,
@@ -149,18 +149,31 @@ fn schedule_at_cut(
     let (mut prev_end, mut prev_mem) = (0.0f64, last);
 
     // A compute op: after `ready`, the op before, and when its memory fits.
-    let mut run = |mem: &mut Timeline, o: WeightOp, ready: f64, ends: &mut Vec<(WeightOp, f64)>| -> Option<f64> {
+    let mut run = |mem: &mut Timeline, o: WeightOp, ready: f64, ends: &mut Vec<(WeightOp, f64, f64)>| -> Option<f64> {
         let delta = m(o) - prev_mem;
         let start = mem.earliest(ready.max(prev_end), delta, cap)?;
+
+
         mem.add(start, delta);
         prev_end = start + chain.time(o);
         prev_mem = chain.kept_after(o) as i128;
         mem.add(prev_end, prev_mem - m(o));
-        ends.push((o, prev_end));
+        ends.push((o, start, prev_end));
         Some(prev_end)
     };
-    let prefetch = |mem: &mut Timeline, k: usize, t_pre: &mut f64, host_ready: &[f64], out: &mut Vec<Planned>| {
-        let start = mem.earliest(t_pre.max(host_ready[k]), w(k), cap)?;
+    // A prefetch is issued when a compute op ends (pebble's schedules place transfers
+    // between compute ops): one that would start inside an op waits for its end, so
+    // that it never takes memory the op allocates when it starts.
+    let prefetch = |mem: &mut Timeline,
+                    k: usize,
+                    t_pre: &mut f64,
+                    host_ready: &[f64],
+                    out: &mut Vec<Planned>,
+                    ends: &[(WeightOp, f64, f64)]| {
+        let mut start = mem.earliest(t_pre.max(host_ready[k]), w(k), cap)?;
+        if let Some(&(_, _, end)) = ends.iter().find(|&&(_, s0, e0)| s0 < start - EPS && start < e0 - EPS) {
+            start = end;
+        }
         mem.add(start, w(k));
         *t_pre = start + links.pre_time(chain.weight(k));
         out.push(Planned { start, op: Op::Prefetch { tensor: weight(k), fraction: 1.0 } });
@@ -179,7 +192,7 @@ fn schedule_at_cut(
     for k in (1..=l).rev() {
         let mut ready = 0.0;
         if sel1[k] && !early_set.contains(&k) {
-            ready = prefetch(&mut mem, k, &mut t_pre, &host_ready, &mut transfers)?;
+            ready = prefetch(&mut mem, k, &mut t_pre, &host_ready, &mut transfers, &ends)?;
         }
         let end = run(&mut mem, WeightOp::Backward(k), ready, &mut ends)?;
         b_end[k] = end;
@@ -206,7 +219,7 @@ fn schedule_at_cut(
     for k in 1..=l {
         let mut ready = 0.0;
         if sel0[k] {
-            ready = prefetch(&mut mem, k, &mut t_pre, &host_ready, &mut transfers)?;
+            ready = prefetch(&mut mem, k, &mut t_pre, &host_ready, &mut transfers, &ends)?;
         }
         let end = run(&mut mem, WeightOp::Forward(k), ready, &mut ends)?;
         if sel1[k] {
@@ -222,7 +235,7 @@ fn schedule_at_cut(
     }
     // The cut's prefetches, for the next period's backward.
     for &k in &early_set {
-        prefetch(&mut mem, k, &mut t_pre, &host_ready, &mut transfers)?;
+        prefetch(&mut mem, k, &mut t_pre, &host_ready, &mut transfers, &ends)?;
     }
     let makespan = prev_end.max(t_off).max(t_pre);
     Some(Period { ends, transfers, drops, makespan })
@@ -236,7 +249,7 @@ impl Period {
         let mut after: Vec<Vec<Planned>> = vec![Vec::new(); self.ends.len()];
         let mut head = Vec::new();
         for p in &self.transfers {
-            let placed = self.ends.iter().rposition(|&(_, end)| end <= p.start + EPS);
+            let placed = self.ends.iter().rposition(|&(_, _, end)| end <= p.start + EPS);
             match placed {
                 Some(i) => after[i].push(*p),
                 None => head.push(*p),

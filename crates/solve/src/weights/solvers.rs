@@ -45,6 +45,12 @@ fn best_simulated(
     })
 }
 
+/// Weight buffers kept free by the selection, as tried: Algorithm 1 makes every
+/// operation fit, but a prefetch overlapping the operation before its consumer needs
+/// room beside it; selecting within `M − r·max|w|` leaves that room (our addition; `r =
+/// 0` is the paper's selection).
+const RESERVES: [u64; 3] = [0, 1, 2];
+
 fn greedy(
     problem: Problem<'_>,
     budget: u64,
@@ -54,12 +60,28 @@ fn greedy(
 ) -> Result<Schedule, SolveError> {
     let chain = problem.chain_for(name)?;
     let wc = WeightChain::from_chain(chain)?;
-    let chosen: Vec<_> = select(&wc, budget, SelectionOptions { discount, ..SelectionOptions::default() })?
-        .into_iter()
-        .map(|s| s.choice)
-        .collect();
-    let candidates = greedy_schedules(&wc, &chosen, budget, links(options), discount, JUDGED);
-    best_simulated(chain, candidates.into_iter().map(|(_, s)| s).collect(), budget, options, name)
+    let largest = wc.w.iter().copied().max().unwrap_or(0);
+    let mut candidates = Vec::new();
+    let mut first_error = None;
+    for r in RESERVES {
+        let Some(memory) = budget.checked_sub(r * largest) else { continue };
+        match select(&wc, memory, SelectionOptions { discount, ..SelectionOptions::default() }) {
+            Ok(selected) => {
+                let chosen: Vec<_> = selected.into_iter().map(|s| s.choice).collect();
+                let found = greedy_schedules(&wc, &chosen, budget, links(options), discount, JUDGED);
+                candidates.extend(found.into_iter().map(|(_, s)| s));
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if candidates.is_empty() {
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+    }
+    best_simulated(chain, candidates, budget, options, name)
 }
 
 /// `weight-offload`: Algorithm 1's selection with the discount, Algorithm 2's cyclic

@@ -28,8 +28,8 @@ use pebble_solve::{PlanError, Problem, SolveError, SolveOptions};
 use plotters::prelude::*;
 use serde_json::{json, Value};
 
-use super::overhead;
-use crate::flags::{Experiment, ModelOpts, ReproduceArgs, SizeOpts};
+use crate::cmd::overhead;
+use crate::flags::{ModelOpts, ReproduceArgs, SizeOpts};
 use crate::out;
 use crate::source::{build_model, check_new_file, write_new_file, Subject};
 
@@ -94,13 +94,7 @@ enum Job {
     Bisect(usize, &'static str),
 }
 
-pub fn run(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
-    match args.experiment {
-        Experiment::Ch4 => ch4(args),
-    }
-}
-
-fn ch4(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
+pub fn ch4(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let steps = if args.quick { QUICK_STEPS } else { STEPS };
     let paths: Vec<PathBuf> = FILES.iter().map(|f| args.out_dir.join(f)).collect();

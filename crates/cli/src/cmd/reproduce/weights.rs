@@ -1,0 +1,293 @@
+//! `pebble reproduce weights`: Table 1 of Beaumont, Eyraud-Dubois, Shilova and Zhao
+//! (2022), "Weight offloading strategies for training large DNN models", in simulation.
+//!
+//! The paper's setup (§7): GPT-2 and BERT with Megatron-LM's hidden size 3072 and 24
+//! heads, depths 38/56/74 (GPT-2: 36/54/72 blocks with the embedding and the head) and
+//! 96/144 (BERT), batches 16/32/64, times of a V100, β = 12 GB/s each way, block-level
+//! checkpointing and the update fused into the backward ([`paper_setting`]). What differs,
+//! and why:
+//!
+//! * the op times are pebble's V100 roofline (`--profile`), not the paper's measurements;
+//! * BERT is the zoo's `gpt` with BERT's depths: the same blocks (attention cost does not
+//!   depend on the mask), the zoo's 1,024-token vocabulary for both;
+//! * the sequence is [`SEQ`] tokens, chosen for the paper's "about 20 MB of activations
+//!   per layer" at batch 16 (the paper does not give it);
+//! * `M_GPU` is the profile's device memory (the paper's values, "below 16 GB and
+//!   depending on the batch size", are not published);
+//! * each method's time is the simulator's steady-state period of its schedule; the
+//!   bound is `weight-offload-bound` (the MILP on HiGHS, `Σu` when it proves nothing in
+//!   its time limit).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use anyhow::anyhow;
+use pebble_graph::Chain;
+use pebble_solve::weights::paper_setting;
+use pebble_solve::{PlanError, Problem, SolveError, SolveOptions};
+use serde_json::{json, Value};
+
+use crate::flags::{ModelOpts, ReproduceArgs, SizeOpts};
+use crate::source::{build_model, check_new_file, write_new_file};
+
+/// The methods of Table 1, in its column order (the bound first).
+const METHODS: [&str; 4] = ["weight-offload-bound", "weight-offload", "l2l", "weight-offload-noreuse"];
+/// Their names in the paper.
+const PAPER_NAMES: [&str; 4] = ["ILP", "Greedy", "L2L", "Greedy*"];
+/// β, each way, bytes per second.
+const BETA: f64 = 12e9;
+/// Hidden size and heads (Megatron-LM's, as the paper).
+const WIDTH: usize = 3072;
+const HEADS: usize = 24;
+/// Tokens per sequence.
+pub const SEQ: usize = 128;
+
+/// The paper's rows: network, depth, batch; in its order.
+const ROWS: [(&str, usize, usize); 15] = [
+    ("GPT-2", 74, 64),
+    ("GPT-2", 56, 64),
+    ("GPT-2", 38, 64),
+    ("GPT-2", 74, 32),
+    ("GPT-2", 56, 32),
+    ("GPT-2", 38, 32),
+    ("GPT-2", 74, 16),
+    ("GPT-2", 56, 16),
+    ("GPT-2", 38, 16),
+    ("Bert", 144, 64),
+    ("Bert", 96, 64),
+    ("Bert", 144, 32),
+    ("Bert", 96, 32),
+    ("Bert", 144, 16),
+    ("Bert", 96, 16),
+];
+
+/// The paper's Table 1 (ms): Σu, ILP, Greedy, L2L, Greedy*, in [`ROWS`]' order.
+const PAPER: [[f64; 5]; 15] = [
+    [47421.0, 47421.0, 47493.0, 52707.0, 47493.0],
+    [35553.0, 35553.0, 35625.0, 39542.0, 35625.0],
+    [23694.0, 23694.0, 23838.0, 26387.0, 23838.0],
+    [23697.0, 23697.0, 23769.0, 28983.0, 23769.0],
+    [17762.0, 17762.0, 17834.0, 21751.0, 17834.0],
+    [11840.0, 11840.0, 11948.0, 14533.0, 11948.0],
+    [11612.0, 11612.0, 11684.0, 16898.0, 11715.0],
+    [8697.0, 8697.0, 8769.0, 12686.0, 8800.0],
+    [5794.0, 5794.0, 5902.0, 8487.0, 5934.0],
+    [34486.0, 34486.0, 34499.0, 38379.0, 34499.0],
+    [22965.0, 22965.0, 22978.0, 25577.0, 22978.0],
+    [17443.0, 17443.0, 17483.0, 21336.0, 17483.0],
+    [11617.0, 11617.0, 11657.0, 14230.0, 11657.0],
+    [9090.0, 9090.0, 9183.0, 12983.0, 9215.0],
+    [6058.0, 6058.0, 6085.0, 8670.0, 6085.0],
+];
+
+/// The rows `--quick` runs: the smallest GPT-2 and BERT at every batch.
+const QUICK: [usize; 6] = [2, 5, 8, 10, 12, 14];
+
+/// The output file, in `--out-dir`.
+const FILE: &str = "weights-table1.json";
+
+/// One method's result on one row.
+#[derive(Debug, Clone)]
+enum Cell {
+    /// Seconds per iteration (steady state), and the solve's wall-clock seconds.
+    Time { seconds: f64, solve_seconds: f64, peak: Option<u64>, host_peak: Option<u64> },
+    Infeasible,
+    Failed(String),
+}
+
+/// One row's chain and its compute time.
+struct Row {
+    network: &'static str,
+    depth: usize,
+    batch: usize,
+    chain: Chain,
+    compute: f64,
+    memory: u64,
+}
+
+fn row(network: &'static str, depth: usize, batch: usize, args: &ReproduceArgs) -> anyhow::Result<Row> {
+    let opts = ModelOpts {
+        size: SizeOpts {
+            batch: Some(batch),
+            image: None,
+            seq: Some(SEQ),
+            layers: Some(depth - 2),
+            width: Some(WIDTH),
+            heads: Some(HEADS),
+        },
+        dtype: None,
+        optimizer: Some(crate::flags::OptimizerArg::Sgd),
+        profile: Some(args.profile.clone()),
+        device: None,
+    };
+    let (model, options) = build_model("gpt", &opts)?;
+    let chain = paper_setting(&model.chain).map_err(|e| anyhow!("{network} {depth}: {e}"))?;
+    let compute = chain.ftime.iter().chain(&chain.btime).sum();
+    Ok(Row { network, depth, batch, chain, compute, memory: options.profile.machine.device_memory })
+}
+
+fn run_method(row: &Row, method: &str, options: &SolveOptions) -> Cell {
+    let started = Instant::now();
+    if let Some(bound) = pebble_solve::bound::bound(method) {
+        return match (bound.time)(&row.chain, row.memory, &options.machine) {
+            Ok(t) => {
+                Cell::Time { seconds: t, solve_seconds: started.elapsed().as_secs_f64(), peak: None, host_peak: None }
+            }
+            Err(SolveError::Infeasible { .. }) => Cell::Infeasible,
+            Err(e) => Cell::Failed(e.to_string()),
+        };
+    }
+    let solver = match pebble_solve::solver(method) {
+        Ok(s) => s,
+        Err(e) => return Cell::Failed(e.to_string()),
+    };
+    match pebble_solve::plan(solver, Problem::Chain(&row.chain), row.memory, options) {
+        Ok(plan) => Cell::Time {
+            seconds: plan.report.makespan,
+            solve_seconds: plan.solve_seconds,
+            peak: Some(plan.report.peak_bytes),
+            host_peak: Some(plan.report.peak_host_bytes),
+        },
+        Err(PlanError::Solve(SolveError::Infeasible { .. })) => Cell::Infeasible,
+        Err(e) => Cell::Failed(e.to_string()),
+    }
+}
+
+pub fn table1(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let path: PathBuf = args.out_dir.join(FILE);
+    check_new_file(&path, "--out-dir", args.force)?;
+    for m in METHODS {
+        if pebble_solve::bound::bound(m).is_none() {
+            crate::source::find_solver(m, "reproduce")?;
+        }
+    }
+    let picked: Vec<usize> = if args.quick { QUICK.to_vec() } else { (0..ROWS.len()).collect() };
+    let rows = picked
+        .iter()
+        .map(|&r| {
+            let (network, depth, batch) = ROWS[r];
+            row(network, depth, batch, args)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let machine = rows.first().map(|_| {
+        let profile = pebble_machine::Profile::lookup(&args.profile).map_err(|e| anyhow!("--profile: {e}"));
+        profile.map(|p| p.machine.with_bandwidth(BETA))
+    });
+    let machine = machine.ok_or_else(|| anyhow!("no row"))??;
+    let options = SolveOptions { machine, ..SolveOptions::default() };
+
+    // The MILPs first, so that two threads end together.
+    let mut jobs: Vec<(usize, usize)> = (0..rows.len()).map(|r| (r, 0)).collect();
+    jobs.extend((0..rows.len()).flat_map(|r| (1..METHODS.len()).map(move |m| (r, m))));
+    let bar = crate::progress::bar(jobs.len() as u64, "solves");
+    let next = AtomicUsize::new(0);
+    let cells: Mutex<Vec<Option<Cell>>> = Mutex::new(vec![None; rows.len() * METHODS.len()]);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, jobs.len());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let j = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(r, m)) = jobs.get(j) else { break };
+                let cell = run_method(&rows[r], METHODS[m], &options);
+                if let Ok(mut c) = cells.lock() {
+                    c[r * METHODS.len() + m] = Some(cell);
+                }
+                bar.inc(1);
+            });
+        }
+    });
+    bar.finish_and_clear();
+    let cells = cells.into_inner().map_err(|_| anyhow!("a solver panicked"))?;
+    let cell = |r: usize, m: usize| cells[r * METHODS.len() + m].clone().unwrap_or(Cell::Failed("not run".into()));
+
+    // The table, beside the paper's.
+    let ms = |c: &Cell| match c {
+        Cell::Time { seconds, .. } => format!("{:.0}", seconds * 1e3),
+        Cell::Infeasible => "infeasible".into(),
+        Cell::Failed(_) => "failed".into(),
+    };
+    let pct = |c: &Cell, base: &Cell| match (c, base) {
+        (Cell::Time { seconds: a, .. }, Cell::Time { seconds: b, .. }) if *b > 0.0 => {
+            format!("{:+.2}%", 100.0 * (a / b - 1.0))
+        }
+        _ => "–".into(),
+    };
+    println!(
+        "| network | depth | batch | Σu (ms) | ILP | Greedy | L2L | Greedy* | Greedy vs ILP | L2L vs ILP | Greedy* vs ILP | paper: Greedy / L2L / Greedy* vs ILP |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut rows_json = Vec::new();
+    for (r, row) in rows.iter().enumerate() {
+        let paper = PAPER[picked[r]];
+        let paper_pct = |v: f64| format!("{:+.2}%", 100.0 * (v / paper[1] - 1.0));
+        let bound = cell(r, 0);
+        println!(
+            "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} |",
+            row.network,
+            row.depth,
+            row.batch,
+            row.compute * 1e3,
+            ms(&bound),
+            ms(&cell(r, 1)),
+            ms(&cell(r, 2)),
+            ms(&cell(r, 3)),
+            pct(&cell(r, 1), &bound),
+            pct(&cell(r, 2), &bound),
+            pct(&cell(r, 3), &bound),
+            paper_pct(paper[2]),
+            paper_pct(paper[3]),
+            paper_pct(paper[4]),
+        );
+        let mut methods = serde_json::Map::new();
+        for (m, name) in METHODS.iter().enumerate() {
+            let v = match cell(r, m) {
+                Cell::Time { seconds, solve_seconds, peak, host_peak } => json!({
+                    "feasible": true,
+                    "paper_name": PAPER_NAMES[m],
+                    "seconds": seconds,
+                    "idle_seconds": seconds - row.compute,
+                    "solve_seconds": solve_seconds,
+                    "peak_bytes": peak,
+                    "peak_host_bytes": host_peak,
+                }),
+                Cell::Infeasible => json!({ "feasible": false, "paper_name": PAPER_NAMES[m] }),
+                Cell::Failed(why) => json!({ "feasible": false, "paper_name": PAPER_NAMES[m], "error": why }),
+            };
+            methods.insert(name.to_string(), v);
+        }
+        let paper_json: serde_json::Map<String, Value> = ["sum_u", "ILP", "Greedy", "L2L", "Greedy*"]
+            .iter()
+            .zip(paper)
+            .map(|(k, v)| (k.to_string(), json!(v / 1e3)))
+            .collect();
+        rows_json.push(json!({
+            "network": row.network,
+            "depth": row.depth,
+            "batch": row.batch,
+            "weight_bytes": row.chain.static_bytes,
+            "memory_bytes": row.memory,
+            "compute_seconds": row.compute,
+            "methods": methods,
+            "paper_seconds": paper_json,
+        }));
+    }
+    let report = json!({
+        "experiment": "weights",
+        "command": format!("pebble reproduce weights --profile {}{}", args.profile, if args.quick { " --quick" } else { "" }),
+        "profile": args.profile,
+        "bandwidth": BETA,
+        "seq": SEQ,
+        "width": WIDTH,
+        "heads": HEADS,
+        "run_seconds": started.elapsed().as_secs_f64(),
+        "rows": rows_json,
+    });
+    let text = serde_json::to_string_pretty(&report)?;
+    write_new_file(&path, "--out-dir", &text, args.force)?;
+    eprintln!("wrote {} ({:.0} s)", path.display(), started.elapsed().as_secs_f64());
+    Ok(ExitCode::SUCCESS)
+}
