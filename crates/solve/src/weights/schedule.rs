@@ -153,7 +153,6 @@ fn schedule_at_cut(
         let delta = m(o) - prev_mem;
         let start = mem.earliest(ready.max(prev_end), delta, cap)?;
 
-
         mem.add(start, delta);
         prev_end = start + chain.time(o);
         prev_mem = chain.kept_after(o) as i128;

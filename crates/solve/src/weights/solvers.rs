@@ -277,3 +277,55 @@ mod tests {
         assert!(solved >= 60 && tight >= 40, "{solved} solved, {tight} under store-all's peak");
     }
 }
+
+#[cfg(test)]
+mod planned {
+    use pebble_machine::Machine;
+    use pebble_sim::{simulate_chain, SimConfig};
+    use pebble_testkit::{random_chain, Rng};
+
+    use super::super::schedule::greedy_schedules;
+    use super::super::selection::{select, SelectionOptions};
+    use super::*;
+
+    /// The scheduler's own period bounds the simulator's, and is most often equal to it,
+    /// for every cut it plans that the simulator runs: the two share the issue rule
+    /// (transfers between compute ops) and the memory model; the scheduler's window (links
+    /// idle when `B_L` starts, the cut's prefetches after the forward pass) is the
+    /// stricter.
+    #[test]
+    fn the_planned_period_is_the_simulated_one() {
+        let mut rng = Rng::new(31);
+        let (mut checked, mut differ) = (0, Vec::new());
+        for case in 0..30 {
+            let l = rng.range(3, 12) as usize;
+            let mut chain = random_chain(&mut rng, l);
+            let w: Vec<u64> = (0..l).map(|_| rng.range(20, 80)).collect();
+            chain.static_bytes = w.iter().sum();
+            chain.w = Some(w);
+            let wc = WeightChain::from_chain(&chain).unwrap();
+            let full = wc.total_weights() + wc.mb.iter().chain(&wc.mf).max().unwrap();
+            let budget = full * rng.range(60, 95) / 100;
+            let beta = [5.0, 20.0, 80.0][case % 3];
+            let links = Links { off: (beta, 0.0), pre: (beta, 0.0) };
+            let config = SimConfig { budget: Some(budget), ..SimConfig::on(Machine::default().with_bandwidth(beta)) };
+            let Ok(selected) = select(&wc, budget, SelectionOptions::default()) else { continue };
+            let chosen: Vec<_> = selected.into_iter().map(|s| s.choice).collect();
+            for (planned, s) in greedy_schedules(&wc, &chosen, budget, links, true, 4) {
+                if let Ok(r) = simulate_chain(&chain, &s, &config) {
+                    checked += 1;
+                    assert!(
+                        r.makespan <= planned * (1.0 + 1e-9),
+                        "case {case}: sim {} above planned {planned}",
+                        r.makespan
+                    );
+                    if r.makespan < planned * (1.0 - 1e-9) {
+                        differ.push((case, planned, r.makespan));
+                    }
+                }
+            }
+        }
+        assert!(checked >= 30, "{checked}");
+        assert!(differ.len() * 5 <= checked, "{} of {checked} below plan: {differ:?}", differ.len());
+    }
+}

@@ -6,7 +6,6 @@ mod weights;
 
 use std::process::ExitCode;
 
-
 use crate::flags::{Experiment, ReproduceArgs};
 
 pub fn run(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {

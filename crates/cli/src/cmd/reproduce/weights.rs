@@ -93,7 +93,12 @@ const FILE: &str = "weights-table1.json";
 #[derive(Debug, Clone)]
 enum Cell {
     /// Seconds per iteration (steady state), and the solve's wall-clock seconds.
-    Time { seconds: f64, solve_seconds: f64, peak: Option<u64>, host_peak: Option<u64> },
+    Time {
+        seconds: f64,
+        solve_seconds: f64,
+        peak: Option<u64>,
+        host_peak: Option<u64>,
+    },
     Infeasible,
     Failed(String),
 }
