@@ -184,16 +184,18 @@ const BOUND_SECONDS: f64 = 60.0;
 
 /// `weight-offload-bound` for a chain, a budget and a machine: the MILP on the chain's
 /// weight-offloading instance ([`WeightChain::from_chain`], the simulator's accounting),
-/// with the faster link direction as β and no latency (both keep it a lower bound). If
-/// HiGHS does not prove its answer optimal within [`BOUND_SECONDS`], its incumbent is no
-/// bound, and `Σ u`, which always is, is returned instead.
+/// with the faster link direction as β and no latency (both keep it a lower bound), and
+/// never below [`WeightChain::transfer_bound`]. If HiGHS does not prove its answer
+/// optimal within [`BOUND_SECONDS`], its incumbent is no bound, and `transfer_bound`
+/// alone is returned.
 fn registered(chain: &pebble_graph::Chain, budget: u64, machine: &pebble_sim::Machine) -> Result<f64, SolveError> {
     let wc = WeightChain::from_chain(chain)?;
     let beta = machine.d2h.bandwidth.max(machine.h2d.bandwidth);
     let options = WeightBoundOptions { time_limit: Some(BOUND_SECONDS), ..WeightBoundOptions::default() };
+    let simple = wc.transfer_bound(budget, machine.d2h.bandwidth, machine.h2d.bandwidth);
     match weight_offload_bound(&wc, budget, beta, &options) {
-        Ok(b) if b.optimal => Ok(b.time),
-        Ok(_) | Err(IlpError::NoSolution { .. }) => Ok(wc.compute_time()),
+        Ok(b) if b.optimal => Ok(b.time.max(simple)),
+        Ok(_) | Err(IlpError::NoSolution { .. }) => Ok(simple),
         Err(IlpError::Infeasible) => {
             Err(SolveError::Infeasible { budget, reason: "the weight-offloading MILP has no solution".into() })
         }

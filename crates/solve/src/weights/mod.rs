@@ -175,6 +175,22 @@ impl WeightChain {
         }
     }
 
+    /// A lower bound on the period that needs no solver: `Σu`, and the weights that must
+    /// be away from the device at the operation with the most excess, `E = max_o (Σ|w| +
+    /// mem(o) − M)`. Each byte of them is updated once a period (by its backward), so it
+    /// goes out after its update and comes back before its next use, once each way per
+    /// period: the period is at least `E/β↓` and `E/β↑`.
+    pub fn transfer_bound(&self, memory: u64, beta_off: f64, beta_pre: f64) -> f64 {
+        let total = self.total_weights();
+        let excess = self
+            .ops()
+            .into_iter()
+            .map(|o| (total + self.op_memory(o, Accounting::Consistent)).saturating_sub(memory))
+            .max();
+        let e = excess.unwrap_or(0) as f64;
+        self.compute_time().max(e / beta_off).max(e / beta_pre)
+    }
+
     /// The operation's position in [`WeightChain::ops`].
     pub fn op_index(&self, op: WeightOp) -> usize {
         match op {
@@ -268,6 +284,16 @@ mod tests {
         let names: Vec<String> = c.ops().iter().map(|o| format!("{o:?}")).collect();
         assert_eq!(names.first().map(String::as_str), Some("Forward(1)"));
         assert_eq!(names.last().map(String::as_str), Some("Backward(1)"));
+    }
+
+    /// T1 at M = 11: B_4 has the most excess, 4 (digest A.6); at β = 0.25 that is 16 per
+    /// link, above Σu = 12 (the MILP gives 26 there).
+    #[test]
+    fn the_transfer_bound_on_t1() {
+        let c = t1();
+        assert_eq!(c.transfer_bound(11, 0.25, 0.25), 16.0);
+        assert_eq!(c.transfer_bound(11, 1.0, 1.0), 12.0);
+        assert_eq!(c.transfer_bound(100, 0.01, 0.01), 12.0);
     }
 
     #[test]

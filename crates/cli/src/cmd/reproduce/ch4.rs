@@ -330,6 +330,7 @@ pub fn ch4(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
             &format!("Time overhead vs memory (α), β = 12 GB/s; {sizes}"),
             "α: budget = (1−α)·M_low + α·M_high",
             "overhead over T_seq (%)",
+            &SOLVERS,
             &alpha_panels,
             Some(100.0),
         ),
@@ -337,6 +338,7 @@ pub fn ch4(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
             &format!("Time overhead vs bandwidth, α = 0.2; {sizes}"),
             "β (GB/s)",
             "overhead over T_seq (%)",
+            &SOLVERS,
             &beta_panels,
             Some(100.0),
         ),
@@ -344,6 +346,7 @@ pub fn ch4(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
             &format!("Share of the saved activations offloaded, β = 12 GB/s; {sizes}"),
             "α: budget = (1−α)·M_low + α·M_high",
             "offloaded / Σ ā_i (%)",
+            &SOLVERS,
             &share_panels,
             None,
         ),
@@ -558,13 +561,13 @@ fn bisect(setup: &Setup, name: &str, steps: usize) -> Option<Threshold> {
 }
 
 /// A curve's `(x, y)` points, `None` where infeasible.
-type Points = Vec<(f64, Option<f64>)>;
+pub(super) type Points = Vec<(f64, Option<f64>)>;
 
-/// One panel of a chart: a model, and a curve per solver (its index in [`SOLVERS`]) of
-/// `(x, y)` points, `None` where infeasible.
-struct Panel {
-    title: String,
-    curves: Vec<(usize, Points)>,
+/// One panel of a chart: a model, and a curve per solver (its index in the chart's
+/// names) of `(x, y)` points, `None` where infeasible.
+pub(super) struct Panel {
+    pub title: String,
+    pub curves: Vec<(usize, Points)>,
 }
 
 /// Matplotlib's `tab10`, as in `plot.rs`: one color per solver across the charts.
@@ -578,7 +581,14 @@ const COLORS: [RGBColor; 5] = [
 
 /// Draws one panel per model in a grid, a line with markers per solver; values above
 /// `cap` are drawn at it (offload-only's overhead at low memory would flatten the rest).
-fn render(title: &str, x_desc: &str, y_desc: &str, panels: &[Panel], cap: Option<f64>) -> Result<String, String> {
+pub(super) fn render(
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    names: &[&str],
+    panels: &[Panel],
+    cap: Option<f64>,
+) -> Result<String, String> {
     let err = |e: &dyn std::fmt::Display| e.to_string();
     let cols = panels.len().clamp(1, 3);
     let rows = panels.len().div_ceil(cols).max(1);
@@ -636,7 +646,7 @@ fn render(title: &str, x_desc: &str, y_desc: &str, panels: &[Panel], cap: Option
                 .map_err(|e| err(&e))?;
                 if i == 0 {
                     series
-                        .label(SOLVERS[*s])
+                        .label(names[*s])
                         .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
                 }
             }

@@ -17,6 +17,10 @@
 //! * each method's time is the simulator's steady-state period of its schedule; the
 //!   bound is `weight-offload-bound` (the MILP on HiGHS, `Σu` when it proves nothing in
 //!   its time limit).
+//!
+//! It also runs the paper's bandwidth study (a figure whose values the paper only
+//! describes): idle time over `Σu` against β on GPT-2 depth 74, batch 16, drawn to
+//! `weights-bandwidth.svg`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +34,7 @@ use pebble_solve::weights::paper_setting;
 use pebble_solve::{PlanError, Problem, SolveError, SolveOptions};
 use serde_json::{json, Value};
 
+use super::ch4::{render, Panel, Points};
 use crate::flags::{ModelOpts, ReproduceArgs, SizeOpts};
 use crate::source::{build_model, check_new_file, write_new_file};
 
@@ -86,8 +91,14 @@ const PAPER: [[f64; 5]; 15] = [
 /// The rows `--quick` runs: the smallest GPT-2 and BERT at every batch.
 const QUICK: [usize; 6] = [2, 5, 8, 10, 12, 14];
 
-/// The output file, in `--out-dir`.
-const FILE: &str = "weights-table1.json";
+/// The output files, in `--out-dir`.
+const FILES: [&str; 2] = ["weights-table1.json", "weights-bandwidth.svg"];
+
+/// The bandwidth study (the paper's figure, values only described): GPT-2, depth 74,
+/// batch 16, at these β (GB/s each way; `--quick`: [`QUICK_BETAS`]).
+const STUDY: (&str, usize, usize) = ("GPT-2", 74, 16);
+const BETAS: [f64; 8] = [1.0, 2.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0];
+const QUICK_BETAS: [f64; 3] = [2.0, 6.0, 12.0];
 
 /// One method's result on one row.
 #[derive(Debug, Clone)]
@@ -163,43 +174,49 @@ fn run_method(row: &Row, method: &str, options: &SolveOptions) -> Cell {
 
 pub fn table1(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
-    let path: PathBuf = args.out_dir.join(FILE);
-    check_new_file(&path, "--out-dir", args.force)?;
+    let paths: Vec<PathBuf> = FILES.iter().map(|f| args.out_dir.join(f)).collect();
+    for path in &paths {
+        check_new_file(path, "--out-dir", args.force)?;
+    }
     for m in METHODS {
         if pebble_solve::bound::bound(m).is_none() {
             crate::source::find_solver(m, "reproduce")?;
         }
     }
     let picked: Vec<usize> = if args.quick { QUICK.to_vec() } else { (0..ROWS.len()).collect() };
-    let rows = picked
+    let mut rows = picked
         .iter()
         .map(|&r| {
             let (network, depth, batch) = ROWS[r];
             row(network, depth, batch, args)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let machine = rows.first().map(|_| {
-        let profile = pebble_machine::Profile::lookup(&args.profile).map_err(|e| anyhow!("--profile: {e}"));
-        profile.map(|p| p.machine.with_bandwidth(BETA))
-    });
-    let machine = machine.ok_or_else(|| anyhow!("no row"))??;
-    let options = SolveOptions { machine, ..SolveOptions::default() };
+    // The study's row, last.
+    rows.push(row(STUDY.0, STUDY.1, STUDY.2, args)?);
+    let study = rows.len() - 1;
+    let betas: Vec<f64> = if args.quick { QUICK_BETAS.to_vec() } else { BETAS.to_vec() };
+    let profile = pebble_machine::Profile::lookup(&args.profile).map_err(|e| anyhow!("--profile: {e}"))?;
+    let options_at =
+        |beta: f64| SolveOptions { machine: profile.machine.with_bandwidth(beta), ..SolveOptions::default() };
 
-    // The MILPs first, so that two threads end together.
-    let mut jobs: Vec<(usize, usize)> = (0..rows.len()).map(|r| (r, 0)).collect();
-    jobs.extend((0..rows.len()).flat_map(|r| (1..METHODS.len()).map(move |m| (r, m))));
+    // Jobs: (row, method, β); the MILPs first, so that two threads end together.
+    let mut jobs: Vec<(usize, usize, f64)> = Vec::new();
+    for m in 0..METHODS.len() {
+        jobs.extend((0..study).map(|r| (r, m, BETA)));
+        jobs.extend(betas.iter().map(|&b| (study, m, b * 1e9)));
+    }
     let bar = crate::progress::bar(jobs.len() as u64, "solves");
     let next = AtomicUsize::new(0);
-    let cells: Mutex<Vec<Option<Cell>>> = Mutex::new(vec![None; rows.len() * METHODS.len()]);
+    let cells: Mutex<Vec<Option<Cell>>> = Mutex::new(vec![None; jobs.len()]);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, jobs.len());
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| loop {
                 let j = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&(r, m)) = jobs.get(j) else { break };
-                let cell = run_method(&rows[r], METHODS[m], &options);
+                let Some(&(r, m, beta)) = jobs.get(j) else { break };
+                let cell = run_method(&rows[r], METHODS[m], &options_at(beta));
                 if let Ok(mut c) = cells.lock() {
-                    c[r * METHODS.len() + m] = Some(cell);
+                    c[j] = Some(cell);
                 }
                 bar.inc(1);
             });
@@ -207,7 +224,11 @@ pub fn table1(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     });
     bar.finish_and_clear();
     let cells = cells.into_inner().map_err(|_| anyhow!("a solver panicked"))?;
-    let cell = |r: usize, m: usize| cells[r * METHODS.len() + m].clone().unwrap_or(Cell::Failed("not run".into()));
+    let at = |r: usize, m: usize, beta: f64| {
+        let j = jobs.iter().position(|&(jr, jm, jb)| jr == r && jm == m && jb == beta);
+        j.and_then(|j| cells[j].clone()).unwrap_or(Cell::Failed("not run".into()))
+    };
+    let cell = |r: usize, m: usize| at(r, m, BETA);
 
     // The table, beside the paper's.
     let ms = |c: &Cell| match c {
@@ -226,7 +247,7 @@ pub fn table1(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut rows_json = Vec::new();
-    for (r, row) in rows.iter().enumerate() {
+    for (r, row) in rows[..study].iter().enumerate() {
         let paper = PAPER[picked[r]];
         let paper_pct = |v: f64| format!("{:+.2}%", 100.0 * (v / paper[1] - 1.0));
         let bound = cell(r, 0);
@@ -280,6 +301,43 @@ pub fn table1(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
             "paper_seconds": paper_json,
         }));
     }
+    // The bandwidth study: idle time over Σu against β.
+    let study_row = &rows[study];
+    let idle = |c: &Cell| match c {
+        Cell::Time { seconds, .. } => Some(100.0 * (seconds / study_row.compute - 1.0)),
+        _ => None,
+    };
+    let curves: Vec<(usize, Points)> =
+        (0..METHODS.len()).map(|m| (m, betas.iter().map(|&b| (b, idle(&at(study, m, b * 1e9)))).collect())).collect();
+    let study_json: Vec<Value> = betas
+        .iter()
+        .map(|&b| {
+            let by: serde_json::Map<String, Value> = METHODS
+                .iter()
+                .enumerate()
+                .map(|(m, name)| (name.to_string(), json!(idle(&at(study, m, b * 1e9)).map(|p| p / 100.0))))
+                .collect();
+            json!({ "beta": b * 1e9, "idle_share": by })
+        })
+        .collect();
+    let names: Vec<&str> = METHODS.iter().zip(PAPER_NAMES).map(|(_, p)| p).collect();
+    let svg = render(
+        &format!(
+            "Weight offloading against bandwidth: {} depth {}, batch {}, {}, M = {:.1} GiB",
+            STUDY.0,
+            STUDY.1,
+            STUDY.2,
+            args.profile,
+            study_row.memory as f64 / (1u64 << 30) as f64
+        ),
+        "β each way (GB/s)",
+        "idle time over Σu (%)",
+        &names,
+        &[Panel { title: format!("Σu = {:.0} ms", study_row.compute * 1e3), curves }],
+        Some(100.0),
+    )
+    .map_err(|e| anyhow!("drawing the chart: {e}"))?;
+
     let report = json!({
         "experiment": "weights",
         "command": format!("pebble reproduce weights --profile {}{}", args.profile, if args.quick { " --quick" } else { "" }),
@@ -290,9 +348,20 @@ pub fn table1(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         "heads": HEADS,
         "run_seconds": started.elapsed().as_secs_f64(),
         "rows": rows_json,
+        "bandwidth_study": {
+            "network": STUDY.0,
+            "depth": STUDY.1,
+            "batch": STUDY.2,
+            "compute_seconds": study_row.compute,
+            "points": study_json,
+        },
     });
-    let text = serde_json::to_string_pretty(&report)?;
-    write_new_file(&path, "--out-dir", &text, args.force)?;
-    eprintln!("wrote {} ({:.0} s)", path.display(), started.elapsed().as_secs_f64());
+    let mut text = serde_json::to_string_pretty(&report)?;
+    text.push('\n');
+    std::fs::create_dir_all(&args.out_dir)
+        .map_err(|e| crate::error::bad(format!("--out-dir `{}`: {e}", args.out_dir.display())))?;
+    write_new_file(&paths[0], "--out-dir", &text, args.force)?;
+    write_new_file(&paths[1], "--out-dir", &svg, args.force)?;
+    eprintln!("wrote {} and {} ({:.0} s)", paths[0].display(), paths[1].display(), started.elapsed().as_secs_f64());
     Ok(ExitCode::SUCCESS)
 }
