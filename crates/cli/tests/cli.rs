@@ -598,3 +598,58 @@ fn offload_bound_is_a_time_without_a_schedule() {
     assert_eq!(sweep["solvers"][1]["bound"], true);
     assert_eq!(sweep["solvers"][0]["bound"], false);
 }
+
+/// Weight offloading end to end on a chain with weights: the plan is a periodic
+/// schedule, `simulate` replays it to the same period, and no method beats the bound.
+#[test]
+fn weight_offloading_plans_replay_and_stay_above_the_bound() {
+    let dir = scratch("weights");
+    let chain = write(
+        &dir.0,
+        "weights.json",
+        r#"{"ftime":[1,1,1,1],"btime":[2,2,2,2,0],"x":[1,1,1,1,1],"xbar":[1,1,1,1,1],
+            "ftmp":[0,0,0,0],"btmp":[0,0,0,0,0],"w":[10,10,10,10],"static_bytes":40}"#,
+    );
+    let schedule = dir.0.join("w.json");
+    let plan = |solver: &str, extra: &[&str]| {
+        let mut args = vec!["plan", "--chain", s(&chain), "--budget", "36", "--bandwidth", "10", "--solver", solver];
+        args.extend_from_slice(extra);
+        args.push("--json");
+        let run = pebble(&args);
+        assert_eq!(run.code, 0, "{solver}: {}", run.stderr);
+        run.json()
+    };
+    let bound = plan("weight-offload-bound", &[]);
+    assert_eq!(bound["bound"], true);
+    let bound = bound["predicted_time"].as_f64().expect("a time");
+    assert!(bound >= 12.0, "{bound}");
+    let greedy = plan("weight-offload", &["-o", s(&schedule)]);
+    let period = greedy["predicted_time"].as_f64().expect("a time");
+    assert!(period >= bound - 1e-9, "{period} below the bound {bound}");
+    assert!(greedy["predicted_peak_bytes"].as_u64().expect("a peak") <= 36);
+    let saved = std::fs::read_to_string(&schedule).expect("schedule written");
+    assert!(saved.contains("\"periodic\": true"), "{saved}");
+    let replay = ok(&[
+        "simulate",
+        "--schedule",
+        s(&schedule),
+        "--chain",
+        s(&chain),
+        "--budget",
+        "36",
+        "--bandwidth",
+        "10",
+        "--json",
+    ])
+    .json();
+    assert_eq!(replay["makespan"].as_f64(), Some(period));
+    for solver in ["l2l", "weight-offload-noreuse"] {
+        let t = plan(solver, &[])["predicted_time"].as_f64().expect("a time");
+        assert!(t >= bound - 1e-9, "{solver}: {t} below the bound {bound}");
+    }
+    // Below one layer with its weights and gradient, nothing fits, and the least budget
+    // is named.
+    let tight = pebble(&["plan", "--chain", s(&chain), "--budget", "15", "--solver", "l2l", "--json"]);
+    assert_eq!(tight.code, 1, "{}", tight.stderr);
+    assert!(tight.json()["min_feasible_budget_bytes"].as_u64().is_some());
+}
