@@ -7,15 +7,7 @@ use pebble_schedule::{ForwardMode, Op, Schedule, View};
 use pebble_sim::{simulate_chain, Machine, SimConfig};
 use pebble_solve::weights::{L2l, WeightChain, WeightOffload, WeightOffloadNoReuse};
 use pebble_solve::{plan, PlanError, Problem, SolveError, SolveOptions, Solver};
-use pebble_testkit::{random_chain, Rng};
-
-fn weighty(rng: &mut Rng, l: usize) -> Chain {
-    let mut c = random_chain(rng, l);
-    let w: Vec<u64> = (0..l).map(|_| rng.range(20, 80)).collect();
-    c.static_bytes = w.iter().sum::<u64>();
-    c.w = Some(w);
-    c
-}
+use pebble_testkit::{weighty_chain, Rng};
 
 fn store_all_peak(c: &Chain) -> u64 {
     let l = c.len();
@@ -30,7 +22,7 @@ fn every_weight_heuristic_is_at_least_the_milp_bound() {
     let (mut compared, mut above) = (0, 0);
     for case in 0..16 {
         let l = rng.range(3, 5) as usize;
-        let chain = weighty(&mut rng, l);
+        let chain = weighty_chain(&mut rng, l);
         let wc = WeightChain::from_chain(&chain).unwrap();
         let full = store_all_peak(&chain);
         let budget = full * rng.range(55, 95) / 100;

@@ -128,6 +128,16 @@ pub fn random_chain(rng: &mut Rng, l: usize) -> Chain {
     ChainSpec::MEDIUM.chain(rng, l)
 }
 
+/// A random chain ([`ChainSpec::MEDIUM`]) whose weights `w` (20 to 80 per stage) dominate
+/// its activations and make all of its static memory: weight offloading's test instances.
+pub fn weighty_chain(rng: &mut Rng, l: usize) -> Chain {
+    let mut c = random_chain(rng, l);
+    let w: Vec<u64> = (0..l).map(|_| rng.range(20, 80)).collect();
+    c.static_bytes = w.iter().sum();
+    c.w = Some(w);
+    c
+}
+
 /// `n` random chains ([`ChainSpec::MEDIUM`]) of 1 to `max_l` stages, the same on every run.
 pub fn random_chains(seed: u64, n: usize, max_l: usize) -> Vec<Chain> {
     let mut rng = Rng::new(seed);

@@ -163,18 +163,9 @@ mod tests {
     use pebble_machine::Machine;
     use pebble_schedule::{ForwardMode, Op};
     use pebble_sim::{simulate_chain, SimConfig};
-    use pebble_testkit::{random_chain, Rng};
+    use pebble_testkit::{weighty_chain, Rng};
 
     use super::*;
-
-    /// A random chain whose weights dominate its activations (sizes 1..=35).
-    fn weighty(rng: &mut Rng, l: usize) -> Chain {
-        let mut c = random_chain(rng, l);
-        let w: Vec<u64> = (0..l).map(|_| rng.range(20, 80)).collect();
-        c.static_bytes = w.iter().sum::<u64>() + rng.range(0, 10);
-        c.w = Some(w);
-        c
-    }
 
     fn store_all(l: usize) -> Schedule {
         let mut ops: Vec<Op> = (0..l).map(|s| Op::Forward { stage: s, mode: ForwardMode::KeepAll }).collect();
@@ -191,7 +182,8 @@ mod tests {
         let mut rng = Rng::new(12);
         for _ in 0..30 {
             let l = rng.range(1, 8) as usize;
-            let chain = weighty(&mut rng, l);
+            let mut chain = weighty_chain(&mut rng, l);
+            chain.static_bytes += rng.range(0, 10);
             let wc = WeightChain::from_chain(&chain).unwrap();
             let most = wc.ops().into_iter().map(|o| wc.op_memory(o, super::super::Accounting::Consistent)).max();
             let expected = wc.total_weights() + most.unwrap();
@@ -205,7 +197,7 @@ mod tests {
     #[test]
     fn without_memory_pressure_nothing_moves() {
         let mut rng = Rng::new(5);
-        let chain = weighty(&mut rng, 6);
+        let chain = weighty_chain(&mut rng, 6);
         let peak = simulate_chain(&chain, &store_all(6), &SimConfig::default()).unwrap().peak_bytes;
         let s = crate::plan(&WeightOffload, Problem::Chain(&chain), peak, &opts(10.0)).unwrap().schedule;
         assert!(s.ops.iter().all(|o| o.is_compute()), "{}", s.to_notation());
@@ -242,7 +234,7 @@ mod tests {
         let (mut solved, mut tight) = (0, 0);
         for case in 0..40 {
             let l = rng.range(2, 9) as usize;
-            let chain = weighty(&mut rng, l);
+            let chain = weighty_chain(&mut rng, l);
             let wc = WeightChain::from_chain(&chain).unwrap();
             let full = simulate_chain(&chain, &store_all(l), &SimConfig::default()).unwrap().peak_bytes;
             let alone = wc
@@ -282,7 +274,7 @@ mod tests {
 mod planned {
     use pebble_machine::Machine;
     use pebble_sim::{simulate_chain, SimConfig};
-    use pebble_testkit::{random_chain, Rng};
+    use pebble_testkit::{weighty_chain, Rng};
 
     use super::super::schedule::greedy_schedules;
     use super::super::selection::{select, SelectionOptions};
@@ -299,10 +291,7 @@ mod planned {
         let (mut checked, mut differ) = (0, Vec::new());
         for case in 0..30 {
             let l = rng.range(3, 12) as usize;
-            let mut chain = random_chain(&mut rng, l);
-            let w: Vec<u64> = (0..l).map(|_| rng.range(20, 80)).collect();
-            chain.static_bytes = w.iter().sum();
-            chain.w = Some(w);
+            let chain = weighty_chain(&mut rng, l);
             let wc = WeightChain::from_chain(&chain).unwrap();
             let full = wc.total_weights() + wc.mb.iter().chain(&wc.mf).max().unwrap();
             let budget = full * rng.range(60, 95) / 100;

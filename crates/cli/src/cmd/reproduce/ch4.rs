@@ -31,6 +31,7 @@ use serde_json::{json, Value};
 use crate::cmd::overhead;
 use crate::flags::{ModelOpts, ReproduceArgs, SizeOpts};
 use crate::out;
+use crate::plot::COLORS;
 use crate::source::{build_model, check_new_file, write_new_file, Subject};
 
 /// The solvers of Figs. 4.2–4.3, in the order of the charts' legends.
@@ -569,15 +570,6 @@ pub(super) struct Panel {
     pub title: String,
     pub curves: Vec<(usize, Points)>,
 }
-
-/// Matplotlib's `tab10`, as in `plot.rs`: one color per solver across the charts.
-const COLORS: [RGBColor; 5] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-];
 
 /// Draws one panel per model in a grid, a line with markers per solver; values above
 /// `cap` are drawn at it (offload-only's overhead at low memory would flatten the rest).
