@@ -251,13 +251,12 @@ pub fn paper_setting(chain: &Chain) -> Result<Chain, SolveError> {
         let why = "weight offloading needs the chain's weights `w`".into();
         return Err(SolveError::Unsupported { solver: "weight-offload", why });
     };
-    let l = chain.len();
     let mut c = chain.clone();
-    for s in 0..l {
+    for (s, &ws) in w.iter().enumerate() {
         let saved = chain.xbar[s + 1].saturating_sub(chain.x[s + 1]);
         c.xbar[s + 1] = chain.x[s + 1];
         c.btime[s] = chain.btime[s] + chain.ftime[s];
-        c.btmp[s] = chain.btmp[s].max(chain.ftmp[s]) + saved + w[s];
+        c.btmp[s] = chain.btmp[s].max(chain.ftmp[s]) + saved + ws;
     }
     c.static_bytes = w.iter().sum();
     Ok(c)

@@ -659,7 +659,9 @@ pub(super) fn render(
 
 #[cfg(test)]
 mod tests {
+    use super::super::run;
     use super::*;
+    use crate::flags::Experiment;
 
     /// `reproduce ch4 --quick` on a tiny ResNet: every solver at every point, and pofo
     /// (which contains rotor's and offload-dp's schedules) never slower than either.
