@@ -155,6 +155,8 @@ pub(crate) struct Effect<'a> {
 pub(crate) struct Engine<'s> {
     ops: &'s [Op],
     budget: Option<u64>,
+    /// The machine's host memory: offloaded copies beyond it are an error.
+    host_memory: u64,
     d2h: Link,
     h2d: Link,
     timeline: bool,
@@ -211,6 +213,7 @@ impl<'s> Engine<'s> {
         Engine {
             ops,
             budget: config.budget,
+            host_memory: config.machine.host_memory,
             d2h: config.machine.d2h,
             h2d: config.machine.h2d,
             timeline: config.timeline,
@@ -818,6 +821,16 @@ impl<'s> Engine<'s> {
         for e in &self.host {
             host += e.delta;
             host_peak = host_peak.max(host);
+            if e.delta > 0 && host > self.host_memory as i128 {
+                let op = key_op(e.key);
+                return Err(SimError::HostMemoryExceeded {
+                    op,
+                    text: self.text(op),
+                    time: e.time,
+                    bytes: saturate(host),
+                    host_memory: self.host_memory,
+                });
+            }
         }
         Ok((saturate(peak), saturate(host_peak), timeline))
     }

@@ -43,7 +43,7 @@
 //!   copy at the end of the last compute op before it, or when its transfers end if later.
 //!   Freeing a tensor held nowhere is [`SimError::InvalidOp`].
 //! * A budget is checked at every instant; the first allocation that exceeds it is
-//!   reported. An invalid op reports the earlier budget violation if there is one, so the
+//!   reported. Host copies are checked against the machine's `host_memory` alike. An invalid op reports the earlier budget violation if there is one, so the
 //!   error names the first failing op in program order.
 //!
 //! # Chain view
@@ -266,6 +266,20 @@ pub enum SimError {
         bytes: u64,
         /// The budget.
         budget: u64,
+    },
+    /// Host copies exceed the machine's host memory.
+    #[error("op {op} ({text}) at time {time}: host memory {bytes} exceeds the machine's {host_memory}")]
+    HostMemoryExceeded {
+        /// Op index.
+        op: usize,
+        /// The op as text.
+        text: String,
+        /// When.
+        time: f64,
+        /// Host memory in use.
+        bytes: u64,
+        /// The machine's host memory.
+        host_memory: u64,
     },
     /// The schedule ends before the step is done (δ_0 not produced, a backward node never run).
     #[error("the schedule is incomplete: {0}")]

@@ -710,6 +710,21 @@ fn an_upload_at_the_end_of_a_period_keeps_the_weight_for_the_next_forward() {
 }
 
 #[test]
+fn host_copies_beyond_the_machines_host_memory_are_refused() {
+    // Each period offloads W0 (10 bytes) after its update; a host of 9 bytes cannot hold it.
+    let c = weight_chain();
+    let text = "F0all F1all L B1 B0";
+    let s = periodic(text, &[(0, pre(0)), (1, free_w(0)), (4, pre(0)), (5, off(0))]);
+    let small = Machine { host_memory: 9, ..Machine::default().with_bandwidth(10.0) };
+    match simulate_chain(&c, &s, &SimConfig::on(small)).unwrap_err() {
+        SimError::HostMemoryExceeded { bytes: 10, host_memory: 9, .. } => {}
+        e => panic!("{e}"),
+    }
+    let enough = Machine { host_memory: 10, ..small };
+    assert_eq!(simulate_chain(&c, &s, &SimConfig::on(enough)).unwrap().peak_host_bytes, 10);
+}
+
+#[test]
 fn a_period_that_does_not_finish_its_step_is_refused() {
     let c = weight_chain();
     let s = periodic("F0all F1all L B1", &[]);
