@@ -627,6 +627,7 @@ fn weight_offloading_plans_replay_and_stay_above_the_bound() {
     let period = greedy["predicted_time"].as_f64().expect("a time");
     assert!(period >= bound - 1e-9, "{period} below the bound {bound}");
     assert!(greedy["predicted_peak_bytes"].as_u64().expect("a peak") <= 36);
+    assert_eq!((greedy["periodic"].clone(), greedy["periods_simulated"].clone()), (true.into(), 6.into()));
     let saved = std::fs::read_to_string(&schedule).expect("schedule written");
     assert!(saved.contains("\"periodic\": true"), "{saved}");
     let replay = ok(&[
@@ -643,6 +644,23 @@ fn weight_offloading_plans_replay_and_stay_above_the_bound() {
     ])
     .json();
     assert_eq!(replay["makespan"].as_f64(), Some(period));
+    assert_eq!(replay["periodic"], true);
+    // A sweep with a weight solver reaches down to what l2l needs, below recompute-all.
+    let sweep = ok(&[
+        "sweep",
+        "--chain",
+        s(&chain),
+        "--solvers",
+        "weight-offload,l2l",
+        "--points",
+        "3",
+        "--bandwidth",
+        "10",
+        "--json",
+    ])
+    .json();
+    let lowest = sweep["budgets"][0].as_u64().expect("budgets");
+    assert!(lowest < 40, "the sweep starts at {lowest}, above the weights alone");
     for solver in ["l2l", "weight-offload-noreuse"] {
         let t = plan(solver, &[])["predicted_time"].as_f64().expect("a time");
         assert!(t >= bound - 1e-9, "{solver}: {t} below the bound {bound}");

@@ -140,6 +140,8 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
                 "h2d_busy": plan.report.h2d_busy,
                 "compute_stall": plan.report.compute_stall,
                 "offload_bound_time": bound,
+                "periodic": plan.schedule.periodic,
+                "periods_simulated": plan.report.periods,
             }),
         );
         out::print_json(&report)?;
@@ -164,6 +166,12 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         units.time(store_all.makespan),
         100.0 * over,
     );
+    if plan.schedule.periodic {
+        text.push_str(&format!(
+            "periodic  the time is the steady-state period, after {} periods simulated; link times are per period\n",
+            plan.report.periods
+        ));
+    }
     if plan.report.peak_host_bytes > 0 {
         text.push_str(&format!(
             "transfers host peak {}; links busy {} to the host, {} back; compute stalled {}\n",

@@ -94,6 +94,8 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
             "compute_stall": report.compute_stall,
             "compute_ops": report.compute_ops,
             "ops": schedule.ops.len(),
+            "periodic": schedule.periodic,
+            "periods_simulated": report.periods,
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -115,6 +117,12 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
         units.time(report.h2d_busy),
         units.time(report.compute_stall),
     );
+    if schedule.periodic {
+        text.push_str(&format!(
+            "periodic  the makespan is the steady-state period, after {} periods simulated; the times are per period\n",
+            report.periods
+        ));
+    }
     if let Some(b) = resolved {
         text.push_str(&format!(
             "budget    {} ({} planned, {} kept by the runtime; peak is {} of the planned share)\n",

@@ -1,8 +1,9 @@
 //! `pebble sweep`: the time overhead of several solvers over a range of budgets.
 //!
 //! The budgets are evenly spaced from what `recompute-all` needs (the least memory any
-//! baseline needs; 10% of store-all's when that solver is not registered or the source
-//! has no chain view) up to what store-all needs, both with the profile's runtime reserve
+//! baseline needs, or `l2l`'s when the sweep has a weight-offloading solver and that is
+//! less; 10% of store-all's when that solver is not registered or the source has no
+//! chain view) up to what store-all needs, both with the profile's runtime reserve
 //! (see `pebble_solve::budget`): a budget here means what `--budget` means in `plan` and
 //! `train`. Each solver plans its own view (see `Source::view_for`) at every budget,
 //! prepared once ([`pebble_solve::plan_many`]), and its overhead is over store-all's time
@@ -90,7 +91,8 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
     }
     let reference = views.iter().position(|r| r.subject.view() == View::Chain).unwrap_or(0);
     let hi = views[reference].store_all.peak_bytes;
-    let lo = least_memory(&views[reference].subject, &options).unwrap_or(hi / 10).min(hi);
+    let moves_weights = names.iter().any(|n| pebble_solve::weights::SOLVERS.contains(&n.trim()));
+    let lo = least_memory(&views[reference].subject, &options, moves_weights).unwrap_or(hi / 10).min(hi);
     let n = args.points as u64;
     let budgets: Vec<u64> = if n == 1 {
         vec![hi]
@@ -253,10 +255,17 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The peak of `recompute-all` on this view, if that solver is registered and plans it.
-fn least_memory(subject: &Subject, options: &SolveOptions) -> Option<u64> {
-    let solver = pebble_solve::solver("recompute-all").ok()?;
-    Some(pebble_solve::plan(solver, subject.problem(), u64::MAX, options).ok()?.report.peak_bytes)
+/// The peak of `recompute-all` on this view, if that solver is registered and plans it;
+/// with `moves_weights` (a weight-offloading solver or bound in the sweep), the lower of
+/// that and `l2l`'s, which keeps one layer's weights at a time.
+fn least_memory(subject: &Subject, options: &SolveOptions, moves_weights: bool) -> Option<u64> {
+    let peak = |name: &str| {
+        let solver = pebble_solve::solver(name).ok()?;
+        Some(pebble_solve::plan(solver, subject.problem(), u64::MAX, options).ok()?.report.peak_bytes)
+    };
+    let remat = peak("recompute-all");
+    let weights = if moves_weights { peak("l2l") } else { None };
+    remat.into_iter().chain(weights).min()
 }
 
 /// One solver at every budget (planned bytes), prepared once.

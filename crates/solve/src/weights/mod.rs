@@ -16,6 +16,10 @@ mod solvers;
 
 pub use solvers::{L2l, WeightOffload, WeightOffloadNoReuse};
 
+/// The names of the weight-offloading solvers and bound: their plans move weights, which
+/// other solvers keep on the device.
+pub const SOLVERS: [&str; 4] = ["weight-offload", "weight-offload-noreuse", "l2l", "weight-offload-bound"];
+
 use pebble_graph::Chain;
 
 use crate::SolveError;
