@@ -469,7 +469,7 @@ impl<'g> Instance<'g> {
         // within a millionth of the slowest node's time (the objective's unit).
         let options = [("mip_rel_gap", 1e-4), ("mip_abs_gap", 1e-6)];
         let cols_values = match m.solve(time_limit, warm_fits, &options)? {
-            Outcome::Optimal(v) | Outcome::Incumbent(v, _) => v,
+            Outcome::Optimal(v) | Outcome::Incumbent(v, ..) => v,
         };
         let mut seq = Vec::new();
         for t in 0..n {

@@ -522,7 +522,7 @@ pub fn solve(h: &HGraph, budget: u64, save: Option<u64>, time_limit: Option<f64>
     let options = [("mip_rel_gap", 1e-4), ("mip_abs_gap", 1e-6)];
     let (values, optimal) = match milp.solve(time_limit, true, &options)? {
         Outcome::Optimal(v) => (v, true),
-        Outcome::Incumbent(v, _) => (v, false),
+        Outcome::Incumbent(v, ..) => (v, false),
     };
     let mut seq = Vec::new();
     for t in 0..n {

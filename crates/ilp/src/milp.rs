@@ -101,8 +101,9 @@ impl Lin {
 pub enum Outcome {
     /// Proved optimal (within the gap tolerances): the column values.
     Optimal(Vec<f64>),
-    /// Stopped (time limit, …) with a feasible incumbent: its column values and why.
-    Incumbent(Vec<f64>, String),
+    /// Stopped (time limit, …) with a feasible incumbent: its column values, why, and
+    /// HiGHS's dual bound (no solution's objective is below it; `-∞` if it has none).
+    Incumbent(Vec<f64>, String, f64),
 }
 
 /// A MILP under construction: columns first (rows may follow each column they use).
@@ -212,7 +213,10 @@ impl Milp {
         match status {
             HighsModelStatus::Optimal => Ok(Outcome::Optimal(solved.get_solution().columns().to_vec())),
             HighsModelStatus::Infeasible => Err(IlpError::Infeasible),
-            _ if feasible => Ok(Outcome::Incumbent(solved.get_solution().columns().to_vec(), format!("{status:?}"))),
+            _ if feasible => {
+                let dual = solved.double_info_value(c"mip_dual_bound").unwrap_or(f64::NEG_INFINITY);
+                Ok(Outcome::Incumbent(solved.get_solution().columns().to_vec(), format!("{status:?}"), dual))
+            }
             HighsModelStatus::UnboundedOrInfeasible => Err(IlpError::Infeasible),
             _ => Err(IlpError::NoSolution { status: format!("{status:?}"), seconds: started.elapsed().as_secs_f64() }),
         }

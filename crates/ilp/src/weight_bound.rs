@@ -41,6 +41,9 @@ pub struct WeightBound {
     pub time: f64,
     /// Whether HiGHS proved the value optimal.
     pub optimal: bool,
+    /// A lower bound on the cycle time in any case: `time` if optimal, else `Σ u` plus
+    /// HiGHS's dual bound on the idle time when it stopped.
+    pub lower: f64,
     /// `O_i^*` per layer (index `i − 1`): `w_i` offloaded at some point.
     pub offloaded: Vec<bool>,
     /// `D_i^{(1)}`: `w_i` removed between `F_i` and `B_i`.
@@ -164,15 +167,17 @@ pub fn weight_offload_bound(
         }
     }
 
-    let (x, optimal) = match m.solve(options.time_limit, false, &[])? {
-        Outcome::Optimal(x) => (x, true),
-        Outcome::Incumbent(x, _) => (x, false),
+    let (x, optimal, dual) = match m.solve(options.time_limit, false, &[])? {
+        Outcome::Optimal(x) => (x, true, f64::NEG_INFINITY),
+        Outcome::Incumbent(x, _, dual) => (x, false, dual),
     };
     let idle_sum: f64 = idle.iter().map(|c| x[c.index()]).sum();
+    let compute: f64 = u.iter().sum();
     let bits = |v: &[highs::Col]| v.iter().map(|c| x[c.index()] > 0.5).collect::<Vec<_>>();
     Ok(WeightBound {
-        time: u.iter().sum::<f64>() + idle_sum,
+        time: compute + idle_sum,
         optimal,
+        lower: if optimal { compute + idle_sum } else { compute + dual.max(0.0) },
         offloaded: bits(&os),
         after_forward: bits(&d1),
         after_backward: bits(&d0),
@@ -186,16 +191,16 @@ const BOUND_SECONDS: f64 = 60.0;
 /// weight-offloading instance ([`WeightChain::from_chain`], the simulator's accounting),
 /// with the faster link direction as β and no latency (both keep it a lower bound), and
 /// never below [`WeightChain::transfer_bound`]. If HiGHS does not prove its answer
-/// optimal within [`BOUND_SECONDS`], its incumbent is no bound, and `transfer_bound`
-/// alone is returned.
+/// optimal within [`BOUND_SECONDS`], its incumbent is no bound, but its dual bound is;
+/// with no incumbent, `transfer_bound` alone is returned.
 fn registered(chain: &pebble_graph::Chain, budget: u64, machine: &pebble_sim::Machine) -> Result<f64, SolveError> {
     let wc = WeightChain::from_chain(chain)?;
     let beta = machine.d2h.bandwidth.max(machine.h2d.bandwidth);
     let options = WeightBoundOptions { time_limit: Some(BOUND_SECONDS), ..WeightBoundOptions::default() };
     let simple = wc.transfer_bound(budget, machine.d2h.bandwidth, machine.h2d.bandwidth);
     match weight_offload_bound(&wc, budget, beta, &options) {
-        Ok(b) if b.optimal => Ok(b.time.max(simple)),
-        Ok(_) | Err(IlpError::NoSolution { .. }) => Ok(simple),
+        Ok(b) => Ok(b.lower.max(simple)),
+        Err(IlpError::NoSolution { .. }) => Ok(simple),
         Err(IlpError::Infeasible) => {
             Err(SolveError::Infeasible { budget, reason: "the weight-offloading MILP has no solution".into() })
         }
