@@ -78,6 +78,15 @@ pub enum TrainError {
     /// against (a bug of store-all or of the simulator).
     #[error("the simulator rejects store-all's schedule: {0}")]
     StoreAll(SimError),
+    /// The plan moves weights (weight offloading), which the executor does not do yet.
+    #[error(
+        "`{solver}`'s schedule moves weights, which the executor does not run yet: `pebble plan` and `pebble \
+         simulate` give its steady-state period and peaks"
+    )]
+    MovesWeights {
+        /// The solver's name.
+        solver: String,
+    },
     /// The device asked for cannot be used here.
     #[error(transparent)]
     Device(#[from] Unavailable),

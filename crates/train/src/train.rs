@@ -222,6 +222,15 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     // Percentages are of what store-all needs to run: its simulated peak plus the reserve.
     let budget = config.budget.resolve(store_all.peak_bytes, static_bytes, &overhead);
     let plan = plan_within(solver, problem, &budget, &config.solve, &overhead)?;
+    let moves_weight = |op: &pebble_schedule::Op| match op {
+        pebble_schedule::Op::Offload { tensor, .. }
+        | pebble_schedule::Op::Prefetch { tensor, .. }
+        | pebble_schedule::Op::Free { tensor } => matches!(tensor, pebble_schedule::Tensor::Weight(_)),
+        _ => false,
+    };
+    if plan.schedule.ops.iter().any(moves_weight) {
+        return Err(TrainError::MovesWeights { solver: solver.name().to_string() });
+    }
     let params = lowered.network.param_count();
     let mut session = Session::<B>::new(lowered.network, lowered.index, config.optimizer, config.seed, device);
     // Transfers go at the speed of the machine planned for, and the device pool holds the
