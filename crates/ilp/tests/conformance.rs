@@ -19,7 +19,8 @@ use pebble_sim::{SimConfig, SimReport};
 use pebble_solve::baseline::store_all::store_all_schedule;
 use pebble_solve::{min_feasible_budget, registry, simulate, Problem, SolveError, SolveOptions, Solver};
 use pebble_testkit::{
-    chain_graph, gpt, hand_chain, random_chain, residual_graph, siamese, tiny_graph, ChainSpec, GraphSpec, Rng,
+    chain_graph, gpt, hand_chain, random_chain, residual_graph, siamese, tiny_graph, weighty_chain, ChainSpec,
+    GraphSpec, Rng,
 };
 
 /// Relative slack on "no faster than store-all" (floating-point sums in another order).
@@ -67,6 +68,8 @@ fn fixtures() -> Vec<Fixture> {
         chain("random-7", random_chain(&mut rng, 7), true),
         chain("sparse-5", ChainSpec::SPARSE.chain(&mut rng, 5), true),
         chain("gpt-1 (chain)", gpt1.chain, true),
+        // Weights that dominate the activations: the weight-offloading solvers move them.
+        chain("weighty-5", weighty_chain(&mut rng, 5), true),
         // Graphs: sequential, residual (a gradient with two producers), a chain of layers,
         // a Siamese K-join (multichain's shape), a layered graph with skips, and a
         // one-layer GPT (attention and residuals: not sequential).
