@@ -195,6 +195,12 @@ const BOUND_SECONDS: f64 = 60.0;
 /// with no incumbent, `transfer_bound` alone is returned.
 fn registered(chain: &pebble_graph::Chain, budget: u64, machine: &pebble_sim::Machine) -> Result<f64, SolveError> {
     let wc = WeightChain::from_chain(chain)?;
+    // Each op needs at least its own layer's weights beside its memory.
+    let alone = wc.ops().into_iter().map(|o| wc.op_memory(o, Accounting::Consistent) + wc.weight(o.layer())).max();
+    if let Some(need) = alone.filter(|&need| need > budget) {
+        let reason = format!("an operation needs {need} bytes with its own layer's weights alone");
+        return Err(SolveError::Infeasible { budget, reason });
+    }
     let beta = machine.d2h.bandwidth.max(machine.h2d.bandwidth);
     let options = WeightBoundOptions { time_limit: Some(BOUND_SECONDS), ..WeightBoundOptions::default() };
     let simple = wc.transfer_bound(budget, machine.d2h.bandwidth, machine.h2d.bandwidth);
