@@ -440,27 +440,36 @@ impl<'s> Engine<'s> {
     /// (a weight uploaded ahead of a read, dropped after it by an explicit free).
     pub fn upload(&mut self, op: usize, id: usize) -> Result<(), SimError> {
         self.check_fraction(op, 1.0)?;
-        let s = &self.t[id];
-        if !s.intact {
+        if !self.t[id].intact {
             return Err(self.missing(op, id));
         }
-        let start = self.cursor.max(self.d2h_free).max(s.ready);
-        let end = start + self.d2h.transfer_time(s.size as f64);
+        let (_, end) = self.send_to_host(op, id, 1.0);
+        self.t[id].busy_until = self.t[id].busy_until.max(end);
+        Ok(())
+    }
+
+    /// The device→host part of an offload or upload: `fraction` of the tensor on the link
+    /// (when it is free and the tensor ready), its host copy grown at the start and
+    /// complete at the end. Returns the transfer's start and end.
+    fn send_to_host(&mut self, op: usize, id: usize, fraction: f64) -> (f64, f64) {
+        let start = self.cursor.max(self.d2h_free).max(self.t[id].ready);
+        let end = start + self.d2h.transfer_time(self.t[id].size as f64 * fraction);
         self.d2h_free = end;
         self.d2h_busy += end - start;
         if self.timeline {
             self.spans.push(Span { lane: Lane::D2h, op, start, end });
         }
         let s = &mut self.t[id];
-        if s.host_bytes < s.size {
-            self.host.push(Ev { time: start, key: key(1, op, ALLOC), delta: (s.size - s.host_bytes) as i128 });
+        let host_frac = (s.host_frac + fraction).min(1.0);
+        let host_bytes = if host_frac >= 1.0 - EPS { s.size } else { Self::part(s.size, host_frac).max(s.host_bytes) };
+        if host_bytes > s.host_bytes {
+            self.host.push(Ev { time: start, key: key(1, op, ALLOC), delta: (host_bytes - s.host_bytes) as i128 });
             s.host_last_alloc = start;
         }
-        s.host_frac = 1.0;
-        s.host_bytes = s.size;
+        s.host_frac = host_frac;
+        s.host_bytes = host_bytes;
         s.host_ready = s.host_ready.max(end);
-        s.busy_until = s.busy_until.max(end);
-        Ok(())
+        (start, end)
     }
 
     /// Moves `fraction` of a tensor to the host on the device→host stream.
@@ -476,25 +485,9 @@ impl<'s> Engine<'s> {
                 format!("offloads {fraction} of {:?}, but only {} of it is on the device", self.names[id], s.dev_frac),
             ));
         }
-        let start = self.cursor.max(self.d2h_free).max(s.ready);
-        let end = start + self.d2h.transfer_time(s.size as f64 * fraction);
-        self.d2h_free = end;
-        self.d2h_busy += end - start;
-        if self.timeline {
-            self.spans.push(Span { lane: Lane::D2h, op, start, end });
-        }
+        let (start, end) = self.send_to_host(op, id, fraction);
         let progressive = self.transfers == TransferMemory::Progressive && end > start;
         let s = &mut self.t[id];
-        // Host copy: grows at the start.
-        let host_frac = (s.host_frac + fraction).min(1.0);
-        let host_bytes = if host_frac >= 1.0 - EPS { s.size } else { Self::part(s.size, host_frac).max(s.host_bytes) };
-        if host_bytes > s.host_bytes {
-            self.host.push(Ev { time: start, key: key(1, op, ALLOC), delta: (host_bytes - s.host_bytes) as i128 });
-            s.host_last_alloc = start;
-        }
-        s.host_frac = host_frac;
-        s.host_bytes = host_bytes;
-        s.host_ready = s.host_ready.max(end);
         // Device copy: shrinks at the end (or later, see the module docs).
         let rest = s.dev_frac - fraction;
         let bytes = if rest <= EPS { s.dev_bytes } else { Self::part(s.size, fraction).min(s.dev_bytes) };
@@ -682,7 +675,7 @@ impl<'s> Engine<'s> {
     /// Releases everything the tensor holds, device and host, at `time` or when its
     /// transfers (and the reads that hold an offloaded copy) end, whichever is later.
     fn release(&mut self, id: usize, time: f64, floor: f64, op: usize) {
-        let when = self.release_device(id, time, floor, op);
+        let (when, floor) = self.release_device(id, time, floor, op);
         let s = &mut self.t[id];
         if s.host_bytes > 0 {
             let class = Self::class(when, s.host_last_alloc, floor);
@@ -692,8 +685,9 @@ impl<'s> Engine<'s> {
         s.host_bytes = 0;
     }
 
-    /// Releases the tensor's device copy (see [`Engine::release`]); returns when.
-    fn release_device(&mut self, id: usize, time: f64, floor: f64, op: usize) -> f64 {
+    /// Releases the tensor's device copy (see [`Engine::release`]); returns when, and the
+    /// latest start of a compute op that held it.
+    fn release_device(&mut self, id: usize, time: f64, floor: f64, op: usize) -> (f64, f64) {
         let s = &mut self.t[id];
         let mut when = time.max(s.busy_until);
         let mut floor = floor;
@@ -711,7 +705,7 @@ impl<'s> Engine<'s> {
         s.dev_frac = 0.0;
         s.dev_bytes = 0;
         s.intact = false;
-        when
+        (when, floor)
     }
 
     fn sort(evs: &mut [Ev]) {
@@ -733,15 +727,13 @@ impl<'s> Engine<'s> {
         let mut ramps = std::mem::take(&mut self.ramps);
         ramps.sort_by(|a, b| a.t0.total_cmp(&b.t0));
         let budget = self.budget;
-        // Releases at 0 that precede everything (an offloaded copy no read holds).
-        let first: i128 = self.dev.iter().take_while(|e| e.time == 0.0 && e.key >> 63 == 0).map(|e| e.delta).sum();
         if let Some(b) = budget {
-            if self.base as i128 + first > b as i128 {
+            if self.base > b {
                 return Err(SimError::BudgetExceeded {
                     op: 0,
                     text: "initial state (static memory and inputs)".into(),
                     time: 0.0,
-                    bytes: saturate(self.base as i128 + first),
+                    bytes: self.base,
                     budget: b,
                 });
             }
