@@ -113,6 +113,14 @@ impl Op {
     pub fn is_compute(&self) -> bool {
         matches!(self, Op::Forward { .. } | Op::Backward { .. } | Op::Compute { .. })
     }
+
+    /// The tensor a transfer or a free names (`None` for a compute op).
+    pub fn tensor(&self) -> Option<Tensor> {
+        match *self {
+            Op::Offload { tensor, .. } | Op::Prefetch { tensor, .. } | Op::Free { tensor } => Some(tensor),
+            Op::Forward { .. } | Op::Backward { .. } | Op::Compute { .. } => None,
+        }
+    }
 }
 
 /// Which view of the training step a schedule addresses.

@@ -110,10 +110,8 @@ fn is_upload(ops: &[Op], k: usize, i: usize, periodic: bool) -> bool {
         if reads_weight(op, i) {
             return true;
         }
-        if let Op::Offload { tensor, .. } | Op::Prefetch { tensor, .. } | Op::Free { tensor } = op {
-            if *tensor == Tensor::Weight(i) {
-                return false;
-            }
+        if op.tensor() == Some(Tensor::Weight(i)) {
+            return false;
         }
     }
     false
@@ -173,14 +171,15 @@ pub(crate) fn simulate(chain: &Chain, schedule: &Schedule, config: &SimConfig) -
     });
     let mut eng = Engine::new(ops, config, chain.static_bytes.saturating_sub(w_total), specs);
     let mut done = vec![false; l + 1];
-    let uploads: Vec<bool> = ops
+    // uploads[k]: the weight op k uploads, if it is an upload.
+    let uploads: Vec<Option<usize>> = ops
         .iter()
         .enumerate()
         .map(|(k, op)| match *op {
             Op::Offload { tensor: Tensor::Weight(i), fraction } if ids.weights && i < l && fraction >= 1.0 => {
-                is_upload(ops, k, i, schedule.periodic)
+                is_upload(ops, k, i, schedule.periodic).then_some(i)
             }
-            _ => false,
+            _ => None,
         })
         .collect();
     let periods = if schedule.periodic { PERIODS } else { 1 };
@@ -201,10 +200,9 @@ pub(crate) fn simulate(chain: &Chain, schedule: &Schedule, config: &SimConfig) -
             done.fill(false);
         }
         for (k, op) in ops.iter().enumerate() {
-            let ran = if uploads[k] {
-                eng.upload(first + k, ids.weight(weight_of(op)))
-            } else {
-                step(chain, &ids, &mut eng, &mut done, first + k, op)
+            let ran = match uploads[k] {
+                Some(i) => eng.upload(first + k, ids.weight(i)),
+                None => step(chain, &ids, &mut eng, &mut done, first + k, op),
             };
             if let Err(e) = ran {
                 return Err(eng.fail(e));
@@ -231,13 +229,6 @@ pub(crate) fn simulate(chain: &Chain, schedule: &Schedule, config: &SimConfig) -
         report.periods = periods;
     }
     Ok(report)
-}
-
-fn weight_of(op: &Op) -> usize {
-    match *op {
-        Op::Offload { tensor: Tensor::Weight(i), .. } => i,
-        _ => unreachable!("only weight offloads are uploads"),
-    }
 }
 
 /// The id through which `a_i` is read: `Activation(i)` if resident, else `Saved(i)` if

@@ -222,13 +222,7 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     // Percentages are of what store-all needs to run: its simulated peak plus the reserve.
     let budget = config.budget.resolve(store_all.peak_bytes, static_bytes, &overhead);
     let plan = plan_within(solver, problem, &budget, &config.solve, &overhead)?;
-    let moves_weight = |op: &pebble_schedule::Op| match op {
-        pebble_schedule::Op::Offload { tensor, .. }
-        | pebble_schedule::Op::Prefetch { tensor, .. }
-        | pebble_schedule::Op::Free { tensor } => matches!(tensor, pebble_schedule::Tensor::Weight(_)),
-        _ => false,
-    };
-    if plan.schedule.ops.iter().any(moves_weight) {
+    if plan.schedule.ops.iter().any(|op| matches!(op.tensor(), Some(pebble_schedule::Tensor::Weight(_)))) {
         return Err(TrainError::MovesWeights { solver: solver.name().to_string() });
     }
     let params = lowered.network.param_count();
