@@ -335,6 +335,29 @@ pub fn simulate(problem: Problem<'_>, schedule: &Schedule, config: &SimConfig) -
     }
 }
 
+/// Among chain schedules with transfers, the fastest the simulator runs within `budget`
+/// (memory waits included; the first of equals). `Err` holds the last simulator error,
+/// `None` if there was no candidate. For solvers that build several candidates and
+/// let the simulator pick.
+pub(crate) fn fastest_within(
+    chain: &Chain,
+    candidates: impl IntoIterator<Item = Schedule>,
+    budget: u64,
+    options: &SolveOptions,
+) -> Result<Schedule, Option<SimError>> {
+    let config = SimConfig { budget: Some(budget), ..options.sim_config() };
+    let mut last = None;
+    let mut best: Option<(f64, Schedule)> = None;
+    for s in candidates {
+        match pebble_sim::simulate_chain(chain, &s, &config) {
+            Ok(r) if best.as_ref().is_none_or(|b| r.makespan < b.0) => best = Some((r.makespan, s)),
+            Ok(_) => {}
+            Err(e) => last = Some(e),
+        }
+    }
+    best.map(|(_, s)| s).ok_or(last)
+}
+
 /// The smallest budget at which [`plan`] with `solver` succeeds, by bisection.
 ///
 /// The search starts from the peak of the store-all schedule (simulated without a

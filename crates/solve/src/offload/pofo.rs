@@ -710,7 +710,6 @@ impl Solver for PofoSolver {
         let chain = problem.chain_for(self.name())?;
         let m = &options.machine;
         let config = options.sim_config();
-        let checked = pebble_sim::SimConfig { budget: Some(budget), ..config.clone() };
         let mut candidates: Vec<Schedule> = Vec::new();
         if let Some(found) = dp(chain, budget, grid(options.slots), m.d2h.bandwidth, m.h2d.bandwidth) {
             if let Ok(s) = transfer_schedule(chain, &found.compute, &found.offloads, budget, &config) {
@@ -723,12 +722,8 @@ impl Solver for PofoSolver {
         if let Ok(s) = super::OffloadDp.solve(problem, budget, options) {
             candidates.push(s);
         }
-        candidates
-            .into_iter()
-            .filter_map(|s| pebble_sim::simulate_chain(chain, &s, &checked).ok().map(|r| (r.makespan, s)))
-            .min_by(|a, b| a.0.total_cmp(&b.0))
-            .map(|(_, s)| s)
-            .ok_or_else(|| SolveError::Infeasible { budget, reason: "pofo finds no schedule within the budget".into() })
+        crate::fastest_within(chain, candidates, budget, options)
+            .map_err(|_| SolveError::Infeasible { budget, reason: "pofo finds no schedule within the budget".into() })
     }
 }
 

@@ -8,7 +8,7 @@ use pebble_graph::Chain;
 use pebble_schedule::Schedule;
 use pebble_sim::{simulate_chain, SimConfig};
 
-use super::schedule::{greedy_schedules, Links};
+use super::schedule::greedy_schedules;
 use super::selection::Choice;
 use super::WeightChain;
 use crate::{SolveError, SolveOptions};
@@ -25,8 +25,6 @@ pub fn exhaustive(chain: &Chain, budget: u64, options: &SolveOptions) -> Result<
         let why = format!("the exhaustive search takes at most {MAX_LAYERS} layers, the chain has {l}");
         return Err(SolveError::Unsupported { solver: "weight-offload", why });
     }
-    let m = &options.machine;
-    let links = Links { off: (m.d2h.bandwidth, m.d2h.latency), pre: (m.h2d.bandwidth, m.h2d.latency) };
     let config = SimConfig { budget: Some(budget), ..options.sim_config() };
     let mut best: Option<(f64, Schedule)> = None;
     for mask in 0..(1usize << (2 * l)) {
@@ -38,7 +36,7 @@ pub fn exhaustive(chain: &Chain, budget: u64, options: &SolveOptions) -> Result<
             continue;
         }
         for discount in [true, false] {
-            for (_, s) in greedy_schedules(&wc, &chosen, budget, links, discount, usize::MAX) {
+            for (_, s) in greedy_schedules(&wc, &chosen, budget, &options.machine, discount, usize::MAX) {
                 if let Ok(r) = simulate_chain(chain, &s, &config) {
                     if best.as_ref().is_none_or(|b| r.makespan < b.0) {
                         best = Some((r.makespan, s));

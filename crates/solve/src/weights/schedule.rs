@@ -28,6 +28,7 @@
 //! it costs. Without the discount (the paper's Greedy*), `(k, 1)` is offloaded after
 //! `F_k` every time, even when a valid host copy exists, and nothing is uploaded.
 
+use pebble_machine::Machine;
 use pebble_schedule::{ForwardMode, Op, Schedule, Tensor, View};
 
 use super::selection::Choice;
@@ -92,24 +93,6 @@ struct Period {
     makespan: f64,
 }
 
-/// What the scheduler is given.
-#[derive(Debug, Clone, Copy)]
-pub struct Links {
-    /// Offload bandwidth (bytes per time unit) and latency.
-    pub off: (f64, f64),
-    /// Prefetch bandwidth and latency.
-    pub pre: (f64, f64),
-}
-
-impl Links {
-    fn off_time(&self, bytes: u64) -> f64 {
-        self.off.1 + bytes as f64 / self.off.0
-    }
-    fn pre_time(&self, bytes: u64) -> f64 {
-        self.pre.1 + bytes as f64 / self.pre.0
-    }
-}
-
 fn weight(k: usize) -> Tensor {
     Tensor::Weight(k - 1)
 }
@@ -120,7 +103,7 @@ fn schedule_at_cut(
     chain: &WeightChain,
     chosen: &[Choice],
     memory: u64,
-    links: Links,
+    machine: &Machine,
     discount: bool,
     early: usize,
 ) -> Option<Period> {
@@ -152,7 +135,6 @@ fn schedule_at_cut(
     let mut run = |mem: &mut Timeline, o: WeightOp, ready: f64, ends: &mut Vec<(WeightOp, f64, f64)>| -> Option<f64> {
         let delta = m(o) - prev_mem;
         let start = mem.earliest(ready.max(prev_end), delta, cap)?;
-
         mem.add(start, delta);
         prev_end = start + chain.time(o);
         prev_mem = chain.kept_after(o) as i128;
@@ -174,17 +156,25 @@ fn schedule_at_cut(
             start = end;
         }
         mem.add(start, w(k));
-        *t_pre = start + links.pre_time(chain.weight(k));
+        *t_pre = start + machine.h2d.transfer_time(chain.weight(k) as f64);
         out.push(Planned { start, op: Op::Prefetch { tensor: weight(k), fraction: 1.0 } });
         Some(*t_pre)
     };
-    let offload = |mem: &mut Timeline, k: usize, from: f64, t_off: &mut f64, release: bool| {
+    // An offload (or, without `release`, an upload) from `from` on, when the link is free.
+    let offload = |mem: &mut Timeline,
+                   k: usize,
+                   from: f64,
+                   t_off: &mut f64,
+                   release: bool,
+                   host_ready: &mut [f64],
+                   out: &mut Vec<Planned>| {
         let start = from.max(*t_off);
-        *t_off = start + links.off_time(chain.weight(k));
+        *t_off = start + machine.d2h.transfer_time(chain.weight(k) as f64);
         if release {
             mem.add(*t_off, -w(k));
         }
-        (start, *t_off)
+        host_ready[k] = *t_off;
+        out.push(Planned { start, op: Op::Offload { tensor: weight(k), fraction: 1.0 } });
     };
 
     let mut waiting: Vec<usize> = Vec::new();
@@ -199,18 +189,14 @@ fn schedule_at_cut(
             // Uploads while the offload link would idle long enough before Off_k.
             while let Some(pos) = (0..waiting.len()).min_by_key(|&i| chain.weight(waiting[i])) {
                 let j = waiting[pos];
-                if end - t_off <= links.off_time(chain.weight(j)) {
+                if end - t_off <= machine.d2h.transfer_time(chain.weight(j) as f64) {
                     break;
                 }
                 waiting.swap_remove(pos);
-                let (start, done) = offload(&mut mem, j, b_end[j], &mut t_off, false);
-                host_ready[j] = done;
+                offload(&mut mem, j, b_end[j], &mut t_off, false, &mut host_ready, &mut transfers);
                 uploaded[j] = true;
-                transfers.push(Planned { start, op: Op::Offload { tensor: weight(j), fraction: 1.0 } });
             }
-            let (start, done) = offload(&mut mem, k, end, &mut t_off, true);
-            host_ready[k] = done;
-            transfers.push(Planned { start, op: Op::Offload { tensor: weight(k), fraction: 1.0 } });
+            offload(&mut mem, k, end, &mut t_off, true, &mut host_ready, &mut transfers);
         } else if sel1[k] && discount && chain.weight(k) > 0 {
             waiting.push(k);
         }
@@ -226,9 +212,7 @@ fn schedule_at_cut(
                 mem.add(end.max(host_ready[k]), -w(k));
                 drops.push(k);
             } else {
-                let (start, done) = offload(&mut mem, k, end, &mut t_off, true);
-                host_ready[k] = done;
-                transfers.push(Planned { start, op: Op::Offload { tensor: weight(k), fraction: 1.0 } });
+                offload(&mut mem, k, end, &mut t_off, true, &mut host_ready, &mut transfers);
             }
         }
     }
@@ -295,13 +279,13 @@ pub fn greedy_schedules(
     chain: &WeightChain,
     chosen: &[Choice],
     memory: u64,
-    links: Links,
+    machine: &Machine,
     discount: bool,
     keep: usize,
 ) -> Vec<(f64, Schedule)> {
     let cuts = chosen.iter().filter(|c| c.after_forward).count();
     let mut found: Vec<(f64, Schedule)> = (0..=cuts)
-        .filter_map(|c| schedule_at_cut(chain, chosen, memory, links, discount, c))
+        .filter_map(|c| schedule_at_cut(chain, chosen, memory, machine, discount, c))
         .map(|p| (p.makespan, Schedule::new(View::Chain, p.ops(chain.len())).repeated()))
         .collect();
     found.sort_by(|a, b| a.0.total_cmp(&b.0));

@@ -3,20 +3,14 @@
 //! schedule, the best the simulator finds among the cuts the scheduler planned.
 
 use pebble_schedule::{Schedule, View};
-use pebble_sim::SimConfig;
 
-use super::schedule::{greedy_schedules, l2l_schedule, Links};
+use super::schedule::{greedy_schedules, l2l_schedule};
 use super::selection::{select, SelectionOptions};
 use super::WeightChain;
 use crate::{Problem, SolveError, SolveOptions, Solver};
 
 /// How many of the scheduler's best-planned cuts the simulator judges.
 const JUDGED: usize = 8;
-
-fn links(options: &SolveOptions) -> Links {
-    let m = &options.machine;
-    Links { off: (m.d2h.bandwidth, m.d2h.latency), pre: (m.h2d.bandwidth, m.h2d.latency) }
-}
 
 /// The fastest of `candidates` that the simulator runs within `budget`.
 fn best_simulated(
@@ -26,22 +20,14 @@ fn best_simulated(
     options: &SolveOptions,
     solver: &str,
 ) -> Result<Schedule, SolveError> {
-    let config = SimConfig { budget: Some(budget), ..options.sim_config() };
-    let mut last = None;
-    let mut best: Option<(f64, Schedule)> = None;
-    for s in candidates {
-        match pebble_sim::simulate_chain(chain, &s, &config) {
-            Ok(r) if best.as_ref().is_none_or(|b| r.makespan < b.0) => best = Some((r.makespan, s)),
-            Ok(_) => {}
-            Err(e) => last = Some(e),
+    crate::fastest_within(chain, candidates, budget, options).map(|s| s.with_solver(solver)).map_err(|last| {
+        SolveError::Infeasible {
+            budget,
+            reason: match last {
+                Some(e) => format!("no cut of the weight schedule runs within the budget ({e})"),
+                None => "no cut of the weight schedule fits the budget".into(),
+            },
         }
-    }
-    best.map(|(_, s)| s.with_solver(solver)).ok_or_else(|| SolveError::Infeasible {
-        budget,
-        reason: match last {
-            Some(e) => format!("no cut of the weight schedule runs within the budget ({e})"),
-            None => "no cut of the weight schedule fits the budget".into(),
-        },
     })
 }
 
@@ -68,7 +54,7 @@ fn greedy(
         match select(&wc, memory, SelectionOptions { discount, ..SelectionOptions::default() }) {
             Ok(selected) => {
                 let chosen: Vec<_> = selected.into_iter().map(|s| s.choice).collect();
-                let found = greedy_schedules(&wc, &chosen, budget, links(options), discount, JUDGED);
+                let found = greedy_schedules(&wc, &chosen, budget, &options.machine, discount, JUDGED);
                 candidates.extend(found.into_iter().map(|(_, s)| s));
             }
             Err(e) => {
@@ -296,11 +282,11 @@ mod planned {
             let full = wc.total_weights() + wc.mb.iter().chain(&wc.mf).max().unwrap();
             let budget = full * rng.range(60, 95) / 100;
             let beta = [5.0, 20.0, 80.0][case % 3];
-            let links = Links { off: (beta, 0.0), pre: (beta, 0.0) };
-            let config = SimConfig { budget: Some(budget), ..SimConfig::on(Machine::default().with_bandwidth(beta)) };
+            let machine = Machine::default().with_bandwidth(beta);
+            let config = SimConfig { budget: Some(budget), ..SimConfig::on(machine) };
             let Ok(selected) = select(&wc, budget, SelectionOptions::default()) else { continue };
             let chosen: Vec<_> = selected.into_iter().map(|s| s.choice).collect();
-            for (planned, s) in greedy_schedules(&wc, &chosen, budget, links, true, 4) {
+            for (planned, s) in greedy_schedules(&wc, &chosen, budget, &machine, true, 4) {
                 if let Ok(r) = simulate_chain(&chain, &s, &config) {
                     checked += 1;
                     assert!(
