@@ -333,7 +333,6 @@ pub fn table1(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
             json!({ "beta": b * 1e9, "idle_share": by })
         })
         .collect();
-    let names: Vec<&str> = METHODS.iter().zip(PAPER_NAMES).map(|(_, p)| p).collect();
     let svg = render(
         &format!(
             "Weight offloading against bandwidth: {} depth {}, batch {}, {}, M = {:.1} GiB",
@@ -345,7 +344,7 @@ pub fn table1(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         ),
         "β each way (GB/s)",
         "idle time over Σu (%)",
-        &names,
+        &PAPER_NAMES,
         &[Panel { title: format!("Σu = {:.0} ms", study_row.compute * 1e3), curves }],
         Some(100.0),
     )
