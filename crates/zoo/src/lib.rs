@@ -126,6 +126,76 @@ impl Optimizer {
     }
 }
 
+/// How a training step sizes each parameter's static memory (Zhao §1.1, and the mixed
+/// precision and partial training of OffMate's experiments, Zhao Ch. 4): the parameter
+/// itself, its gradient, and its [`DataKind::OptimizerState`](pebble_graph::DataKind)
+/// node. An [`Optimizer`] converts into one with the defaults (full training, no master
+/// copy), so [`Network::training_graph`] takes either.
+///
+/// With `n` elements in a parameter tensor, `t` of them trainable (see
+/// [`trainable_elements`](ParamMemory::trainable_elements)), `b` bytes per element of the
+/// model's float type and `s` optimizer states per element:
+///
+/// | node              | bytes                                             |
+/// |-------------------|---------------------------------------------------|
+/// | `Parameter`       | `n·b` (frozen base weights stay on the device)    |
+/// | `ParamGrad`       | `t·b`                                             |
+/// | `OptimizerState`  | `t·s·b`; with `master_weights` and `b < 4`: `t·(1 + s)·4` |
+///
+/// Only memory changes: the backward's time is the same as in full training (its
+/// parameter-gradient share is not split out of the op's FLOPs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ParamMemory {
+    /// The optimizer whose states count.
+    pub optimizer: Optimizer,
+    /// Mixed precision: an fp32 master copy of the weights, and fp32 optimizer states,
+    /// beside weights and gradients in the model's float type. With an f32 model the
+    /// weights are their own master copy and this changes nothing ([`ModelOptions`]
+    /// rejects it there, as a likely mistake).
+    pub master_weights: bool,
+    /// The trainable fraction of each parameter tensor, in (0, 1]; 1 is full training.
+    /// Gradients and optimizer states cover only the trainable elements (a LoRA-like
+    /// adapter); values outside (0, 1] are clamped by
+    /// [`trainable_elements`](ParamMemory::trainable_elements), [`ModelOptions`] rejects them.
+    pub trainable: f64,
+}
+
+impl ParamMemory {
+    /// Full training with `optimizer`, no master copy.
+    pub fn new(optimizer: Optimizer) -> ParamMemory {
+        ParamMemory { optimizer, master_weights: false, trainable: 1.0 }
+    }
+
+    /// The trainable elements of a tensor of `n`: `⌈trainable·n⌉` (a product within
+    /// float rounding of a whole number counts as that number), at least 1 and at most
+    /// `n`. An empty tensor has none.
+    pub fn trainable_elements(&self, n: u64) -> u64 {
+        if n == 0 {
+            return 0;
+        }
+        if self.trainable >= 1.0 || self.trainable.is_nan() {
+            // 1, and anything above (or NaN): full training.
+            return n;
+        }
+        let x = self.trainable * n as f64;
+        let nearest = x.round();
+        let t = if (x - nearest).abs() <= 1e-9 * nearest.max(1.0) { nearest } else { x.ceil() };
+        (t as u64).clamp(1, n)
+    }
+}
+
+impl Default for ParamMemory {
+    fn default() -> Self {
+        ParamMemory::new(Optimizer::default())
+    }
+}
+
+impl From<Optimizer> for ParamMemory {
+    fn from(optimizer: Optimizer) -> Self {
+        ParamMemory::new(optimizer)
+    }
+}
+
 /// The options every model takes; `None` means the model's default.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelOptions {
@@ -145,6 +215,16 @@ pub struct ModelOptions {
     pub dtype: DType,
     /// Optimizer (for the static memory it keeps).
     pub optimizer: Optimizer,
+    /// Mixed precision (`--master-weights`): with `dtype` bf16, an fp32 master copy of
+    /// the weights and fp32 optimizer states beside the bf16 weights and gradients (see
+    /// [`ParamMemory`]). Needs bf16: with f32 it is rejected as a
+    /// [`ZooError::BadOption`] (f32 weights are their own master copy).
+    pub master_weights: bool,
+    /// The trainable fraction of each parameter tensor (`--trainable`), in (0, 1]:
+    /// LoRA-like partial training, where gradients and optimizer states cover that
+    /// fraction and the frozen weights stay whole (see [`ParamMemory`]). `None` is full
+    /// training; anything outside (0, 1], or NaN, is a [`ZooError::BadOption`].
+    pub trainable: Option<f64>,
     /// The device profile: compute rates for the costs, and the machine (memory, links,
     /// the executor's runtime overhead, its integer width).
     pub profile: Profile,
@@ -161,8 +241,27 @@ impl Default for ModelOptions {
             heads: None,
             dtype: DType::F32,
             optimizer: Optimizer::Adam,
+            master_weights: false,
+            trainable: None,
             profile: Profile::lookup("v100").expect("built-in"),
         }
+    }
+}
+
+impl ModelOptions {
+    /// How the training graph sizes each parameter's static memory, after checking
+    /// `master_weights` and `trainable`; `model` names the model in the error.
+    pub fn param_memory(&self, model: &str) -> Result<ParamMemory, ZooError> {
+        let bad = |option: &'static str, why: String| ZooError::BadOption { model: model.to_string(), option, why };
+        if self.master_weights && self.dtype != DType::Bf16 {
+            return Err(bad("master-weights", "needs --dtype bf16 (f32 weights are their own master copy)".into()));
+        }
+        let trainable = match self.trainable {
+            None => 1.0,
+            Some(a) if a > 0.0 && a <= 1.0 => a,
+            Some(a) => return Err(bad("trainable", format!("must be a fraction in (0, 1], not {a}"))),
+        };
+        Ok(ParamMemory { optimizer: self.optimizer, master_weights: self.master_weights, trainable })
     }
 }
 
@@ -212,8 +311,9 @@ impl Model {
         // ids and labels alike.
         let mut network = network;
         network.int_bytes = options.profile.machine.runtime.int_bytes;
+        let memory = options.param_memory(spec.name)?;
         let cost = CostModel { profile: options.profile.clone() };
-        let graph = network.training_graph(&cost, options.optimizer);
+        let graph = network.training_graph(&cost, memory);
         let err = |error| ZooError::Graph { model: spec.name.to_string(), error };
         graph.validate().map_err(err)?;
         let chain = partition::to_chain(&graph).map_err(err)?;

@@ -6,7 +6,7 @@ use pebble_graph::{ComputeKind, ComputeNode, DataKind, DataNode, TrainingGraph};
 use serde::{Deserialize, Serialize};
 
 use crate::ops::{Elem, OpDecl, OpKind, Operand, Saved, Shape};
-use crate::{DType, Optimizer, ZooError};
+use crate::{DType, ParamMemory, ZooError};
 
 /// Index of a tensor in [`Network::tensors`].
 pub type TensorId = usize;
@@ -338,13 +338,24 @@ impl Network {
     }
 
     /// Lowers the network to the forward+backward training graph, timing each node with
-    /// `cost` and counting `optimizer`'s state.
-    pub fn training_graph(&self, cost: &dyn OpCosts, optimizer: Optimizer) -> TrainingGraph {
-        self.training_graph_indexed(cost, optimizer).0
+    /// `cost` and sizing each parameter's static memory as `memory` says: an
+    /// [`Optimizer`](crate::Optimizer) (full training, its states in the model's float
+    /// type) or a [`ParamMemory`] (mixed precision's fp32 master copy, partial training).
+    pub fn training_graph(&self, cost: &dyn OpCosts, memory: impl Into<ParamMemory>) -> TrainingGraph {
+        self.training_graph_indexed(cost, memory).0
     }
 
     /// Lowers the network with any [`OpCosts`], and says where each tensor landed.
-    pub fn training_graph_indexed(&self, cost: &dyn OpCosts, optimizer: Optimizer) -> (TrainingGraph, GraphIndex) {
+    ///
+    /// Per parameter, a `Parameter` node of the whole tensor, a `ParamGrad` node and
+    /// (unless the optimizer keeps no state and there is no master copy) an `OptimizerState` node sized as [`ParamMemory`]
+    /// says. Times do not depend on `memory`: partial training keeps the backward's time.
+    pub fn training_graph_indexed(
+        &self,
+        cost: &dyn OpCosts,
+        memory: impl Into<ParamMemory>,
+    ) -> (TrainingGraph, GraphIndex) {
+        let memory: ParamMemory = memory.into();
         let mut data: Vec<DataNode> = Vec::new();
         let push = |data: &mut Vec<DataNode>, name: String, kind: DataKind, size: u64| {
             data.push(DataNode { name, kind, size });
@@ -382,13 +393,23 @@ impl Network {
         }
         let mut param_node = Vec::new();
         let mut pgrad_node = Vec::new();
+        let float = self.elem_bytes(Elem::Float);
+        let states = memory.optimizer.states_per_param();
+        let optimizer = memory.optimizer.name();
+        // An fp32 master copy only where the weights are narrower than fp32.
+        let master = memory.master_weights && float < 4;
         for p in &self.params {
-            let size = self.bytes(&p.shape, Elem::Float);
-            param_node.push(push(&mut data, p.name.clone(), DataKind::Parameter, size));
-            pgrad_node.push(push(&mut data, format!("{}.grad", p.name), DataKind::ParamGrad, size));
-            let states = optimizer.states_per_param();
-            if states > 0 {
-                push(&mut data, format!("{}.{}", p.name, optimizer.name()), DataKind::OptimizerState, states * size);
+            let elements = p.shape.iter().product::<usize>() as u64;
+            let trainable = memory.trainable_elements(elements);
+            param_node.push(push(&mut data, p.name.clone(), DataKind::Parameter, elements * float));
+            pgrad_node.push(push(&mut data, format!("{}.grad", p.name), DataKind::ParamGrad, trainable * float));
+            let (name, size) = match (master, states) {
+                (true, 0) => (format!("{}.master", p.name), trainable * 4),
+                (true, _) => (format!("{}.master+{optimizer}", p.name), trainable * (1 + states) * 4),
+                (false, _) => (format!("{}.{optimizer}", p.name), trainable * states * float),
+            };
+            if master || states > 0 {
+                push(&mut data, name, DataKind::OptimizerState, size);
             }
         }
         let mut compute: Vec<ComputeNode> = Vec::new();
