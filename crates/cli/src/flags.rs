@@ -75,10 +75,12 @@ pub struct SizeOpts {
 }
 
 /// Options every zoo model takes. Each needs `--model` (`--batch`, `--dtype`,
-/// `--optimizer` and `--profile` also `--onnx`), which `Source::load` checks
-/// with [`ModelOpts::given`] (clap's `requires` cannot: it takes a requirement on one
-/// member of the source group as met when another member is given). A model that has
-/// no use for one (`--seq` for a ResNet) rejects it when it is built.
+/// `--optimizer`, `--master-weights`, `--trainable` and `--profile` also `--onnx`),
+/// which `Source::load` checks with [`ModelOpts::given`] (clap's `requires` cannot: it
+/// takes a requirement on one member of the source group as met when another member is
+/// given). A model that has no use for one (`--seq` for a ResNet) rejects it when it is
+/// built, as the zoo rejects `--master-weights` without `--dtype bf16` and a
+/// `--trainable` fraction outside (0, 1].
 #[derive(Debug, Args)]
 pub struct ModelOpts {
     #[command(flatten)]
@@ -89,6 +91,16 @@ pub struct ModelOpts {
     /// Optimizer whose state counts as static memory [default: adam].
     #[arg(long, value_enum)]
     pub optimizer: Option<OptimizerArg>,
+    /// Mixed precision: with `--dtype bf16`, also an fp32 master copy of the weights and
+    /// fp32 optimizer states (static memory per parameter: 2 + 2 + (1 + states) × 4
+    /// bytes). Needs `--dtype bf16`.
+    #[arg(long)]
+    pub master_weights: bool,
+    /// LoRA-like partial training: the trainable fraction of each parameter tensor, in
+    /// (0, 1]. Gradients and optimizer states cover that fraction (rounded up to whole
+    /// elements); the frozen weights stay whole; op times do not change [default: 1].
+    #[arg(long, value_name = "FRACTION", allow_hyphen_values = true)]
+    pub trainable: Option<f64>,
     /// The machine to plan for (op times, memory, links, runtime overhead): v100 (default),
     /// a100, h100, rtx3060, or a JSON profile file.
     #[arg(long, value_name = "PROFILE")]
@@ -137,6 +149,8 @@ impl ModelOpts {
             (self.size.heads.is_some(), "--heads"),
             (self.dtype.is_some(), "--dtype"),
             (self.optimizer.is_some(), "--optimizer"),
+            (self.master_weights, "--master-weights"),
+            (self.trainable.is_some(), "--trainable"),
             (self.profile.is_some(), "--profile"),
             (self.device.is_some(), "--device"),
         ]
@@ -202,7 +216,8 @@ pub struct SourceArgs {
     #[arg(long, value_name = "NAME")]
     pub model: Option<String>,
     /// An ONNX model file, imported with its shapes (`scripts/fetch-onnx-models.sh`
-    /// fetches test models); `--batch`, `--dtype`, `--optimizer` and `--device` apply.
+    /// fetches test models); `--batch`, `--dtype`, `--optimizer`, `--master-weights`,
+    /// `--trainable` and `--profile` apply.
     #[arg(long, value_name = "FILE")]
     pub onnx: Option<PathBuf>,
 }
@@ -225,8 +240,8 @@ pub struct ModelArgs {
     /// A zoo model (see `pebble models`).
     #[arg(long, value_name = "NAME")]
     pub model: Option<String>,
-    /// An ONNX model file, imported with its shapes; `--batch`, `--dtype`, `--optimizer`
-    /// and `--device` apply.
+    /// An ONNX model file, imported with its shapes; `--batch`, `--dtype`, `--optimizer`,
+    /// `--master-weights`, `--trainable` and `--profile` apply.
     #[arg(long, value_name = "FILE")]
     pub onnx: Option<PathBuf>,
 }

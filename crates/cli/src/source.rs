@@ -98,6 +98,10 @@ pub fn model_options(opts: &ModelOpts) -> anyhow::Result<ModelOptions> {
             Some(OptimizerArg::Momentum) => Optimizer::Momentum,
             Some(OptimizerArg::Adam) | None => Optimizer::Adam,
         },
+        // The zoo checks both (`--master-weights` needs bf16, `--trainable` a fraction in
+        // (0, 1]) when it builds the model: a bad value is a `BadOption` naming the flag.
+        master_weights: opts.master_weights,
+        trainable: opts.trainable,
         profile,
     })
 }
@@ -128,8 +132,8 @@ pub fn build_model(name: &str, opts: &ModelOpts) -> anyhow::Result<(Model, Model
 pub fn import_onnx(path: &Path, opts: &ModelOpts) -> anyhow::Result<(Model, ModelOptions)> {
     if let Some(flag) = opts.zoo_only() {
         return Err(bad(format!(
-            "{flag} does not apply to --onnx: an ONNX model has its own sizes (--batch, --dtype, --optimizer and \
-             --profile apply)"
+            "{flag} does not apply to --onnx: an ONNX model has its own sizes (--batch, --dtype, --optimizer, \
+             --master-weights, --trainable and --profile apply)"
         )));
     }
     let options = model_options(opts)?;

@@ -459,6 +459,8 @@ fn setup(name: &str, args: &ReproduceArgs) -> anyhow::Result<Setup> {
         },
         dtype: None,
         optimizer: None,
+        master_weights: false,
+        trainable: None,
         profile: Some(args.profile.clone()),
         device: None,
     };

@@ -136,6 +136,8 @@ fn row(network: &'static str, depth: usize, batch: usize, args: &ReproduceArgs) 
         },
         dtype: None,
         optimizer: Some(crate::flags::OptimizerArg::Sgd),
+        master_weights: false,
+        trainable: None,
         profile: Some(args.profile.clone()),
         device: None,
     };
