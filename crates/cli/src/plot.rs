@@ -196,17 +196,27 @@ pub enum BarKind {
     Offload,
     /// A host→device transfer.
     Prefetch,
+    /// An optimizer step on the host CPU.
+    CpuUpdate,
 }
 
 impl BarKind {
-    const ALL: [BarKind; 6] =
-        [BarKind::Forward, BarKind::Recompute, BarKind::Backward, BarKind::Loss, BarKind::Offload, BarKind::Prefetch];
+    const ALL: [BarKind; 7] = [
+        BarKind::Forward,
+        BarKind::Recompute,
+        BarKind::Backward,
+        BarKind::Loss,
+        BarKind::Offload,
+        BarKind::Prefetch,
+        BarKind::CpuUpdate,
+    ];
 
-    /// The lane, from the top: compute, device→host, host→device.
+    /// The lane, from the top: compute, device→host, host→device, host CPU.
     fn lane(self) -> usize {
         match self {
             BarKind::Offload => 1,
             BarKind::Prefetch => 2,
+            BarKind::CpuUpdate => 3,
             _ => 0,
         }
     }
@@ -219,13 +229,14 @@ impl BarKind {
             BarKind::Loss => RGBColor(148, 103, 189),
             BarKind::Offload => RGBColor(44, 160, 44),
             BarKind::Prefetch => RGBColor(23, 190, 207),
+            BarKind::CpuUpdate => RGBColor(140, 86, 75),
         }
     }
 
     /// Label color: white on the dark fills, black on the light ones.
     fn ink(self) -> RGBColor {
         match self {
-            BarKind::Forward | BarKind::Loss | BarKind::Offload => WHITE,
+            BarKind::Forward | BarKind::Loss | BarKind::Offload | BarKind::CpuUpdate => WHITE,
             BarKind::Recompute | BarKind::Backward | BarKind::Prefetch => BLACK,
         }
     }
@@ -238,6 +249,7 @@ impl BarKind {
             BarKind::Loss => "loss",
             BarKind::Offload => "device→host",
             BarKind::Prefetch => "host→device",
+            BarKind::CpuUpdate => "CPU optimizer step",
         }
     }
 }
@@ -276,7 +288,7 @@ const HEAD: u32 = 92;
 const LANES: u32 = 200;
 /// Width of the lane names and of the memory axis, so that both charts share their x pixels.
 const LEFT: u32 = 100;
-const LANE_NAMES: [&str; 3] = ["compute", "device→host", "host→device"];
+const LANE_NAMES: [&str; 4] = ["compute", "device→host", "host→device", "host CPU"];
 /// The font size of the labels in bars (plotters' size; the SVG's is 1.24 times smaller).
 const LABEL_SIZE: f64 = 13.0;
 
@@ -330,11 +342,12 @@ fn timeline_figures(report: &SimReport, units: Units) -> String {
         }
     };
     format!(
-        "makespan {} · compute stall {} · device→host busy {} · host→device busy {} · device peak {} · host peak {}",
+        "makespan {} · compute stall {} · device→host busy {} · host→device busy {}{} · device peak {} · host peak {}",
         units.time(report.makespan),
         share(report.compute_stall),
         share(report.d2h_busy),
         share(report.h2d_busy),
+        if report.cpu_busy > 0.0 { format!(" · CPU busy {}", share(report.cpu_busy)) } else { String::new() },
         units.size(report.peak_bytes),
         units.size(report.peak_host_bytes),
     )
@@ -421,14 +434,16 @@ pub fn render_timeline(chart: &Timeline<'_>) -> Result<String, String> {
             x += item(name);
         }
 
-        // The lanes: time across, compute on top (y 2..3), then each link.
+        // The lanes: time across, compute on top, then each link, then the host CPU if it
+        // runs optimizer steps.
+        let lane_count = if chart.bars.iter().any(|b| b.kind == BarKind::CpuUpdate) { 4 } else { 3 };
         let mut lanes = ChartBuilder::on(&lanes_area)
             .margin_left(20)
             .margin_right(30)
             .margin_top(6)
             .margin_bottom(6)
             .y_label_area_size(LEFT)
-            .build_cartesian_2d(0.0..end, 0.0..3.0)
+            .build_cartesian_2d(0.0..end, 0.0..lane_count as f64)
             .map_err(|x| e(&x))?;
         lanes
             .configure_mesh()
@@ -439,8 +454,8 @@ pub fn render_timeline(chart: &Timeline<'_>) -> Result<String, String> {
             .light_line_style(TRANSPARENT)
             .draw()
             .map_err(|x| e(&x))?;
-        let lane_top = |lane: usize| 3.0 - lane as f64;
-        for (lane, name) in LANE_NAMES.into_iter().enumerate() {
+        let lane_top = |lane: usize| lane_count as f64 - lane as f64;
+        for (lane, name) in LANE_NAMES.into_iter().enumerate().take(lane_count) {
             if lane % 2 == 1 {
                 lanes
                     .draw_series(std::iter::once(Rectangle::new(
@@ -468,7 +483,7 @@ pub fn render_timeline(chart: &Timeline<'_>) -> Result<String, String> {
         let (left, _) = lanes.backend_coord(&(0.0, 0.0));
         let (right, _) = lanes.backend_coord(&(end, 0.0));
         let px = |t: f64| left as f64 + (t / end) * (right - left) as f64;
-        for lane in 0..3 {
+        for lane in 0..lane_count {
             let (_, y0) = lanes.backend_coord(&(0.0, lane_top(lane) - 0.14));
             let (_, y1) = lanes.backend_coord(&(0.0, lane_top(lane) - 0.86));
             let mut bars: Vec<&Bar> = chart.bars.iter().filter(|b| b.kind.lane() == lane).collect();

@@ -37,7 +37,17 @@ pub struct Chain {
     /// Optional per-stage weight sizes, `L` entries (for weight offloading).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub w: Option<Vec<u64>>,
-    /// Memory resident for the whole step: parameters, their gradients and optimizer states.
+    /// Optional per-stage weight-gradient sizes, `L` entries: the trainable part of `w[i]`
+    /// (for offloading gradients and updating on the CPU). Counted inside `static_bytes`:
+    /// a gradient buffer is resident from the start unless a schedule frees it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub g: Option<Vec<u64>>,
+    /// Optional per-stage optimizer-state sizes, `L` entries (Adam's moments, and the fp32
+    /// master copy under mixed precision). Counted inside `static_bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub o: Option<Vec<u64>>,
+    /// Memory resident for the whole step: parameters, their gradients and optimizer
+    /// states (the `w`, `g` and `o` given included).
     #[serde(default)]
     pub static_bytes: u64,
 }
@@ -66,6 +76,8 @@ impl Chain {
             ftmp: vec![0; l],
             btmp: vec![0; l + 1],
             w: None,
+            g: None,
+            o: None,
             static_bytes: 0,
         }
     }
@@ -93,8 +105,26 @@ impl Chain {
         check("xbar", self.xbar.len(), l + 1, "len(ftime) + 1")?;
         check("ftmp", self.ftmp.len(), l, "len(ftime)")?;
         check("btmp", self.btmp.len(), l + 1, "len(ftime) + 1: the last entry is the loss")?;
-        if let Some(w) = &self.w {
-            check("w", w.len(), l, "len(ftime)")?;
+        for (field, v) in [("w", &self.w), ("g", &self.g), ("o", &self.o)] {
+            if let Some(v) = v {
+                check(field, v.len(), l, "len(ftime)")?;
+            }
+        }
+        if self.g.is_some() && self.w.is_none() {
+            return Err(GraphError::Malformed {
+                what: "chain",
+                message: "field `g` (weight gradients) needs field `w` (the weights they belong to)".into(),
+            });
+        }
+        let named: u64 = [&self.g, &self.o].iter().filter_map(|v| v.as_ref()).flatten().sum();
+        if named > self.static_bytes && (self.g.is_some() || self.o.is_some()) {
+            return Err(GraphError::Malformed {
+                what: "chain",
+                message: format!(
+                    "field `static_bytes` = {} is below the gradients and optimizer states it counts ({named})",
+                    self.static_bytes
+                ),
+            });
         }
         for (field, v) in [("ftime", &self.ftime), ("btime", &self.btime)] {
             for (i, t) in v.iter().enumerate() {
@@ -120,7 +150,8 @@ impl Chain {
             what: "chain",
             message: "expected a JSON object with fields ftime, btime, x, xbar, ftmp, btmp".into(),
         })?;
-        const KNOWN: [&str; 9] = ["name", "ftime", "btime", "x", "xbar", "ftmp", "btmp", "w", "static_bytes"];
+        const KNOWN: [&str; 11] =
+            ["name", "ftime", "btime", "x", "xbar", "ftmp", "btmp", "w", "g", "o", "static_bytes"];
         if let Some(k) = obj.keys().find(|k| !KNOWN.contains(&k.as_str())) {
             return Err(GraphError::Malformed {
                 what: "chain",
@@ -144,7 +175,9 @@ impl Chain {
             xbar: sizes(obj, "xbar")?,
             ftmp: sizes(obj, "ftmp")?,
             btmp: sizes(obj, "btmp")?,
-            w: if obj.contains_key("w") && !obj["w"].is_null() { Some(sizes(obj, "w")?) } else { None },
+            w: optional_sizes(obj, "w")?,
+            g: optional_sizes(obj, "g")?,
+            o: optional_sizes(obj, "o")?,
             static_bytes: match obj.get("static_bytes") {
                 None => 0,
                 Some(v) => size_value(v, "static_bytes")?,
@@ -180,6 +213,13 @@ pub(crate) fn size_value(v: &Value, field: &str) -> Result<u64, GraphError> {
     match v.as_f64() {
         Some(f) if f.is_finite() && f >= 0.0 && f.fract() == 0.0 && f <= u64::MAX as f64 => Ok(f as u64),
         _ => Err(bad()),
+    }
+}
+
+fn optional_sizes(obj: &Map<String, Value>, field: &str) -> Result<Option<Vec<u64>>, GraphError> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => sizes(obj, field).map(Some),
     }
 }
 

@@ -73,6 +73,8 @@ pub fn to_chain(g: &TrainingGraph) -> Result<Chain, GraphError> {
         ftmp: vec![0; l],
         btmp: vec![0; l + 1],
         w: Some(vec![0; l]),
+        g: Some(vec![0; l]),
+        o: Some(vec![0; l]),
         static_bytes: g.static_bytes(),
     };
     let first_fwd_use: Vec<Option<usize>> =
@@ -127,6 +129,36 @@ pub fn to_chain(g: &TrainingGraph) -> Result<Chain, GraphError> {
             }
             ComputeKind::Backward => chain.btime[stage_of(c, "backward")?] += node.time,
             ComputeKind::Loss => chain.btime[l] += node.time,
+        }
+    }
+    // Weight gradients and optimizer states: a parameter's belong to the one stage that
+    // reads it. A parameter that several stages read (tied weights) keeps its gradient and
+    // state unnamed, in `static_bytes`: `w` counts it at each reader, and naming its
+    // gradient and state too would count the copy beyond what is resident. The zoo names
+    // a parameter's gradient `{param}.grad` and its states `{param}.{optimizer}`.
+    let mut readers = vec![Vec::<usize>::new(); nd];
+    for (c, node) in g.compute.iter().enumerate() {
+        if node.kind == ComputeKind::Forward {
+            let s = stage_of(c, "forward")?;
+            for &d in &node.inputs {
+                if g.data[d].kind == DataKind::Parameter && !readers[d].contains(&s) {
+                    readers[d].push(s);
+                }
+            }
+        }
+    }
+    let stage_of_param: std::collections::HashMap<&str, usize> =
+        (0..nd).filter(|&d| readers[d].len() == 1).map(|d| (g.data[d].name.as_str(), readers[d][0])).collect();
+    for node in &g.data {
+        let slot = match node.kind {
+            DataKind::ParamGrad => chain.g.as_mut(),
+            DataKind::OptimizerState => chain.o.as_mut(),
+            _ => None,
+        };
+        let Some(slot) = slot else { continue };
+        let owner = node.name.rsplit_once('.').and_then(|(param, _)| stage_of_param.get(param));
+        if let Some(&s) = owner {
+            slot[s] += node.size;
         }
     }
     // Temporary memory: replay each block's forward (with grad) and backward.

@@ -129,6 +129,12 @@ pub struct Machine {
     /// Bytes of parameters the CPU updates per second in an optimizer step (Adam), α_C in
     /// Zhao's OffMate.
     pub cpu_optimizer_rate: f64,
+    /// Bytes of parameters the device updates per second in an optimizer step, α_G in
+    /// Zhao's OffMate. `None` (the default): the update is not timed apart from the
+    /// backward (as in the chain's `btime`). With a rate, a chain that names its weight
+    /// gradients (`g`) charges `g[i] / rate` to each update fused into `B_i`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_optimizer_rate: Option<f64>,
     /// What the executor needs beyond the schedule.
     pub runtime: RuntimeOverhead,
 }
@@ -145,6 +151,7 @@ impl Default for Machine {
             devices: 1,
             interconnect: Link::with_bandwidth(16e9),
             cpu_optimizer_rate: 1e9,
+            gpu_optimizer_rate: None,
             runtime: RuntimeOverhead::NONE,
         }
     }
@@ -178,6 +185,11 @@ impl Machine {
         }
         if !(self.cpu_optimizer_rate.is_finite() && self.cpu_optimizer_rate > 0.0) {
             return bad("cpu_optimizer_rate", format!("must be a positive number, got {}", self.cpu_optimizer_rate));
+        }
+        if let Some(rate) = self.gpu_optimizer_rate {
+            if !(rate.is_finite() && rate > 0.0) {
+                return bad("gpu_optimizer_rate", format!("must be a positive number, got {rate}"));
+            }
         }
         if self.runtime.reserve_per_10k >= 10_000 {
             return bad(
@@ -299,6 +311,7 @@ impl Profile {
                     devices: 8,
                     interconnect: Link { bandwidth: 25e9, latency: 5e-6 },
                     cpu_optimizer_rate: 1.1e9,
+                    gpu_optimizer_rate: None,
                     runtime: RuntimeOverhead::BURN,
                 },
             ),
@@ -318,6 +331,7 @@ impl Profile {
                     devices: 8,
                     interconnect: Link { bandwidth: 300e9, latency: 5e-6 },
                     cpu_optimizer_rate: 1.1e9,
+                    gpu_optimizer_rate: None,
                     runtime: RuntimeOverhead::BURN,
                 },
             ),
@@ -337,12 +351,13 @@ impl Profile {
                     devices: 8,
                     interconnect: Link { bandwidth: 450e9, latency: 5e-6 },
                     cpu_optimizer_rate: 1.1e9,
+                    gpu_optimizer_rate: None,
                     runtime: RuntimeOverhead::BURN,
                 },
             ),
             // GeForce RTX 3060 (12 GB): 12.7 TFLOP/s FP32, ~51 TFLOP/s BF16, 360 GB/s. Zhao's
             // OffMate machine (Table 4.2): one GPU, 10.4 GB/s measured each way, an
-            // i3-10105F with 128 GB, CPU Adam at 1.1 GB/s. No peer link: PCIe through the host.
+            // i3-10105F with 128 GB, CPU Adam at 1.1 GB/s, GPU Adam at 16.6 GB/s (α_G). No peer link: PCIe through the host.
             p(
                 "rtx3060",
                 12.7e12,
@@ -356,6 +371,7 @@ impl Profile {
                     devices: 1,
                     interconnect: pcie(10.4e9),
                     cpu_optimizer_rate: 1.1e9,
+                    gpu_optimizer_rate: Some(16.6e9),
                     runtime: RuntimeOverhead::BURN,
                 },
             ),

@@ -416,6 +416,9 @@ impl<B: Backend> Runner<'_, B> {
                     }
                     run.let_go_after(k);
                 }
+                Op::CpuUpdate { .. } => {
+                    return Err(sched_err(k, op, "the executor does not run optimizer steps on the CPU yet"))
+                }
                 Op::Free { tensor } => run.release(ids.of(tensor).expect("resolved"))?,
                 Op::Offload { tensor, .. } => run.offload(k, op, tensor, eff.hold_until)?,
                 Op::Prefetch { tensor, .. } => run.prefetch(k, op, tensor)?,
@@ -886,6 +889,9 @@ fn resolve(ops: &[Op], l: usize) -> Result<Vec<Effect>, RuntimeError> {
                 }
             }
             Op::Compute { .. } => return Err(sched_err(k, op, "a graph op in a chain schedule")),
+            Op::CpuUpdate { .. } => {
+                return Err(sched_err(k, op, "the executor does not run optimizer steps on the CPU yet"))
+            }
         }
         for &r in &e.releases {
             held[r] = false;

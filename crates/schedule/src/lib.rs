@@ -50,6 +50,11 @@ pub enum Tensor {
     Grad(usize),
     /// Chain: the weights of stage `i` (size `w[i]`).
     Weight(usize),
+    /// Chain: the gradient of stage `i`'s weights (size `g[i]`, its trainable part).
+    WeightGrad(usize),
+    /// Chain: the optimizer state of stage `i`'s weights (size `o[i]`: Adam's moments,
+    /// and the fp32 master copy under mixed precision).
+    OptState(usize),
     /// Graph: a data node.
     Data(usize),
 }
@@ -78,6 +83,14 @@ pub enum Op {
         /// Run a forward node without keeping what its backward needs.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         no_grad: bool,
+    },
+    /// Chain: the optimizer step of stage `stage`'s weights on the host CPU (ZeRO-Offload's
+    /// idea, OffMate's `Opt`), in place of the update fused into `B_stage`. It runs on the
+    /// CPU stream once the weight gradient's offload has ended, and leaves the host copy of
+    /// the weights up to date and the device copy stale.
+    CpuUpdate {
+        /// The stage, `0..L`.
+        stage: usize,
     },
     /// Release a tensor's device memory.
     Free {
@@ -118,7 +131,7 @@ impl Op {
     pub fn tensor(&self) -> Option<Tensor> {
         match *self {
             Op::Offload { tensor, .. } | Op::Prefetch { tensor, .. } | Op::Free { tensor } => Some(tensor),
-            Op::Forward { .. } | Op::Backward { .. } | Op::Compute { .. } => None,
+            Op::Forward { .. } | Op::Backward { .. } | Op::Compute { .. } | Op::CpuUpdate { .. } => None,
         }
     }
 }
@@ -284,6 +297,7 @@ impl fmt::Display for Op {
             Op::Backward { stage } if *stage == usize::MAX => write!(f, "L"),
             Op::Backward { stage } => write!(f, "B{stage}"),
             Op::Compute { node, no_grad } => write!(f, "C{node}{}", if *no_grad { "ng" } else { "" }),
+            Op::CpuUpdate { stage } => write!(f, "[cpu update {stage}]"),
             Op::Free { tensor } => write!(f, "[free {tensor:?}]"),
             Op::Offload { tensor, fraction } => write!(f, "[offload {tensor:?} {fraction}]"),
             Op::Prefetch { tensor, fraction } => write!(f, "[prefetch {tensor:?} {fraction}]"),
@@ -305,6 +319,9 @@ mod tests {
                 Op::Prefetch { tensor: Tensor::Activation(1), fraction: 0.5 },
                 Op::Free { tensor: Tensor::Grad(2) },
                 Op::Compute { node: 3, no_grad: true },
+                Op::Offload { tensor: Tensor::WeightGrad(0), fraction: 1.0 },
+                Op::CpuUpdate { stage: 0 },
+                Op::Prefetch { tensor: Tensor::OptState(1), fraction: 1.0 },
             ],
         )
         .with_solver("test");
@@ -312,6 +329,9 @@ mod tests {
         assert!(text.contains(r#""op": "forward""#));
         assert!(text.contains(r#""mode": "ck""#));
         assert!(text.contains(r#""activation": 1"#));
+        assert!(text.contains(r#""op": "cpu_update""#));
+        assert!(text.contains(r#""weight_grad": 0"#));
+        assert!(text.contains(r#""opt_state": 1"#));
         assert_eq!(Schedule::from_json(&text).unwrap(), s);
     }
 

@@ -44,6 +44,8 @@ use crate::{SimConfig, SimError, SimReport};
 struct Ids {
     l: usize,
     weights: bool,
+    grads: bool,
+    states: bool,
 }
 
 impl Ids {
@@ -62,6 +64,12 @@ impl Ids {
     fn weight(&self, i: usize) -> usize {
         3 * self.n() + i
     }
+    fn wgrad(&self, i: usize) -> usize {
+        4 * self.n() + i
+    }
+    fn state(&self, i: usize) -> usize {
+        5 * self.n() + i
+    }
 
     fn of(&self, t: Tensor) -> Option<usize> {
         match t {
@@ -69,6 +77,8 @@ impl Ids {
             Tensor::Saved(i) if (1..=self.l).contains(&i) => Some(self.sav(i)),
             Tensor::Grad(i) if i <= self.l => Some(self.grad(i)),
             Tensor::Weight(i) if self.weights && i < self.l => Some(self.weight(i)),
+            Tensor::WeightGrad(i) if self.grads && i < self.l => Some(self.wgrad(i)),
+            Tensor::OptState(i) if self.states && i < self.l => Some(self.state(i)),
             _ => None,
         }
     }
@@ -82,10 +92,8 @@ fn lengths_ok(c: &Chain) -> bool {
         && c.xbar.len() == l + 1
         && c.ftmp.len() == l
         && c.btmp.len() == l + 1
-        && match &c.w {
-            Some(w) => w.len() == l,
-            None => true,
-        }
+        && [&c.w, &c.g, &c.o].iter().all(|v| v.as_ref().is_none_or(|v| v.len() == l))
+        && (c.g.is_none() || c.w.is_some())
 }
 
 /// How many periods a periodic schedule is unrolled to.
@@ -93,40 +101,110 @@ pub const PERIODS: usize = 6;
 /// The first period (0-based) counted in the steady state: the ones before are a transient.
 pub const STEADY_FROM: usize = 2;
 
-/// Whether the op reads stage `i`'s weights.
-fn reads_weight(op: &Op, i: usize) -> bool {
-    matches!(*op, Op::Forward { stage, .. } | Op::Backward { stage } if stage == i)
+/// Which stages' weights the host CPU updates: those with a [`Op::CpuUpdate`] in the
+/// schedule. The others are updated on the device, inside their backward.
+fn cpu_updated(ops: &[Op], l: usize) -> Vec<bool> {
+    let mut on_cpu = vec![false; l];
+    for op in ops {
+        if let Op::CpuUpdate { stage } = *op {
+            if stage < l {
+                on_cpu[stage] = true;
+            }
+        }
+    }
+    on_cpu
 }
 
-/// Whether the offload of `Weight(i)` at `k` is an upload: a read of the weight comes
-/// before its next offload, prefetch or free (looking on into the next period if the
-/// schedule is periodic). An upload keeps the device copy until an explicit free; any
+/// Whether the op reads `tensor` (a weight or an optimizer state) on the device.
+fn reads_static(op: &Op, tensor: Tensor, on_cpu: &[bool]) -> bool {
+    match (tensor, *op) {
+        (Tensor::Weight(i), Op::Forward { stage, .. } | Op::Backward { stage }) => stage == i,
+        (Tensor::OptState(i), Op::Backward { stage }) => stage == i && !on_cpu.get(i).copied().unwrap_or(false),
+        _ => false,
+    }
+}
+
+/// Whether the offload of a weight or optimizer state at `k` is an upload: a read of it
+/// comes before its next offload, prefetch or free (looking on into the next period if
+/// the schedule is periodic). An upload keeps the device copy until an explicit free; any
 /// other offload releases it when the transfer ends.
-fn is_upload(ops: &[Op], k: usize, i: usize, periodic: bool) -> bool {
+fn is_upload(ops: &[Op], k: usize, tensor: Tensor, periodic: bool, on_cpu: &[bool]) -> bool {
     let n = ops.len();
     let ahead = if periodic { n - 1 } else { n - k - 1 };
     for step in 1..=ahead {
         let op = &ops[(k + step) % n];
-        if reads_weight(op, i) {
+        if reads_static(op, tensor, on_cpu) {
             return true;
         }
-        if op.tensor() == Some(Tensor::Weight(i)) {
+        if op.tensor() == Some(tensor) {
             return false;
         }
     }
     false
 }
 
-/// Where each weight is when a period of `ops` begins: the state its ops leave at the
-/// period's end, `(on the device, host copy up to date)`.
-fn weight_starts(ops: &[Op], l: usize) -> Vec<(bool, bool)> {
-    let mut st = vec![(true, false); l];
+/// Where a stage's weight, weight gradient and optimizer state are when a period begins.
+#[derive(Debug, Clone, Copy)]
+struct Start {
+    /// Weight: (on the device, host copy up to date).
+    weight: (bool, bool),
+    /// Gradient: (on the device, on the host).
+    grad: (bool, bool),
+    /// Optimizer state: (on the device, host copy up to date).
+    state: (bool, bool),
+}
+
+impl Start {
+    /// Everything on the device, nothing on the host: the start of a one-off step.
+    const DEVICE: Start = Start { weight: (true, false), grad: (true, false), state: (true, false) };
+}
+
+/// Where each stage's weights, gradients and states are when a period of `ops` begins:
+/// the state its ops leave at the period's end.
+fn period_starts(ops: &[Op], l: usize, on_cpu: &[bool]) -> Vec<Start> {
+    let mut st = vec![Start::DEVICE; l];
     for (k, op) in ops.iter().enumerate() {
         match *op {
-            Op::Offload { tensor: Tensor::Weight(i), .. } if i < l => st[i] = (is_upload(ops, k, i, true), true),
-            Op::Prefetch { tensor: Tensor::Weight(i), .. } if i < l => st[i].0 = true,
-            Op::Free { tensor: Tensor::Weight(i) } if i < l => st[i].0 = false,
-            Op::Backward { stage: i } if i < l => st[i].1 = false,
+            Op::Offload { tensor, .. } | Op::Prefetch { tensor, .. } | Op::Free { tensor } => {
+                let offload = matches!(op, Op::Offload { .. });
+                let prefetch = matches!(op, Op::Prefetch { .. });
+                let upload = offload && is_upload(ops, k, tensor, true, on_cpu);
+                let slot = match tensor {
+                    Tensor::Weight(i) if i < l => &mut st[i].weight,
+                    Tensor::OptState(i) if i < l => &mut st[i].state,
+                    Tensor::WeightGrad(i) if i < l => {
+                        st[i].grad = if offload {
+                            (false, true)
+                        } else if prefetch {
+                            (true, st[i].grad.1)
+                        } else {
+                            (false, false)
+                        };
+                        continue;
+                    }
+                    _ => continue,
+                };
+                *slot = if offload {
+                    (upload, true)
+                } else if prefetch {
+                    (true, slot.1)
+                } else {
+                    (false, slot.1)
+                };
+            }
+            Op::Backward { stage: i } if i < l => {
+                st[i].grad.0 = true;
+                if !on_cpu[i] {
+                    st[i].weight.1 = false;
+                    st[i].state.1 = false;
+                }
+            }
+            Op::CpuUpdate { stage: i } if i < l => {
+                st[i].grad.1 = false;
+                st[i].weight.1 = true;
+                // A CPU-updated state lives on the host.
+                st[i].state = (false, true);
+            }
             _ => {}
         }
     }
@@ -146,42 +224,55 @@ pub(crate) fn simulate(chain: &Chain, schedule: &Schedule, config: &SimConfig) -
         });
     }
     let l = chain.len();
-    let ids = Ids { l, weights: chain.w.is_some() };
+    let ids = Ids { l, weights: chain.w.is_some(), grads: chain.g.is_some(), states: chain.o.is_some() };
     let n = ids.n();
-    let w_total: u64 = chain.w.as_ref().map_or(0, |w| w.iter().sum());
-    let starts = if schedule.periodic { weight_starts(ops, l) } else { vec![(true, false); l] };
-    let specs = (0..4 * n).map(|id| {
+    let total = |v: &Option<Vec<u64>>| v.as_ref().map_or(0u64, |v| v.iter().fold(0u64, |a, &b| a.saturating_add(b)));
+    let named = total(&chain.w).saturating_add(total(&chain.g)).saturating_add(total(&chain.o));
+    let on_cpu = cpu_updated(ops, l);
+    let starts = if schedule.periodic { period_starts(ops, l, &on_cpu) } else { vec![Start::DEVICE; l] };
+    let specs = (0..6 * n).map(|id| {
         let (kind, i) = (id / n, id % n);
         let plain = |name, size, resident| TensorSpec { name, size, resident, host: false };
+        let per_stage = |name, sizes: &Option<Vec<u64>>, (device, host): (bool, bool)| {
+            let size = sizes.as_ref().and_then(|v| v.get(i).copied());
+            TensorSpec {
+                name,
+                size: size.unwrap_or(0),
+                resident: size.is_some() && device,
+                host: size.is_some() && host,
+            }
+        };
+        let start = starts.get(i).copied().unwrap_or(Start::DEVICE);
         match kind {
             0 => plain(Tensor::Activation(i), chain.x[i], i == 0),
             1 => plain(Tensor::Saved(i), chain.xbar[i], false),
             2 => plain(Tensor::Grad(i), chain.x[i], false),
-            _ => {
-                let size = chain.w.as_ref().and_then(|w| w.get(i).copied());
-                let (device, host) = starts.get(i).copied().unwrap_or((true, false));
-                TensorSpec {
-                    name: Tensor::Weight(i),
-                    size: size.unwrap_or(0),
-                    resident: size.is_some() && device,
-                    host: size.is_some() && host,
-                }
-            }
+            3 => per_stage(Tensor::Weight(i), &chain.w, start.weight),
+            4 => per_stage(Tensor::WeightGrad(i), &chain.g, start.grad),
+            _ => per_stage(Tensor::OptState(i), &chain.o, start.state),
         }
     });
-    let mut eng = Engine::new(ops, config, chain.static_bytes.saturating_sub(w_total), specs);
+    let mut eng = Engine::new(ops, config, chain.static_bytes.saturating_sub(named), specs);
     let mut done = vec![false; l + 1];
-    // uploads[k]: the weight op k uploads, if it is an upload.
+    // uploads[k]: the tensor op k uploads, if it is an upload.
     let uploads: Vec<Option<usize>> = ops
         .iter()
         .enumerate()
         .map(|(k, op)| match *op {
-            Op::Offload { tensor: Tensor::Weight(i), fraction } if ids.weights && i < l && fraction >= 1.0 => {
-                is_upload(ops, k, i, schedule.periodic).then_some(i)
+            Op::Offload { tensor: tensor @ (Tensor::Weight(_) | Tensor::OptState(_)), fraction } if fraction >= 1.0 => {
+                let id = ids.of(tensor)?;
+                is_upload(ops, k, tensor, schedule.periodic, &on_cpu).then_some(id)
             }
             _ => None,
         })
         .collect();
+    let sim = Stage {
+        chain,
+        ids: &ids,
+        on_cpu: &on_cpu,
+        gpu_rate: config.machine.gpu_optimizer_rate,
+        cpu_rate: config.machine.cpu_optimizer_rate,
+    };
     let periods = if schedule.periodic { PERIODS } else { 1 };
     let mut period_starts = Vec::with_capacity(periods);
 
@@ -201,8 +292,8 @@ pub(crate) fn simulate(chain: &Chain, schedule: &Schedule, config: &SimConfig) -
         }
         for (k, op) in ops.iter().enumerate() {
             let ran = match uploads[k] {
-                Some(i) => eng.upload(first + k, ids.weight(i)),
-                None => step(chain, &ids, &mut eng, &mut done, first + k, op),
+                Some(id) => eng.upload(first + k, id),
+                None => sim.step(&mut eng, &mut done, first + k, op),
             };
             if let Err(e) = ran {
                 return Err(eng.fail(e));
@@ -225,6 +316,7 @@ pub(crate) fn simulate(chain: &Chain, schedule: &Schedule, config: &SimConfig) -
         report.compute_ops /= periods;
         report.d2h_busy /= per;
         report.h2d_busy /= per;
+        report.cpu_busy /= per;
         report.compute_stall = (period - report.compute_time).max(0.0);
         report.periods = periods;
     }
@@ -243,97 +335,159 @@ fn a_input(ids: &Ids, eng: &Engine<'_>, i: usize) -> usize {
     }
 }
 
-fn step(chain: &Chain, ids: &Ids, eng: &mut Engine<'_>, done: &mut [bool], k: usize, op: &Op) -> Result<(), SimError> {
-    let l = ids.l;
-    match *op {
-        Op::Forward { stage: i, mode } => {
-            if i >= l {
-                return Err(
-                    eng.out_of_range(k, format!("forward stage {i} (the chain has stages 0..{l}; the loss is B{l})"))
-                );
-            }
-            let a = a_input(ids, eng, i);
-            let mut reads = [a, 0];
-            let nr = if ids.weights {
-                reads[1] = ids.weight(i);
-                2
-            } else {
-                1
-            };
-            let out = if mode == ForwardMode::KeepAll { ids.sav(i + 1) } else { ids.act(i + 1) };
-            let free = [a];
-            let frees: &[usize] = if mode == ForwardMode::Discard && a == ids.act(i) { &free } else { &[] };
-            eng.compute(
-                k,
-                &Effect { duration: chain.ftime[i], tmp: chain.ftmp[i], reads: &reads[..nr], allocs: &[out], frees },
-            )
-        }
-        Op::Backward { stage: i } => {
-            if i > l {
-                let what = if i == usize::MAX {
-                    "the loss marker `L` (resolve it with Schedule::resolve_loss)".to_string()
-                } else {
-                    format!("backward stage {i} (the chain has stages 0..={l}, the loss being B{l})")
-                };
-                return Err(eng.out_of_range(k, what));
-            }
-            if done[i] {
-                let why = if i == l {
-                    "the loss already ran".to_string()
-                } else {
-                    format!("B{i} already ran (δ_{i} was already computed)")
-                };
-                return Err(eng.invalid(k, why));
-            }
-            if i == l {
-                let a = a_input(ids, eng, l);
-                eng.compute(
-                    k,
-                    &Effect {
-                        duration: chain.btime[l],
-                        tmp: chain.btmp[l],
-                        reads: &[a],
-                        allocs: &[ids.grad(l)],
-                        frees: &[ids.act(l)],
-                    },
-                )?;
-            } else {
+/// What the chain's ops do, for one simulation.
+struct Stage<'c> {
+    chain: &'c Chain,
+    ids: &'c Ids,
+    /// Which stages the host CPU updates ([`cpu_updated`]).
+    on_cpu: &'c [bool],
+    gpu_rate: Option<f64>,
+    cpu_rate: f64,
+}
+
+impl Stage<'_> {
+    fn step(&self, eng: &mut Engine<'_>, done: &mut [bool], k: usize, op: &Op) -> Result<(), SimError> {
+        let (chain, ids) = (self.chain, self.ids);
+        let l = ids.l;
+        match *op {
+            Op::Forward { stage: i, mode } => {
+                if i >= l {
+                    return Err(eng.out_of_range(
+                        k,
+                        format!("forward stage {i} (the chain has stages 0..{l}; the loss is B{l})"),
+                    ));
+                }
                 let a = a_input(ids, eng, i);
-                let reads = [ids.grad(i + 1), ids.sav(i + 1), a, if ids.weights { ids.weight(i) } else { 0 }];
-                let nr = if ids.weights { 4 } else { 3 };
+                let mut reads = vec![a];
+                if ids.weights {
+                    reads.push(ids.weight(i));
+                }
+                let out = if mode == ForwardMode::KeepAll { ids.sav(i + 1) } else { ids.act(i + 1) };
+                let free = [a];
+                let frees: &[usize] = if mode == ForwardMode::Discard && a == ids.act(i) { &free } else { &[] };
                 eng.compute(
                     k,
-                    &Effect {
-                        duration: chain.btime[i],
-                        tmp: chain.btmp[i],
-                        reads: &reads[..nr],
-                        allocs: &[ids.grad(i)],
-                        frees: &[ids.grad(i + 1), ids.sav(i + 1), ids.act(i + 1), ids.act(i)],
-                    },
-                )?;
-                if ids.weights {
-                    eng.invalidate_host(k, ids.weight(i));
+                    &Effect { duration: chain.ftime[i], tmp: chain.ftmp[i], reads: &reads, allocs: &[out], frees },
+                )
+            }
+            Op::Backward { stage: i } => {
+                if i > l {
+                    let what = if i == usize::MAX {
+                        "the loss marker `L` (resolve it with Schedule::resolve_loss)".to_string()
+                    } else {
+                        format!("backward stage {i} (the chain has stages 0..={l}, the loss being B{l})")
+                    };
+                    return Err(eng.out_of_range(k, what));
+                }
+                if done[i] {
+                    let why = if i == l {
+                        "the loss already ran".to_string()
+                    } else {
+                        format!("B{i} already ran (δ_{i} was already computed)")
+                    };
+                    return Err(eng.invalid(k, why));
+                }
+                if i == l {
+                    let a = a_input(ids, eng, l);
+                    eng.compute(
+                        k,
+                        &Effect {
+                            duration: chain.btime[l],
+                            tmp: chain.btmp[l],
+                            reads: &[a],
+                            allocs: &[ids.grad(l)],
+                            frees: &[ids.act(l)],
+                        },
+                    )?;
+                } else {
+                    self.backward(eng, k, i)?;
+                }
+                done[i] = true;
+                Ok(())
+            }
+            Op::CpuUpdate { stage: i } => {
+                if i >= l {
+                    return Err(eng.out_of_range(k, format!("CPU update of stage {i} (the chain has stages 0..{l})")));
+                }
+                if !ids.grads {
+                    return Err(eng.invalid(k, "a CPU update needs the chain's weight gradients (field `g`)"));
+                }
+                if !done[i] {
+                    return Err(eng.invalid(k, format!("the CPU update of stage {i} comes before B{i} in this period")));
+                }
+                let size = chain.g.as_ref().map_or(0, |g| g[i]);
+                let state = ids.states.then(|| ids.state(i));
+                eng.cpu_update(k, ids.wgrad(i), ids.weight(i), state, size as f64 / self.cpu_rate)
+            }
+            Op::Compute { .. } => Err(eng.invalid(k, "a graph op (compute node) in a chain schedule")),
+            Op::Free { tensor } => {
+                let id = resolve(ids, eng, k, tensor)?;
+                if matches!(tensor, Tensor::Weight(_) | Tensor::OptState(_)) {
+                    return eng.drop_device(k, id);
+                }
+                eng.free(k, id)
+            }
+            Op::Offload { tensor, fraction } => {
+                let id = resolve(ids, eng, k, tensor)?;
+                eng.offload(k, id, fraction)
+            }
+            Op::Prefetch { tensor, fraction } => {
+                let id = resolve(ids, eng, k, tensor)?;
+                eng.prefetch(k, id, fraction)
+            }
+        }
+    }
+
+    /// `B_i` for a stage `i < L`: reads `δ_{i+1}`, `ā_{i+1}`, `a_i` and the weights,
+    /// produces `δ_i`. With weight gradients (`g`), it accumulates into `WeightGrad(i)`
+    /// (allocating it if absent). Unless the host CPU updates the stage, it also runs the
+    /// optimizer step on the device (reading `OptState(i)`, timed at the machine's
+    /// `gpu_optimizer_rate` if it has one) and makes the host copies of the weights and
+    /// state stale.
+    fn backward(&self, eng: &mut Engine<'_>, k: usize, i: usize) -> Result<(), SimError> {
+        let (chain, ids) = (self.chain, self.ids);
+        let a = a_input(ids, eng, i);
+        let mut reads = vec![ids.grad(i + 1), ids.sav(i + 1), a];
+        let mut allocs = vec![ids.grad(i)];
+        if ids.weights {
+            reads.push(ids.weight(i));
+        }
+        let on_device = !self.on_cpu[i];
+        let mut duration = chain.btime[i];
+        if ids.grads {
+            if eng.on_device(ids.wgrad(i)) {
+                reads.push(ids.wgrad(i));
+            } else {
+                allocs.push(ids.wgrad(i));
+            }
+            if on_device {
+                if let (Some(rate), Some(g)) = (self.gpu_rate, &chain.g) {
+                    duration += g[i] as f64 / rate;
                 }
             }
-            done[i] = true;
-            Ok(())
         }
-        Op::Compute { .. } => Err(eng.invalid(k, "a graph op (compute node) in a chain schedule")),
-        Op::Free { tensor } => {
-            let id = resolve(ids, eng, k, tensor)?;
-            if matches!(tensor, Tensor::Weight(_)) {
-                return eng.drop_device(k, id);
+        if ids.states && on_device {
+            reads.push(ids.state(i));
+        }
+        eng.compute(
+            k,
+            &Effect {
+                duration,
+                tmp: chain.btmp[i],
+                reads: &reads,
+                allocs: &allocs,
+                frees: &[ids.grad(i + 1), ids.sav(i + 1), ids.act(i + 1), ids.act(i)],
+            },
+        )?;
+        if on_device {
+            if ids.weights {
+                eng.invalidate_host(k, ids.weight(i));
             }
-            eng.free(k, id)
+            if ids.states {
+                eng.invalidate_host(k, ids.state(i));
+            }
         }
-        Op::Offload { tensor, fraction } => {
-            let id = resolve(ids, eng, k, tensor)?;
-            eng.offload(k, id, fraction)
-        }
-        Op::Prefetch { tensor, fraction } => {
-            let id = resolve(ids, eng, k, tensor)?;
-            eng.prefetch(k, id, fraction)
-        }
+        Ok(())
     }
 }
 
@@ -342,9 +496,11 @@ fn resolve(ids: &Ids, eng: &Engine<'_>, k: usize, tensor: Tensor) -> Result<usiz
         let l = ids.l;
         let what = match tensor {
             Tensor::Data(_) => {
-                format!("{tensor:?} (a graph tensor; chain schedules name Activation, Saved, Grad or Weight)")
+                format!("{tensor:?} (a graph tensor; chain schedules name Activation, Saved, Grad, Weight, WeightGrad or OptState)")
             }
             Tensor::Weight(_) if !ids.weights => format!("{tensor:?} (the chain has no weights `w`)"),
+            Tensor::WeightGrad(_) if !ids.grads => format!("{tensor:?} (the chain has no weight gradients `g`)"),
+            Tensor::OptState(_) if !ids.states => format!("{tensor:?} (the chain has no optimizer states `o`)"),
             Tensor::Saved(0) => "Saved(0) (there is no saved set ā_0; a_0 is Activation(0))".to_string(),
             _ => format!("{tensor:?} (the chain has {l} stages)"),
         };

@@ -1,4 +1,5 @@
-//! The view-independent event engine: three streams (compute, device→host, host→device),
+//! The view-independent event engine: four streams (compute, device→host, host→device,
+//! and the host CPU's optimizer steps),
 //! tensor residency, timing and memory accounting.
 //!
 //! The front-ends ([`crate::chain`], [`crate::graph`]) name tensors by dense ids
@@ -106,6 +107,9 @@ struct TState {
     host_bytes: u64,
     /// The whole tensor is on the device (possibly with an offload in flight): compute may read it.
     intact: bool,
+    /// The device copy is out of date (a weight or optimizer state updated on the host):
+    /// compute may not read it until it is dropped and prefetched again.
+    stale: bool,
     /// When the device copy is usable: end of its producer or of its last prefetch.
     ready: f64,
     /// When the host copy is complete: end of its last offload.
@@ -169,6 +173,9 @@ pub(crate) struct Engine<'s> {
     last_start: f64,
     d2h_free: f64,
     h2d_free: f64,
+    /// When the CPU stream (host optimizer steps) is free.
+    cpu_free: f64,
+    cpu_busy: f64,
     compute_time: f64,
     compute_ops: usize,
     dev: Vec<Ev>,
@@ -225,6 +232,8 @@ impl<'s> Engine<'s> {
             last_start: 0.0,
             d2h_free: 0.0,
             h2d_free: 0.0,
+            cpu_free: 0.0,
+            cpu_busy: 0.0,
             compute_time: 0.0,
             compute_ops: 0,
             dev: Vec::with_capacity(ops.len() * 2),
@@ -247,6 +256,11 @@ impl<'s> Engine<'s> {
     /// Whether some of the tensor is (logically) on the device.
     pub fn on_device(&self, id: usize) -> bool {
         self.t[id].dev_frac > EPS
+    }
+
+    /// Whether a complete host copy exists (or is being made).
+    pub fn on_host(&self, id: usize) -> bool {
+        self.t[id].host_frac >= 1.0 - EPS
     }
 
     // ----- errors --------------------------------------------------------------------
@@ -295,6 +309,15 @@ impl<'s> Engine<'s> {
     pub fn compute(&mut self, op: usize, eff: &Effect<'_>) -> Result<(), SimError> {
         if let Some(&r) = eff.reads.iter().find(|&&r| !self.t[r].intact) {
             return Err(self.missing(op, r));
+        }
+        if let Some(&r) = eff.reads.iter().find(|&&r| self.t[r].stale) {
+            return Err(self.invalid(
+                op,
+                format!(
+                    "reads {:?}, whose device copy is stale since its update on the host: free it and prefetch it again",
+                    self.names[r]
+                ),
+            ));
         }
         if let Some(&a) = eff.allocs.iter().find(|&&a| self.t[a].dev_frac > EPS) {
             return Err(self.already(op, a));
@@ -406,6 +429,74 @@ impl<'s> Engine<'s> {
         s.last_alloc = self.cursor;
         if s.size > 0 {
             self.dev.push(Ev { time: self.cursor, key: key(1, op, ALLOC), delta: s.size as i128 });
+        }
+        Ok(())
+    }
+
+    /// An optimizer step on the host CPU: it reads the host copy of `grad` (complete once
+    /// its offload ends) and updates in place the host copies of `weight` and `state`
+    /// (if any), which must be complete. It starts when the CPU stream is free, at the
+    /// compute cursor at the earliest, and lasts `duration`. At its end the gradient's host
+    /// copy is released and the weight's and state's host copies are current; a device copy
+    /// of either is stale from then on.
+    pub fn cpu_update(
+        &mut self,
+        op: usize,
+        grad: usize,
+        weight: usize,
+        state: Option<usize>,
+        duration: f64,
+    ) -> Result<(), SimError> {
+        if !self.on_host(grad) {
+            return Err(self
+                .invalid(op, format!("{:?} is not on the host: offload it before the CPU update", self.names[grad])));
+        }
+        if !self.on_host(weight) {
+            return Err(self.invalid(
+                op,
+                format!("{:?} has no up-to-date host copy for the CPU to update (upload it first)", self.names[weight]),
+            ));
+        }
+        if let Some(st) = state {
+            if !self.on_host(st) {
+                return Err(self.invalid(
+                    op,
+                    format!("{:?} has no host copy for the CPU to update (offload it first)", self.names[st]),
+                ));
+            }
+            if self.on_device(st) {
+                return Err(self.invalid(
+                    op,
+                    format!(
+                        "{:?} is on the device as well: a CPU-updated state lives on the host only",
+                        self.names[st]
+                    ),
+                ));
+            }
+        }
+        let mut start = self.cursor.max(self.cpu_free).max(self.t[grad].host_ready).max(self.t[weight].host_ready);
+        if let Some(st) = state {
+            start = start.max(self.t[st].host_ready);
+        }
+        let end = start + duration;
+        self.cpu_free = end;
+        self.cpu_busy += duration;
+        if self.timeline {
+            self.spans.push(Span { lane: Lane::Cpu, op, start, end });
+        }
+        let g = &mut self.t[grad];
+        if g.host_bytes > 0 {
+            let class = Self::class(end, g.host_last_alloc, start);
+            self.host.push(Ev { time: end, key: key(class, op, RELEASE), delta: -(g.host_bytes as i128) });
+        }
+        g.host_frac = 0.0;
+        g.host_bytes = 0;
+        for id in std::iter::once(weight).chain(state) {
+            let s = &mut self.t[id];
+            s.host_ready = s.host_ready.max(end);
+            if s.dev_frac > EPS || !s.pending.is_empty() {
+                s.stale = true;
+            }
         }
         Ok(())
     }
@@ -705,6 +796,7 @@ impl<'s> Engine<'s> {
         s.dev_frac = 0.0;
         s.dev_bytes = 0;
         s.intact = false;
+        s.stale = false;
         (when, floor)
     }
 
@@ -832,13 +924,14 @@ impl<'s> Engine<'s> {
         self.settle_all();
         let (peak_bytes, peak_host_bytes, timeline) = self.scan()?;
         Ok(SimReport {
-            makespan: self.cursor.max(self.d2h_free).max(self.h2d_free),
+            makespan: self.cursor.max(self.d2h_free).max(self.h2d_free).max(self.cpu_free),
             compute_time: self.compute_time,
             peak_bytes,
             peak_host_bytes,
             compute_ops: self.compute_ops,
             d2h_busy: self.d2h_busy,
             h2d_busy: self.h2d_busy,
+            cpu_busy: self.cpu_busy,
             compute_stall: (self.cursor - self.compute_time).max(0.0),
             timeline,
             spans: self.spans,

@@ -173,7 +173,9 @@ fn step(graph: &TrainingGraph, st: &mut State, eng: &mut Engine<'_>, k: usize, o
             st.ran[node] = true;
             Ok(())
         }
-        Op::Forward { .. } | Op::Backward { .. } => Err(eng.invalid(k, "a chain op (stage) in a graph schedule")),
+        Op::Forward { .. } | Op::Backward { .. } | Op::CpuUpdate { .. } => {
+            Err(eng.invalid(k, "a chain op (stage) in a graph schedule"))
+        }
         Op::Free { tensor } => {
             let d = data_id(graph, eng, k, tensor)?;
             if graph.data[d].kind.is_static() {

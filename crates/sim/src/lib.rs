@@ -156,6 +156,8 @@ pub enum Lane {
     D2h,
     /// The host→device link.
     H2d,
+    /// The host CPU (optimizer steps).
+    Cpu,
 }
 
 /// When one op ran, on which stream.
@@ -188,6 +190,8 @@ pub struct SimReport {
     pub d2h_busy: f64,
     /// Time the host→device link is busy.
     pub h2d_busy: f64,
+    /// Time the host CPU spends in optimizer steps.
+    pub cpu_busy: f64,
     /// Time the compute stream waits, before its last op ends, for prefetches or for
     /// memory: the end of the last compute op minus `compute_time`.
     pub compute_stall: f64,

@@ -47,6 +47,8 @@ fn chain2() -> Chain {
         ftmp: vec![1, 2],
         btmp: vec![3, 1, 2],
         w: None,
+        g: None,
+        o: None,
         static_bytes: 10,
     }
 }
@@ -140,6 +142,8 @@ fn zero_duration_ops_still_count_their_memory() {
         ftmp: vec![5],
         btmp: vec![3, 7],
         w: None,
+        g: None,
+        o: None,
         static_bytes: 0,
     };
     let s = sched("F0all L B0", 1);
@@ -267,6 +271,8 @@ fn chain4() -> Chain {
         ftmp: vec![1, 0, 2, 1],
         btmp: vec![2, 1, 0, 3, 1],
         w: None,
+        g: None,
+        o: None,
         static_bytes: 100,
     }
 }
@@ -319,6 +325,8 @@ fn chain_off() -> Chain {
         ftmp: vec![0, 0],
         btmp: vec![0, 0, 10],
         w: None,
+        g: None,
+        o: None,
         static_bytes: 0,
     }
 }
@@ -1170,4 +1178,167 @@ fn the_largest_budget_admits_everything() {
         .resolve_loss(2);
     let config = SimConfig { budget: Some(u64::MAX), ..SimConfig::default() };
     assert!(simulate_chain(&chain, &s, &config).is_ok());
+}
+
+// ----- 4c. weight gradients, optimizer states and the host CPU's optimizer step ------------
+
+/// L = 2, forwards 1, backwards 2, loss 1, unit activations; weights 10, gradients 10,
+/// optimizer states 20 per stage, and 5 more static bytes.
+fn optimizer_chain() -> Chain {
+    let mut c = Chain::homogeneous(2, 1.0, 2.0, 1);
+    c.btime[2] = 1.0;
+    c.w = Some(vec![10, 10]);
+    c.g = Some(vec![10, 10]);
+    c.o = Some(vec![20, 20]);
+    c.static_bytes = 85;
+    c
+}
+
+/// Links at 10 bytes per time unit, the CPU updating 5 bytes per unit, the device 10.
+fn optimizer_machine() -> SimConfig {
+    let machine = Machine { cpu_optimizer_rate: 5.0, gpu_optimizer_rate: Some(10.0), ..Machine::default() };
+    SimConfig { timeline: true, ..SimConfig::on(machine.with_bandwidth(10.0)) }
+}
+
+fn t_op(kind: &str, tensor: Tensor) -> Op {
+    match kind {
+        "off" => Op::Offload { tensor, fraction: 1.0 },
+        "pre" => Op::Prefetch { tensor, fraction: 1.0 },
+        _ => Op::Free { tensor },
+    }
+}
+
+#[test]
+fn a_device_update_is_timed_at_the_gpu_optimizer_rate() {
+    let c = optimizer_chain();
+    let s = sched("F0all F1all L B1 B0", 2);
+    // F0 + F1 + L + (B1 + 10/10) + (B0 + 10/10).
+    let r = simulate_chain(&c, &s, &optimizer_machine()).unwrap();
+    assert!(close(r.makespan, 9.0), "{}", r.makespan);
+    // The peak is what the static bytes and activations make, as before gradients had names:
+    // 85 static + a_0 + ā_1 + ā_2 + δ_2 while B1... = the unnamed chain's peak.
+    let mut plain = c.clone();
+    (plain.g, plain.o) = (None, None);
+    let before = simulate_chain(&plain, &s, &cfg()).unwrap();
+    assert_eq!(r.peak_bytes, before.peak_bytes);
+    // No rate, no time: the update is part of `btime`.
+    let r = simulate_chain(&c, &s, &cfg()).unwrap();
+    assert!(close(r.makespan, 7.0), "{}", r.makespan);
+}
+
+#[test]
+fn a_cpu_update_waits_for_its_gradient_and_leaves_the_device_copy_stale() {
+    let c = optimizer_chain();
+    // Stage 1's state goes to the host for good, its weights are uploaded (read again by F1
+    // and B1); after B1 its gradient is offloaded and the CPU updates the host copies; the
+    // stale device copy is dropped and the new weights come back after B0.
+    let s = with(
+        sched("F0all F1all L B1 B0", 2),
+        &[
+            (0, t_op("off", Tensor::OptState(1))),
+            (0, t_op("off", Tensor::Weight(1))),
+            (4, t_op("off", Tensor::WeightGrad(1))),
+            (4, Op::CpuUpdate { stage: 1 }),
+            (4, t_op("free", Tensor::Weight(1))),
+            (5, t_op("pre", Tensor::Weight(1))),
+        ],
+    );
+    let r = simulate_chain(&c, &s, &optimizer_machine()).unwrap();
+    // d2h: state 0–2, weights 2–3, gradient 5–6; the CPU 6–8 (10 bytes at 5 a unit); B1
+    // skips the device update (3–5), B0 does it (5–8); the weights come back 8–9.
+    assert!(close(r.makespan, 9.0), "{}", r.makespan);
+    assert!(close(r.cpu_busy, 2.0), "{}", r.cpu_busy);
+    let cpu: Vec<_> = r.spans.iter().filter(|sp| sp.lane == Lane::Cpu).collect();
+    assert_eq!(cpu.len(), 1);
+    assert!(close(cpu[0].start, 6.0) && close(cpu[0].end, 8.0));
+    // Host: the state (20) and the weights (10), then the gradient (10) until the update ends.
+    assert_eq!(r.peak_host_bytes, 40);
+    // Device: everything at first (5 + 80 + a_0), then ā_1 and ā_2 before the state leaves at 2.
+    assert_eq!(r.peak_bytes, 88);
+
+    // Without the gradient's offload, the CPU has nothing to update.
+    let mut no_grad = s.clone();
+    no_grad.ops.retain(|op| op.tensor() != Some(Tensor::WeightGrad(1)));
+    match simulate_chain(&c, &no_grad, &optimizer_machine()).unwrap_err() {
+        SimError::InvalidOp { why, .. } => assert!(why.contains("not on the host"), "{why}"),
+        e => panic!("{e}"),
+    }
+    // With the state still on the device, the CPU would update a copy the device also holds.
+    let mut state_home = s.clone();
+    state_home.ops.retain(|op| op.tensor() != Some(Tensor::OptState(1)));
+    match simulate_chain(&c, &state_home, &optimizer_machine()).unwrap_err() {
+        SimError::InvalidOp { why, .. } => assert!(why.contains("no host copy"), "{why}"),
+        e => panic!("{e}"),
+    }
+    // A CPU update before its backward has nothing to read.
+    let early = with(sched("F0all F1all L B1 B0", 2), &[(3, Op::CpuUpdate { stage: 1 })]);
+    match simulate_chain(&c, &early, &optimizer_machine()).unwrap_err() {
+        SimError::InvalidOp { op: 3, why, .. } => assert!(why.contains("before B1"), "{why}"),
+        e => panic!("{e}"),
+    }
+    // A chain without gradients has no CPU update to run.
+    let mut plain = c.clone();
+    (plain.g, plain.o) = (None, None);
+    assert!(matches!(simulate_chain(&plain, &s, &cfg()).unwrap_err(), SimError::OutOfRange { .. }));
+}
+
+#[test]
+fn a_periodic_cpu_update_feeds_the_next_periods_forward() {
+    let c = optimizer_chain();
+    // F0all [pre W1] F1all L B1 [off G1] [cpu 1] [free W1] B0: the state of stage 1 lives on
+    // the host, so the period starts with W1 on the host only.
+    let tail = [
+        (4, t_op("off", Tensor::WeightGrad(1))),
+        (4, Op::CpuUpdate { stage: 1 }),
+        (4, t_op("free", Tensor::Weight(1))),
+    ];
+    let late = periodic("F0all F1all L B1 B0", &[&[(1, t_op("pre", Tensor::Weight(1)))][..], &tail].concat());
+    let r = simulate_chain(&c, &late, &optimizer_machine()).unwrap();
+    // Per period: F0 (1), W1's prefetch (1) before F1, F1, L, B1 (2), B0 (2 + 1): the update
+    // ends with B0, so the prefetch issued after F0 costs a unit of stall.
+    assert!(close(r.makespan, 9.0), "{}", r.makespan);
+    assert!(close(r.compute_time, 8.0) && close(r.compute_stall, 1.0));
+    assert!(close(r.cpu_busy, 2.0));
+    // Issued at the period's start, the prefetch hides behind F0.
+    let early = periodic("F0all F1all L B1 B0", &[&[(0, t_op("pre", Tensor::Weight(1)))][..], &tail].concat());
+    let r = simulate_chain(&c, &early, &optimizer_machine()).unwrap();
+    assert!(close(r.makespan, 8.0), "{}", r.makespan);
+    // Without the drop, the next period's F1 would read the stale device copy.
+    let mut stale = late.clone();
+    stale.ops.retain(|op| *op != t_op("free", Tensor::Weight(1)));
+    stale.ops.retain(|op| *op != t_op("pre", Tensor::Weight(1)));
+    match simulate_chain(&c, &stale, &optimizer_machine()).unwrap_err() {
+        SimError::InvalidOp { why, .. } => assert!(why.contains("stale"), "{why}"),
+        e => panic!("{e}"),
+    }
+}
+
+#[test]
+fn a_paged_state_comes_in_for_its_update_and_goes_out_after() {
+    let c = optimizer_chain();
+    // Both states paged: each comes in before its backward and goes out after it (periodic,
+    // so each period starts with them on the host). O0 comes in once O1 is on its way out.
+    let s = periodic(
+        "F0all F1all L B1 B0",
+        &[
+            (3, t_op("pre", Tensor::OptState(1))),
+            (4, t_op("off", Tensor::OptState(1))),
+            (4, t_op("pre", Tensor::OptState(0))),
+            (5, t_op("off", Tensor::OptState(0))),
+        ],
+    );
+    let config = |b| SimConfig { budget: Some(b), ..optimizer_machine() };
+    let r = simulate_chain(&c, &s, &optimizer_machine()).unwrap();
+    // 40 bytes of state in and out each period, at 10 a unit.
+    assert!(close(r.h2d_busy, 4.0) && close(r.d2h_busy, 4.0), "{} {}", r.h2d_busy, r.d2h_busy);
+    // Store-all holds both states throughout: 5 + 80 + a_0 + ā_1 + ā_2 + δ_2 + δ_1 = 90 in B1.
+    let all = simulate_chain(&c, &periodic("F0all F1all L B1 B0", &[]), &optimizer_machine()).unwrap();
+    assert_eq!(all.peak_bytes, 90);
+    // Paged, B1 holds one state (70); O0 waits for O1 to leave when the budget says so:
+    // during B0, 5 + 40 + O0 + a_0 + ā_1 + δ_1 + δ_0 = 69.
+    let tight = simulate_chain(&c, &s, &config(70)).unwrap();
+    assert_eq!(tight.peak_bytes, 70);
+    assert!(tight.makespan > r.makespan, "{} vs {}", tight.makespan, r.makespan);
+    assert!(matches!(simulate_chain(&c, &s, &config(69)).unwrap_err(), SimError::BudgetExceeded { .. }));
+    assert_eq!(r.peak_host_bytes, 40);
 }

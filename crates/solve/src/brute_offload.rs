@@ -1477,6 +1477,8 @@ mod tests {
             ftmp: vec![0, 0],
             btmp: vec![0, 0, 10],
             w: None,
+            g: None,
+            o: None,
             static_bytes: 0,
         };
         let time = |budget: u64, beta: f64| {

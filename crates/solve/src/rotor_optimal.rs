@@ -480,6 +480,8 @@ mod tests {
             ftmp: vec![0; l],
             btmp: vec![0; l + 1],
             w: None,
+            g: None,
+            o: None,
             static_bytes: 0,
         }
     }

@@ -115,6 +115,8 @@ impl ChainSpec {
             ftmp: (0..l).map(|_| rng.range(self.tmp.0, self.tmp.1)).collect(),
             btmp: (0..=l).map(|_| rng.range(self.tmp.0, self.tmp.1)).collect(),
             w: None,
+            g: None,
+            o: None,
             static_bytes: rng.range(self.static_bytes.0, self.static_bytes.1),
         };
         chain.validate().expect("random chains are valid");
@@ -167,6 +169,8 @@ pub fn hand_chain() -> Chain {
         ftmp: vec![2, 1, 3],
         btmp: vec![3, 2, 4, 7],
         w: None,
+        g: None,
+        o: None,
         static_bytes: 10,
     }
 }

@@ -29,8 +29,19 @@ pub fn chains(max_l: usize, max_size: u64) -> impl Strategy<Value = Chain> {
         )
             .prop_map(move |(x, extra, ftime, btime, ftmp, btmp, static_bytes)| {
                 let xbar = (0..=l).map(|i| if i == 0 { x[0] } else { x[i] + extra[i] }).collect();
-                let chain =
-                    Chain { name: Some(format!("prop-{l}")), ftime, btime, x, xbar, ftmp, btmp, w: None, static_bytes };
+                let chain = Chain {
+                    name: Some(format!("prop-{l}")),
+                    ftime,
+                    btime,
+                    x,
+                    xbar,
+                    ftmp,
+                    btmp,
+                    w: None,
+                    g: None,
+                    o: None,
+                    static_bytes,
+                };
                 chain.validate().expect("generated chains are valid");
                 chain
             })

@@ -222,7 +222,12 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     // Percentages are of what store-all needs to run: its simulated peak plus the reserve.
     let budget = config.budget.resolve(store_all.peak_bytes, static_bytes, &overhead);
     let plan = plan_within(solver, problem, &budget, &config.solve, &overhead)?;
-    if plan.schedule.ops.iter().any(|op| matches!(op.tensor(), Some(pebble_schedule::Tensor::Weight(_)))) {
+    use pebble_schedule::{Op, Tensor};
+    let moves_weights = |op: &Op| {
+        matches!(op, Op::CpuUpdate { .. })
+            || matches!(op.tensor(), Some(Tensor::Weight(_) | Tensor::WeightGrad(_) | Tensor::OptState(_)))
+    };
+    if plan.schedule.ops.iter().any(moves_weights) {
         return Err(TrainError::MovesWeights { solver: solver.name().to_string() });
     }
     let params = lowered.network.param_count();

@@ -96,6 +96,8 @@ pub fn timeline_bars(
             Tensor::Saved(i) => vec![format!("ā{i}")],
             Tensor::Grad(i) => vec![format!("δ{i}")],
             Tensor::Weight(i) => vec![format!("w{i}")],
+            Tensor::WeightGrad(i) => vec![format!("δw{i}")],
+            Tensor::OptState(i) => vec![format!("opt{i}")],
             Tensor::Data(d) => match problem {
                 Problem::Graph(g) if d < g.data.len() => vec![g.data[d].name.clone(), format!("d{d}")],
                 _ => vec![format!("d{d}")],
@@ -147,6 +149,7 @@ pub fn timeline_bars(
             }
             Op::Offload { tensor: t, fraction: f } => (BarKind::Offload, fraction(tensor(t), f)),
             Op::Prefetch { tensor: t, fraction: f } => (BarKind::Prefetch, fraction(tensor(t), f)),
+            Op::CpuUpdate { stage } => (BarKind::CpuUpdate, vec![format!("update w{stage}"), format!("w{stage}")]),
             Op::Free { .. } => continue,
         };
         bars.push(Bar { kind, start: span.start, end: span.end, labels });

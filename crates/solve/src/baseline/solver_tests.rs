@@ -133,6 +133,8 @@ fn chain_peaks_by_hand() {
         ftmp: vec![2, 1],
         btmp: vec![3, 2, 7],
         w: None,
+        g: None,
+        o: None,
         static_bytes: 10,
     };
     // store-all: F0all 10+4+6+2 = 22; F1all 10+4+6+9+1 = 30; loss 10+4+6+9+5+7 = 41;

@@ -376,6 +376,8 @@ fn suffix_chain(chain: &Chain, r: usize, extra: u64) -> Chain {
         ftmp: chain.ftmp[r..].to_vec(),
         btmp: chain.btmp[r..].to_vec(),
         w: None,
+        g: None,
+        o: None,
         static_bytes: chain.static_bytes.saturating_add(extra),
     }
 }
@@ -404,6 +406,8 @@ fn group_chain(chain: &Chain, a: usize, b: usize) -> Chain {
         ftmp: chain.ftmp[a..b].iter().map(|&t| t.saturating_add(delta)).collect(),
         btmp,
         w: None,
+        g: None,
+        o: None,
         static_bytes: chain.static_bytes.saturating_add(chain.xbar[a].saturating_sub(chain.x[a])),
     }
 }

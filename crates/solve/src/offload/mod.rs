@@ -266,6 +266,8 @@ pub fn transfer_schedule(
         Tensor::Activation(i) | Tensor::Grad(i) => chain.x[i],
         Tensor::Saved(i) => chain.xbar[i],
         Tensor::Weight(i) => chain.w.as_ref().map_or(0, |w| w[i]),
+        Tensor::WeightGrad(i) => chain.g.as_ref().map_or(0, |g| g[i]),
+        Tensor::OptState(i) => chain.o.as_ref().map_or(0, |o| o[i]),
         Tensor::Data(_) => 0,
     } as f64;
     let pre = prefetch_deadlines(chain, compute, offloads);

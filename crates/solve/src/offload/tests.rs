@@ -37,6 +37,8 @@ fn gadget(x: &[u64]) -> (Chain, u64, f64) {
         ftmp: vec![0; l],
         btmp: vec![0; l + 1],
         w: None,
+        g: None,
+        o: None,
         static_bytes: 0,
     };
     chain.validate().unwrap();
