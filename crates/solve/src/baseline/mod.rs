@@ -15,10 +15,12 @@
 pub mod chen;
 pub mod dtr;
 pub mod knapsack;
+pub mod paged_adam;
 pub mod recompute_all;
 pub mod revolve;
 pub mod sequential;
 pub mod store_all;
+pub mod zero;
 
 #[cfg(test)]
 mod solver_tests;
