@@ -33,6 +33,7 @@ pub mod hgraph;
 pub mod hilp;
 pub mod hiremate;
 pub mod milp;
+pub mod offmate;
 #[cfg(test)]
 mod prepare_tests;
 pub mod rockmate;
@@ -44,6 +45,7 @@ use thiserror::Error;
 
 pub use checkmate::Checkmate;
 pub use hiremate::Hiremate;
+pub use offmate::Offmate;
 pub use rockmate::{RkCheckmate, Rockmate};
 
 /// Why an ILP solver returned no schedule. Converted into a

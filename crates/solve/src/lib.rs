@@ -339,7 +339,7 @@ pub fn simulate(problem: Problem<'_>, schedule: &Schedule, config: &SimConfig) -
 /// (memory waits included; the first of equals). `Err` holds the last simulator error,
 /// `None` if there was no candidate. For solvers that build several candidates and
 /// let the simulator pick.
-pub(crate) fn fastest_within(
+pub fn fastest_within(
     chain: &Chain,
     candidates: impl IntoIterator<Item = Schedule>,
     budget: u64,

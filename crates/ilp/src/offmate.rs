@@ -1,0 +1,744 @@
+//! OffMate (Zhao's thesis, Ch. 4; digest `seed002.md` §4) on pebble's chain view: one
+//! MILP over rematerialization, activation offloading, weight and optimizer-state
+//! offloading, and the optimizer step on the host CPU; then whole tensors (Algorithm 8),
+//! then the simulator.
+//!
+//! # The step model (§4.3)
+//!
+//! A chain of `L` stages (the blocks) runs in `T = 2L` steps, cyclically: step `i < L` is
+//! `F_i`, step `2L − 1 − i` is `B_i` (the loss is folded into `B_{L−1}`'s step). A step
+//! lasts the longest of four activities: the device's compute, each link's transfers, and
+//! the host CPU's optimizer steps.
+//!
+//! # The options per block (§4.4), in chain terms
+//!
+//! * [`BlockOption::Keep`] ("PyTorch"): `F_i^all`, then `B_i`;
+//! * [`BlockOption::Recompute`] ("recompute all"): `F_i^ck`, then `F_i^all` and `B_i`;
+//! * [`BlockOption::Offload`] ("selective + offload", with the chain's one saved set as
+//!   the selection): `F_i^all`, the saved set `ā_{i+1}` offloaded while `F_{i+1}` runs
+//!   and prefetched during the step before `B_{i+1}` (which reads `a_{i+1}`).
+//!
+//! # The MILP (4.1–4.23), as built here
+//!
+//! Per stage `i` (its weights are one parameter group `w`: `w[i]` bytes, `g[i]` trainable
+//! bytes, `o[i]` bytes of optimizer state): `Comp_i^o ∈ {0,1}` (4.1); `X_i ∈ {0,1}`, the
+//! stage updated on the CPU (the thesis's `X_w` is a fraction; pebble's simulator updates a
+//! stage whole, so it is a binary here); and per step `t` the fractions `Sto`, `Ofl`, `Prf`
+//! of the weights and `StoO`, `OflO`, `PrfO` of the state (4.3), and `Opt`, the part of
+//! the stage's update the CPU does in step `t` (4.4). Constraints (4.5)–(4.13) as printed,
+//! with three changes that make the plan one the simulator runs:
+//!
+//! * an offload in step `t` frees memory from step `t + 1` on (the thesis frees it within
+//!   `t`), and nothing is offloaded during the backward that updates it (the host copy
+//!   would be stale);
+//! * a CPU-updated stage's gradient (`g[i]` bytes) leaves in the step after `B_i`, the CPU
+//!   works from the step after that, and none of the weights comes back before the update
+//!   is done in proportion (4.13);
+//! * activation transfers of the offload option load the links in (4.21)/(4.22) (the
+//!   thesis hides them in the option's time).
+//!
+//! Memory (4.14)–(4.17) counts the weights and states present or arriving, the gradients
+//! of the stage in backward (and in flight to the host), and the activations each option
+//! holds at that step, in the chain's accounting; host memory (4.18) counts what the plan
+//! puts there. The objective is `Σ_t Time_t` plus a tie-break of 1% of the transfer times.
+//!
+//! # Post-processing (§4.6)
+//!
+//! Algorithm 8 with one tensor per group: a stage's weights (or state) are on the device
+//! in the steps where the MILP keeps all of them, and away in the others (so memory never
+//! exceeds the MILP's). Each absence starts with an offload (or a drop, when the host copy
+//! is current) and ends with a prefetch issued one step ahead. The schedule is periodic;
+//! the simulator judges it, and [`Offmate`] returns the fastest of a few candidates (the
+//! MILP at the budget and at tightened budgets) that the simulator accepts.
+
+use pebble_graph::Chain;
+use pebble_schedule::{ForwardMode, Op, Schedule, Tensor, View};
+use pebble_sim::Machine;
+use pebble_solve::{Problem, SolveError, SolveOptions, Solver};
+
+use crate::milp::{Lin, Milp, Outcome};
+use crate::IlpError;
+
+/// How a block keeps what its backward needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BlockOption {
+    /// Keep the saved set on the device (`F_all`).
+    Keep,
+    /// Keep only the input, recompute the block before its backward (`F_ck`, then `F_all`).
+    Recompute,
+    /// Keep the saved set on the host: offload it after the forward, prefetch it back.
+    Offload,
+}
+
+impl BlockOption {
+    /// All options, in the order of the MILP's columns.
+    pub const ALL: [BlockOption; 3] = [BlockOption::Keep, BlockOption::Recompute, BlockOption::Offload];
+}
+
+/// What the MILP may use: every technique by default; switching some off gives the
+/// thesis's ablations (Table 4.2) and the rematerialization-only plan.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OffmateOptions {
+    /// Offload activations (the third block option).
+    pub activation_offload: bool,
+    /// Offload weights (and optimizer states).
+    pub weight_offload: bool,
+    /// Update on the host CPU.
+    pub cpu_optimizer: bool,
+    /// Recompute (the second block option).
+    pub recompute: bool,
+    /// HiGHS's time limit, seconds.
+    pub time_limit: Option<f64>,
+    /// The host's management time per step, `H` in (4.23) (the thesis measured 50 ms of
+    /// Python; pebble's planner has no interpreter in the loop, so 0 by default).
+    pub management: f64,
+}
+
+impl Default for OffmateOptions {
+    fn default() -> Self {
+        OffmateOptions {
+            activation_offload: true,
+            weight_offload: true,
+            cpu_optimizer: true,
+            recompute: true,
+            time_limit: Some(300.0),
+            management: 0.0,
+        }
+    }
+}
+
+impl OffmateOptions {
+    /// Rematerialization only: no transfer, no CPU update (Rockmate's plan on these blocks).
+    pub fn remat_only() -> OffmateOptions {
+        OffmateOptions { activation_offload: false, weight_offload: false, cpu_optimizer: false, ..Self::default() }
+    }
+}
+
+/// The MILP's plan, before post-processing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OffmatePlan {
+    /// The option of each block.
+    pub options: Vec<BlockOption>,
+    /// The stages updated on the CPU.
+    pub cpu: Vec<bool>,
+    /// `Sto[i][t]`: the fraction of stage `i`'s weights on the device in step `t`.
+    pub weights: Vec<Vec<f64>>,
+    /// `StoO[i][t]`: the fraction of its optimizer state on the device in step `t`.
+    pub states: Vec<Vec<f64>>,
+    /// The MILP's step time, `Σ_t Time_t` (not the simulator's).
+    pub objective: f64,
+    /// Whether HiGHS proved it optimal (within [`MIP_GAP`]).
+    pub optimal: bool,
+    /// HiGHS's lower bound on the MILP's objective.
+    pub lower_bound: f64,
+}
+
+/// The sizes OffMate needs from a chain: weights, gradients and states per stage.
+struct Groups<'c> {
+    w: &'c [u64],
+    g: &'c [u64],
+    o: &'c [u64],
+}
+
+fn groups<'c>(chain: &'c Chain, solver: &'static str) -> Result<Groups<'c>, SolveError> {
+    let missing = |field: &str| SolveError::Unsupported {
+        solver,
+        why: format!(
+            "the chain has no `{field}` (weights `w`, weight gradients `g` and optimizer states `o` per stage; \
+             zoo models have them)"
+        ),
+    };
+    Ok(Groups {
+        w: chain.w.as_deref().ok_or_else(|| missing("w"))?,
+        g: chain.g.as_deref().ok_or_else(|| missing("g"))?,
+        o: chain.o.as_deref().ok_or_else(|| missing("o"))?,
+    })
+}
+
+/// Step indices: `F_i` is step `i`, `B_i` step `2L − 1 − i`.
+#[derive(Debug, Clone, Copy)]
+struct Steps {
+    l: usize,
+}
+
+impl Steps {
+    fn n(self) -> usize {
+        2 * self.l
+    }
+    fn fwd(self, i: usize) -> usize {
+        i
+    }
+    fn bwd(self, i: usize) -> usize {
+        2 * self.l - 1 - i
+    }
+    /// The step `p` steps after `from`, cyclically.
+    fn after(self, from: usize, p: usize) -> usize {
+        (from + p) % self.n()
+    }
+    /// How many steps after `from` step `t` comes, cyclically.
+    fn position(self, from: usize, t: usize) -> usize {
+        (t + self.n() - from) % self.n()
+    }
+    /// The block whose forward or backward step `t` is, and whether it is a backward.
+    fn block(self, t: usize) -> (usize, bool) {
+        if t < self.l {
+            (t, false)
+        } else {
+            (2 * self.l - 1 - t, true)
+        }
+    }
+}
+
+/// Whether block `i` may take `option`: offloading needs a step between the forward that
+/// follows and the backward that reads it back (`i + 2 < L`).
+fn allowed(option: BlockOption, i: usize, l: usize, opts: &OffmateOptions) -> bool {
+    match option {
+        BlockOption::Keep => true,
+        BlockOption::Recompute => opts.recompute,
+        BlockOption::Offload => opts.activation_offload && i + 2 < l,
+    }
+}
+
+/// The activation memory block `i` holds in step `t` under `option`, beside what its own
+/// compute allocates (see [`own_memory`]).
+fn held(chain: &Chain, steps: Steps, i: usize, option: BlockOption, t: usize) -> u64 {
+    let (j, backward) = steps.block(t);
+    let l = steps.l;
+    let (x, xbar) = (&chain.x, &chain.xbar);
+    if !backward {
+        if i >= j {
+            return 0;
+        }
+        return match option {
+            BlockOption::Keep => xbar[i + 1],
+            BlockOption::Recompute => x[i + 1],
+            // In flight while F_{i+1} reads it, gone after.
+            BlockOption::Offload if j == i + 1 => xbar[i + 1],
+            BlockOption::Offload => 0,
+        };
+    }
+    // Backward of block j: blocks below j still hold theirs.
+    if i >= j {
+        return 0;
+    }
+    let _ = l;
+    match option {
+        BlockOption::Keep => xbar[i + 1],
+        BlockOption::Recompute => x[i + 1],
+        // Back for B_{i+1} (j = i + 1), arriving during B_{i+2} (j = i + 2).
+        BlockOption::Offload if j == i + 1 || j == i + 2 => xbar[i + 1],
+        BlockOption::Offload => 0,
+    }
+}
+
+/// What block `j`'s own compute in step `t` allocates (its output, gradients and
+/// temporaries), in the simulator's accounting.
+fn own_memory(chain: &Chain, steps: Steps, option: BlockOption, t: usize) -> u64 {
+    let (j, backward) = steps.block(t);
+    let l = steps.l;
+    let (x, xbar) = (&chain.x, &chain.xbar);
+    if !backward {
+        let out = if option == BlockOption::Recompute { x[j + 1] } else { xbar[j + 1] };
+        return out + chain.ftmp[j];
+    }
+    // B_j reads ā_{j+1} (and δ_{j+1}), allocates δ_j and its temporaries; a recompute
+    // first allocates ā_{j+1} beside its temporaries.
+    let mut m = xbar[j + 1] + x[j + 1] + x[j] + chain.btmp[j];
+    if option == BlockOption::Recompute {
+        m = m.max(xbar[j + 1] + x[j + 1] + chain.ftmp[j]);
+    }
+    if j + 1 == l {
+        // The loss: a_L (inside ā_L) read, δ_L allocated beside its temporaries.
+        m = m.max(xbar[l] + x[l] + chain.btmp[l]);
+    }
+    m
+}
+
+/// The compute time of block `j`'s step `t` under `option`.
+fn compute_time(chain: &Chain, steps: Steps, option: BlockOption, t: usize) -> f64 {
+    let (j, backward) = steps.block(t);
+    if !backward {
+        return chain.ftime[j];
+    }
+    let mut c = chain.btime[j];
+    if option == BlockOption::Recompute {
+        c += chain.ftime[j];
+    }
+    if j + 1 == steps.l {
+        c += chain.btime[steps.l];
+    }
+    c
+}
+
+/// HiGHS's relative gap: a plan within 1% of the best is good enough for a step model
+/// that is itself an approximation of the simulator's.
+pub const MIP_GAP: f64 = 1e-2;
+
+/// Solves the O-ILP for `chain` within `budget` bytes of device memory on `machine`.
+pub fn offmate_plan(
+    chain: &Chain,
+    budget: u64,
+    machine: &Machine,
+    opts: &OffmateOptions,
+) -> Result<OffmatePlan, SolveError> {
+    let grp = groups(chain, "offmate")?;
+    let l = chain.len();
+    let steps = Steps { l };
+    let n = steps.n();
+    let infeasible = |reason: String| SolveError::Infeasible { budget, reason };
+    // Units: bytes in multiples of the largest weight group (HiGHS wants coefficients near
+    // 1), times in seconds as they are.
+    let unit = grp.w.iter().chain(grp.o).chain(&chain.xbar).copied().max().unwrap_or(1).max(1) as f64;
+    let size = |b: u64| b as f64 / unit;
+    let (d2h, h2d) = (machine.d2h.bandwidth / unit, machine.h2d.bandwidth / unit);
+    let cpu_rate = machine.cpu_optimizer_rate / unit;
+    let gpu_rate = machine.gpu_optimizer_rate.map(|r| r / unit);
+    let named: u64 = grp.w.iter().chain(grp.g).chain(grp.o).sum();
+    let unnamed = chain.static_bytes.saturating_sub(named);
+    let inf = f64::INFINITY;
+    let tiebreak = 0.01;
+
+    let mut m = Milp::new();
+    // (4.1) options.
+    let comp: Vec<Vec<Option<highs::Col>>> = (0..l)
+        .map(|i| {
+            BlockOption::ALL
+                .iter()
+                .map(|&o| allowed(o, i, l, opts).then(|| m.binary(0.0, if o == BlockOption::Keep { 1.0 } else { 0.0 })))
+                .collect()
+        })
+        .collect();
+    for row in &comp {
+        let mut e = Lin::default();
+        for c in row.iter().flatten() {
+            e.add_col(*c, 1.0);
+        }
+        m.row(1.0, &e, 1.0);
+    }
+    // X_i: the CPU updates stage i. Not for a stage whose update window has no step: the
+    // gradient leaves in the step after B_i and the update runs after that, before F_i.
+    let window = |i: usize| steps.position(steps.bwd(i), steps.fwd(i));
+    let x_cpu: Vec<Option<highs::Col>> = (0..l)
+        .map(|i| (opts.cpu_optimizer && grp.g[i] > 0 && window(i) >= 3).then(|| m.binary(0.0, 0.0)))
+        .collect();
+    let time: Vec<highs::Col> = (0..n).map(|_| m.continuous(1.0, 0.0, inf, 0.0)).collect();
+    let frac = |m: &mut Milp, lo: f64, hi: f64, cost: f64| m.continuous(cost, lo, hi, 0.0);
+    // Weights: Sto, Ofl, Prf per stage and step.
+    let mut sto = vec![vec![]; l];
+    let mut ofl = vec![vec![]; l];
+    let mut prf = vec![vec![]; l];
+    let mut sto_o = vec![vec![]; l];
+    let mut ofl_o = vec![vec![]; l];
+    let mut prf_o = vec![vec![]; l];
+    let mut opt = vec![vec![]; l];
+    for i in 0..l {
+        let movable = opts.weight_offload && grp.w[i] > 0;
+        for t in 0..n {
+            let used = t == steps.fwd(i) || t == steps.bwd(i);
+            let lo = if used || !movable { 1.0 } else { 0.0 };
+            sto[i].push(frac(&mut m, lo, 1.0, 0.0));
+            let can_move = movable && t != steps.bwd(i);
+            let cost = tiebreak * size(grp.w[i]);
+            ofl[i].push(frac(&mut m, 0.0, if can_move { 1.0 } else { 0.0 }, cost / machine.d2h.bandwidth * unit));
+            prf[i].push(frac(&mut m, 0.0, if movable { 1.0 } else { 0.0 }, cost / machine.h2d.bandwidth * unit));
+            let state_movable = opts.weight_offload && grp.o[i] > 0;
+            sto_o[i].push(frac(&mut m, if state_movable || x_cpu[i].is_some() { 0.0 } else { 1.0 }, 1.0, 0.0));
+            let cost_o = tiebreak * size(grp.o[i]);
+            ofl_o[i].push(frac(
+                &mut m,
+                0.0,
+                if state_movable && t != steps.bwd(i) { 1.0 } else { 0.0 },
+                cost_o / machine.d2h.bandwidth * unit,
+            ));
+            prf_o[i].push(frac(&mut m, 0.0, if state_movable { 1.0 } else { 0.0 }, cost_o / machine.h2d.bandwidth * unit));
+            // The CPU works from two steps after B_i (the gradient's offload between) to
+            // the step before F_i.
+            let p = steps.position(steps.bwd(i), t);
+            let open = x_cpu[i].is_some() && p >= 2 && p < window(i);
+            opt[i].push(frac(&mut m, 0.0, if open { 1.0 } else { 0.0 }, 0.0));
+        }
+    }
+    let xb = |i: usize| x_cpu[i];
+    // Running sums in the order of the steps from B_i on: `cum[p] = Σ_{q ≤ p} v[at(q)]`
+    // (one column and one row each, where the sums written out would make the matrix dense).
+    let running = |m: &mut Milp, v: &[highs::Col], b: usize| -> Vec<highs::Col> {
+        let mut cum: Vec<highs::Col> = Vec::with_capacity(n);
+        for p in 0..n {
+            let c = m.continuous(0.0, 0.0, inf, 0.0);
+            let mut e = Lin::default();
+            e.add_col(c, 1.0).add_col(v[steps.after(b, p)], -1.0);
+            if p > 0 {
+                e.add_col(cum[p - 1], -1.0);
+            }
+            m.row(0.0, &e, 0.0);
+            cum.push(c);
+        }
+        cum
+    };
+    for i in 0..l {
+        let b = steps.bwd(i);
+        let at = |p: usize| steps.after(b, p);
+        // (4.9)/(4.10): presence grows only through prefetch (cyclically).
+        for p in 0..n {
+            for (s, pr) in [(&sto[i], &prf[i]), (&sto_o[i], &prf_o[i])] {
+                let mut e = Lin::default();
+                e.add_col(s[at(p + 1)], 1.0).add_col(s[at(p)], -1.0).add_col(pr[at(p)], -1.0);
+                m.row(-inf, &e, 0.0);
+            }
+        }
+        // (4.7)/(4.8): each part on the device, offloaded since B_i, or (CPU) away.
+        for (s, of) in [(&sto[i], &ofl[i]), (&sto_o[i], &ofl_o[i])] {
+            let cum = running(&mut m, of, b);
+            for p in 1..n {
+                let mut e = Lin::default();
+                e.add_col(s[at(p)], 1.0).add_col(cum[p - 1], 1.0);
+                if let Some(x) = xb(i) {
+                    e.add_col(x, 1.0);
+                }
+                m.row(1.0, &e, inf);
+            }
+            m.row(-inf, &Lin { constant: 0.0, terms: vec![(cum[n - 1], 1.0)] }, 1.0);
+        }
+        // (4.6): the device update needs the whole state; a CPU-updated state stays on the
+        // host: StoO + PrfO ≤ 1 − X.
+        if let Some(x) = xb(i) {
+            for t in 0..n {
+                let mut e = Lin::default();
+                e.add_col(sto_o[i][t], 1.0).add_col(prf_o[i][t], 1.0).add_col(x, 1.0);
+                m.row(-inf, &e, 1.0);
+            }
+            let mut e = Lin::default();
+            e.add_col(sto_o[i][b], 1.0).add_col(x, 1.0);
+            m.row(1.0, &e, 1.0);
+            // X_i = Σ Opt.
+            let cum = running(&mut m, &opt[i], b);
+            let mut e = Lin::default();
+            e.add_col(cum[n - 1], 1.0).add_col(x, -1.0);
+            m.row(0.0, &e, 0.0);
+            // (4.13): none of the weights on the device or arriving before the update is
+            // done, in proportion: Sto + Prf ≤ 1 − X + Σ_{q<p} Opt.
+            for p in 1..n {
+                let mut e = Lin::default();
+                e.add_col(sto[i][at(p)], 1.0).add_col(prf[i][at(p)], 1.0).add_col(x, 1.0).add_col(cum[p - 1], -1.0);
+                m.row(-inf, &e, 1.0);
+            }
+        } else {
+            m.row(1.0, &Lin { constant: 0.0, terms: vec![(sto_o[i][b], 1.0)] }, 1.0);
+        }
+    }
+
+    // Memory (4.17) and time (4.19)–(4.23), per step.
+    let mut host = Lin::default();
+    for t in 0..n {
+        let (j, backward) = steps.block(t);
+        let mut mem = Lin::constant(size(unnamed + chain.x[0]));
+        let mut compute = Lin::default();
+        let mut out = Lin::default();
+        let mut inc = Lin::default();
+        for i in 0..l {
+            for (k, &o) in BlockOption::ALL.iter().enumerate() {
+                let Some(c) = comp[i][k] else { continue };
+                let mut bytes = held(chain, steps, i, o, t);
+                if i == j {
+                    bytes += own_memory(chain, steps, o, t);
+                    compute.add_col(c, compute_time(chain, steps, o, t));
+                }
+                mem.add_col(c, size(bytes));
+                if o == BlockOption::Offload {
+                    if t == steps.fwd(i + 1) {
+                        out.add_col(c, size(chain.xbar[i + 1]) / d2h);
+                    }
+                    if t == steps.bwd(i + 2) {
+                        inc.add_col(c, size(chain.xbar[i + 1]) / h2d);
+                    }
+                }
+            }
+            mem.add_col(sto[i][t], size(grp.w[i])).add_col(prf[i][t], size(grp.w[i]));
+            mem.add_col(sto_o[i][t], size(grp.o[i])).add_col(prf_o[i][t], size(grp.o[i]));
+            out.add_col(ofl[i][t], size(grp.w[i]) / d2h).add_col(ofl_o[i][t], size(grp.o[i]) / d2h);
+            inc.add_col(prf[i][t], size(grp.w[i]) / h2d).add_col(prf_o[i][t], size(grp.o[i]) / h2d);
+        }
+        if backward {
+            // The stage's gradient, and its device update unless the CPU does it.
+            mem.constant += size(grp.g[j]);
+            if let Some(rate) = gpu_rate {
+                compute.constant += size(grp.g[j]) / rate;
+                if let Some(x) = xb(j) {
+                    compute.add_col(x, -size(grp.g[j]) / rate);
+                }
+            }
+        }
+        // A CPU-updated gradient in flight to the host in the step after its backward.
+        for (i, x) in x_cpu.iter().enumerate() {
+            if let Some(x) = *x {
+                if t == steps.after(steps.bwd(i), 1) {
+                    mem.add_col(x, size(grp.g[i]));
+                    out.add_col(x, size(grp.g[i]) / d2h);
+                }
+            }
+        }
+        m.row(-inf, &mem, size(budget));
+        for e in [&compute, &out, &inc] {
+            let mut r = e.clone();
+            r.add_col(time[t], -1.0);
+            m.row(-inf, &r, 0.0);
+        }
+        let mut cpu = Lin::constant(opts.management);
+        for i in 0..l {
+            cpu.add_col(opt[i][t], size(grp.g[i]) / cpu_rate);
+        }
+        cpu.add_col(time[t], -1.0);
+        m.row(-inf, &cpu, 0.0);
+    }
+    // (4.18): host memory: what is offloaded, the CPU-updated states and gradients.
+    for i in 0..l {
+        for t in 0..n {
+            host.add_col(ofl[i][t], size(grp.w[i])).add_col(ofl_o[i][t], size(grp.o[i]));
+        }
+        if let Some(x) = xb(i) {
+            host.add_col(x, size(grp.w[i] + grp.o[i] + grp.g[i]));
+        }
+        for (k, &o) in BlockOption::ALL.iter().enumerate() {
+            if let (BlockOption::Offload, Some(c)) = (o, comp[i][k]) {
+                host.add_col(c, size(chain.xbar[i + 1]));
+            }
+        }
+    }
+    m.row(-inf, &host, machine.host_memory as f64 / unit);
+
+    let (cols, optimal): (Vec<f64>, Option<f64>) = match m.solve(opts.time_limit, true, &[("mip_rel_gap", MIP_GAP)]) {
+        Ok(Outcome::Optimal(x)) => (x, None),
+        Ok(Outcome::Incumbent(x, _, dual)) => (x, Some(dual)),
+        Err(IlpError::Infeasible) => {
+            return Err(infeasible("OffMate's MILP has no solution: even offloading, the steps do not fit".into()))
+        }
+        Err(e) => return Err(infeasible(format!("OffMate's MILP: {e}"))),
+    };
+    let v = |c: highs::Col| cols[c.index()];
+    let options = comp
+        .iter()
+        .map(|row| {
+            let k = (0..3).max_by(|&a, &b| {
+                let val = |k: usize| row[k].map_or(-1.0, v);
+                val(a).total_cmp(&val(b))
+            });
+            BlockOption::ALL[k.unwrap_or(0)]
+        })
+        .collect();
+    Ok(OffmatePlan {
+        options,
+        cpu: x_cpu.iter().map(|x| x.is_some_and(|x| v(x) > 0.5)).collect(),
+        weights: sto.iter().map(|r| r.iter().map(|&c| v(c)).collect()).collect(),
+        states: sto_o.iter().map(|r| r.iter().map(|&c| v(c)).collect()).collect(),
+        objective: time.iter().map(|&c| v(c)).sum(),
+        optimal: optimal.is_none(),
+        lower_bound: optimal.unwrap_or(f64::NAN),
+    })
+}
+
+/// Where a weight or state is, step by step, after Algorithm 8 with one tensor: on the
+/// device only where the MILP keeps all of it.
+fn whole(fractions: &[f64]) -> Vec<bool> {
+    fractions.iter().map(|&f| f >= 1.0 - 1e-6).collect()
+}
+
+/// Ops issued at the start of each step (before its compute), and the compute itself.
+struct Program {
+    before: Vec<Vec<Op>>,
+}
+
+impl Program {
+    fn push(&mut self, t: usize, op: Op) {
+        self.before[t].push(op);
+    }
+}
+
+/// The transfers of one weight or state whose residency per step is `present`, used at
+/// the `uses` steps, updated in place on the device by the step `update` (its host copy is
+/// stale from then until an offload), starting after `first` (the step after the update,
+/// or after the CPU update's drop for a CPU-updated stage with `host_valid` true).
+fn place_transfers(
+    prog: &mut Program,
+    steps: Steps,
+    tensor: Tensor,
+    present: &[bool],
+    uses: &[usize],
+    update: usize,
+    mut host_valid: bool,
+) {
+    let n = steps.n();
+    let at = |p: usize| steps.after(update, p);
+    let mut p = 1;
+    while p < n {
+        if present[at(p)] {
+            p += 1;
+            continue;
+        }
+        // An absence [p, q): leave at its start, come back one step before its end.
+        let mut q = p;
+        while q < n && !present[at(q)] {
+            q += 1;
+        }
+        if host_valid {
+            prog.push(at(p), Op::Free { tensor });
+        } else {
+            // Offload during the step before the absence; during the step after the update
+            // if that is the absence itself (the update must come first).
+            let issue = if p >= 2 { at(p - 1) } else { at(p) };
+            prog.push(issue, Op::Offload { tensor, fraction: 1.0 });
+            if issue != at(p) && uses.contains(&issue) {
+                // Read while it leaves: an upload, dropped once the read is done.
+                prog.push(at(p), Op::Free { tensor });
+            }
+            host_valid = true;
+        }
+        if q < n {
+            prog.push(at(q - 1), Op::Prefetch { tensor, fraction: 1.0 });
+        } else {
+            // Away until the update step: back during the step before it.
+            prog.push(at(n - 1), Op::Prefetch { tensor, fraction: 1.0 });
+        }
+        p = q;
+    }
+}
+
+/// Turns a plan into a periodic schedule (§4.6).
+pub fn offmate_schedule(chain: &Chain, plan: &OffmatePlan) -> Schedule {
+    let l = chain.len();
+    let steps = Steps { l };
+    let n = steps.n();
+    let mut prog = Program { before: vec![Vec::new(); n] };
+    for i in 0..l {
+        let (f, b) = (steps.fwd(i), steps.bwd(i));
+        if plan.options[i] == BlockOption::Offload {
+            prog.push(steps.fwd(i + 1), Op::Offload { tensor: Tensor::Saved(i + 1), fraction: 1.0 });
+            prog.push(steps.bwd(i + 2), Op::Prefetch { tensor: Tensor::Saved(i + 1), fraction: 1.0 });
+        }
+        let after_b = steps.after(b, 1);
+        let mut present = whole(&plan.weights[i]);
+        if plan.cpu[i] {
+            prog.push(after_b, Op::Offload { tensor: Tensor::WeightGrad(i), fraction: 1.0 });
+            prog.push(after_b, Op::CpuUpdate { stage: i });
+            prog.push(after_b, Op::Free { tensor: Tensor::Weight(i) });
+            // Away from the drop to the first step the MILP brings it back in.
+            let back = (1..n).find(|&p| present[steps.after(b, p)]).unwrap_or(n - 1);
+            for p in 1..back {
+                present[steps.after(b, p)] = false;
+            }
+            let tensor = Tensor::Weight(i);
+            prog.push(steps.after(b, back - 1), Op::Prefetch { tensor, fraction: 1.0 });
+            // Later absences (between F_i and B_i): the host copy is current.
+            let mut rest = present.clone();
+            for p in 0..=back {
+                rest[steps.after(b, p)] = true;
+            }
+            place_transfers(&mut prog, steps, tensor, &rest, &[f, b], b, true);
+        } else {
+            prog.push(after_b, Op::Free { tensor: Tensor::WeightGrad(i) });
+            place_transfers(&mut prog, steps, Tensor::Weight(i), &present, &[f, b], b, false);
+            let states = whole(&plan.states[i]);
+            place_transfers(&mut prog, steps, Tensor::OptState(i), &states, &[b], b, false);
+        }
+        let _ = f;
+    }
+    let mut ops = Vec::new();
+    for t in 0..n {
+        // Frees first (they make room), then offloads, then prefetches.
+        let mut before = std::mem::take(&mut prog.before[t]);
+        before.sort_by_key(|op| match op {
+            Op::Free { .. } => 0,
+            Op::Offload { .. } | Op::CpuUpdate { .. } => 1,
+            _ => 2,
+        });
+        ops.extend(before);
+        let (j, backward) = steps.block(t);
+        let o = plan.options[j];
+        if !backward {
+            let mode = if o == BlockOption::Recompute { ForwardMode::Checkpoint } else { ForwardMode::KeepAll };
+            ops.push(Op::Forward { stage: j, mode });
+        } else {
+            if j + 1 == l && o != BlockOption::Recompute {
+                ops.push(Op::Backward { stage: l });
+            }
+            if o == BlockOption::Recompute {
+                if j + 1 == l {
+                    ops.push(Op::Backward { stage: l });
+                }
+                ops.push(Op::Forward { stage: j, mode: ForwardMode::KeepAll });
+            }
+            ops.push(Op::Backward { stage: j });
+        }
+    }
+    Schedule::new(View::Chain, ops).repeated().with_solver("offmate")
+}
+
+/// The `offmate` solver: the O-ILP at the budget, Algorithm 8, and the simulator; if the
+/// simulator refuses the schedule (the step model is an approximation), the MILP again at a
+/// tightened budget.
+pub struct Offmate;
+
+/// Budgets the MILP is tried at in turn, as fractions of the budget: Algorithm 8 rounds
+/// memory down, but the simulator's transfers start later than the step model's, so a
+/// little headroom may be needed.
+const TIGHTEN: [f64; 3] = [1.0, 0.95, 0.85];
+
+impl Offmate {
+    /// Plans with `opts` (the ablations of Table 4.2 switch techniques off).
+    pub fn solve_with(
+        chain: &Chain,
+        budget: u64,
+        options: &SolveOptions,
+        opts: &OffmateOptions,
+    ) -> Result<Schedule, SolveError> {
+        let opts = OffmateOptions { time_limit: options.time_limit.or(opts.time_limit), ..*opts };
+        let mut last = None;
+        for (k, f) in TIGHTEN.iter().enumerate() {
+            options.progress.report("OffMate: solving the MILP", k, TIGHTEN.len());
+            let plan = match offmate_plan(chain, (budget as f64 * f) as u64, &options.machine, &opts) {
+                Ok(plan) => plan,
+                Err(e) => {
+                    last = Some(e);
+                    break;
+                }
+            };
+            match pebble_solve::fastest_within(chain, [offmate_schedule(chain, &plan)], budget, options) {
+                Ok(s) => {
+                    options.progress.report("OffMate: solving the MILP", TIGHTEN.len(), TIGHTEN.len());
+                    return Ok(s);
+                }
+                Err(e) => {
+                    last = Some(SolveError::Infeasible {
+                        budget,
+                        reason: format!(
+                            "OffMate's schedule does not run within the budget{}",
+                            e.map(|e| format!(": {e}")).unwrap_or_default()
+                        ),
+                    })
+                }
+            }
+        }
+        Err(last.unwrap_or(SolveError::Infeasible { budget, reason: "no plan".into() }))
+    }
+}
+
+impl Solver for Offmate {
+    fn name(&self) -> &'static str {
+        "offmate"
+    }
+
+    fn description(&self) -> &'static str {
+        "OffMate (Zhao Ch. 4): one MILP over recomputation, activation, weight and optimizer-state offloading and \
+         the CPU optimizer step, on the chain's blocks; periodic"
+    }
+
+    fn views(&self) -> &'static [View] {
+        &[View::Chain]
+    }
+
+    fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
+        let chain = problem.chain_for("offmate")?;
+        Offmate::solve_with(chain, budget, options, &OffmateOptions::default())
+    }
+}
+
+inventory::submit!(pebble_solve::Registration(&Offmate));

@@ -1,0 +1,131 @@
+//! OffMate on the chain: without offloading it is the best rematerialization of the
+//! blocks (checked against every combination of the block options); with offloading, its
+//! schedules run in the simulator within the budget, and beat rematerialization alone
+//! when weights and optimizer states are what fills the device.
+
+use pebble_graph::Chain;
+use pebble_ilp::offmate::{offmate_schedule, BlockOption, Offmate, OffmateOptions, OffmatePlan};
+use pebble_schedule::{ForwardMode, Op, Schedule, View};
+use pebble_sim::{simulate_chain, Machine, SimConfig};
+use pebble_solve::{SolveError, SolveOptions};
+use pebble_testkit::{random_chain, Rng};
+
+/// A random chain whose stages carry weights, gradients and Adam states.
+fn trained_chain(rng: &mut Rng, l: usize, weight: (u64, u64)) -> Chain {
+    let mut c = random_chain(rng, l);
+    let w: Vec<u64> = (0..l).map(|_| rng.range(weight.0, weight.1)).collect();
+    c.g = Some(w.clone());
+    c.o = Some(w.iter().map(|w| 2 * w).collect());
+    c.static_bytes += 4 * w.iter().sum::<u64>();
+    c.w = Some(w);
+    c
+}
+
+fn store_all(c: &Chain) -> Schedule {
+    let l = c.len();
+    let mut ops: Vec<Op> = (0..l).map(|i| Op::Forward { stage: i, mode: ForwardMode::KeepAll }).collect();
+    ops.extend((0..=l).rev().map(|i| Op::Backward { stage: i }));
+    Schedule::new(View::Chain, ops).repeated()
+}
+
+/// The plan that keeps every weight and state on the device, with these block options.
+fn remat_plan(l: usize, options: Vec<BlockOption>) -> OffmatePlan {
+    OffmatePlan {
+        options,
+        cpu: vec![false; l],
+        weights: vec![vec![1.0; 2 * l]; l],
+        states: vec![vec![1.0; 2 * l]; l],
+        objective: 0.0,
+        optimal: true,
+        lower_bound: f64::NAN,
+    }
+}
+
+fn machine() -> Machine {
+    Machine { cpu_optimizer_rate: 4.0, gpu_optimizer_rate: Some(40.0), ..Machine::default().with_bandwidth(8.0) }
+}
+
+fn options() -> SolveOptions {
+    SolveOptions { machine: machine(), time_limit: Some(20.0), ..SolveOptions::default() }
+}
+
+#[test]
+fn without_offloading_offmate_is_the_best_rematerialization_of_its_blocks() {
+    let mut rng = Rng::new(11);
+    let mut compared = 0;
+    let mut recomputed = 0;
+    for _ in 0..12 {
+        let l = rng.range(3, 7) as usize;
+        let chain = trained_chain(&mut rng, l, (1, 4));
+        let full = simulate_chain(&chain, &store_all(&chain), &SimConfig::on(machine())).unwrap().peak_bytes;
+        let budget = full * rng.range(60, 100) / 100;
+        let config = SimConfig { budget: Some(budget), ..SimConfig::on(machine()) };
+        // Every combination of keep and recompute, judged by the simulator.
+        let mut best: Option<f64> = None;
+        for mask in 0..(1u32 << l) {
+            let opts = (0..l).map(|i| if mask >> i & 1 == 1 { BlockOption::Recompute } else { BlockOption::Keep });
+            let s = offmate_schedule(&chain, &remat_plan(l, opts.collect()));
+            if let Ok(r) = simulate_chain(&chain, &s, &config) {
+                best = Some(best.map_or(r.makespan, |b: f64| b.min(r.makespan)));
+            }
+        }
+        let ours = Offmate::solve_with(&chain, budget, &options(), &OffmateOptions::remat_only());
+        match (best, ours) {
+            (Some(best), Ok(s)) => {
+                let r = simulate_chain(&chain, &s, &config).unwrap();
+                assert!((r.makespan - best).abs() <= 1e-9 * best, "offmate {} vs exhaustive {best}", r.makespan);
+                assert!(!s.ops.iter().any(|op| matches!(op, Op::Offload { .. } | Op::Prefetch { .. })));
+                compared += 1;
+                recomputed += usize::from(s.ops.iter().filter(|op| matches!(op, Op::Forward { .. })).count() > l);
+            }
+            (None, Err(SolveError::Infeasible { .. })) => {}
+            (best, ours) => panic!("exhaustive {best:?}, offmate {ours:?}"),
+        }
+    }
+    assert!(compared >= 8, "only {compared} instances compared");
+    assert!(recomputed >= 2, "recomputation never needed: the check is weak");
+}
+
+#[test]
+fn with_offloading_offmate_fits_where_rematerialization_cannot() {
+    let mut rng = Rng::new(5);
+    let mut beaten = 0;
+    for case in 0..6 {
+        let l = rng.range(4, 7) as usize;
+        // Heavy weights: the states alone are most of the memory.
+        let chain = trained_chain(&mut rng, l, (20, 40));
+        let full = simulate_chain(&chain, &store_all(&chain), &SimConfig::on(machine())).unwrap().peak_bytes;
+        let budget = full * 55 / 100;
+        let config = SimConfig { budget: Some(budget), ..SimConfig::on(machine()) };
+        // Rematerialization alone cannot: the weights, gradients and states stay.
+        assert!(matches!(
+            Offmate::solve_with(&chain, budget, &options(), &OffmateOptions::remat_only()),
+            Err(SolveError::Infeasible { .. })
+        ));
+        match Offmate::solve_with(&chain, budget, &options(), &OffmateOptions::default()) {
+            Ok(s) => {
+                assert!(s.periodic);
+                let r = simulate_chain(&chain, &s, &config).unwrap();
+                assert!(r.peak_bytes <= budget);
+                assert!(r.makespan >= r.compute_time - 1e-9);
+                assert!(s.ops.iter().any(|op| matches!(op.tensor(), Some(pebble_schedule::Tensor::Weight(_)))
+                    || matches!(op, Op::CpuUpdate { .. })));
+                beaten += 1;
+            }
+            Err(SolveError::Infeasible { .. }) => {}
+            Err(e) => panic!("case {case}: {e}"),
+        }
+    }
+    assert!(beaten >= 4, "offmate fitted only {beaten} of 6 instances");
+}
+
+#[test]
+fn a_chain_without_optimizer_states_is_refused_by_name() {
+    let mut rng = Rng::new(1);
+    let mut chain = trained_chain(&mut rng, 3, (1, 3));
+    chain.o = None;
+    match Offmate::solve_with(&chain, u64::MAX, &options(), &OffmateOptions::default()) {
+        Err(SolveError::Unsupported { why, .. }) => assert!(why.contains("`o`"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
