@@ -484,8 +484,8 @@ pub fn offmate_plan(
             m.row(-inf, &r, 0.0);
         }
         let mut cpu = Lin::constant(opts.management);
-        for i in 0..l {
-            cpu.add_col(opt[i][t], size(grp.g[i]) / cpu_rate);
+        for (row, &g) in opt.iter().zip(grp.g) {
+            cpu.add_col(row[t], size(g) / cpu_rate);
         }
         cpu.add_col(time[t], -1.0);
         m.row(-inf, &cpu, 0.0);
