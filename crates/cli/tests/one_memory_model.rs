@@ -21,10 +21,11 @@ const MODELS: [(&str, &[&str]); 3] = [
 /// at 100% only: below their least budget `plan` bisects for the minimum, one ILP a step.
 const PERCENTS: [&str; 2] = ["100%", "97%"];
 const MILP: [&str; 3] = ["checkmate", "rk-checkmate", "hiremate"];
-/// Solvers whose schedules move weights, which the executor does not run yet (issue 12's
-/// executor step): their plans are checked by the simulator only (`pebble-solve`'s
-/// weight tests).
-const MOVE_WEIGHTS: [&str; 3] = ["weight-offload", "weight-offload-noreuse", "l2l"];
+/// Solvers whose schedules move weights, gradients or optimizer states, or update on the
+/// CPU, which the executor does not run yet (issue 12's executor step): their plans are
+/// checked by the simulator only (`pebble-solve`'s and `pebble-ilp`'s tests).
+const MOVE_WEIGHTS: [&str; 7] =
+    ["weight-offload", "weight-offload-noreuse", "l2l", "zero-offload", "zero-infinity", "paged-adam", "offmate"];
 
 /// Every registered solver, as an unknown name's error lists them.
 fn solvers() -> Vec<String> {
