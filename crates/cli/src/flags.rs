@@ -624,6 +624,21 @@ pub enum Experiment {
     /// its MILP lower bound on GPT-2 and BERT-sized chains (a fixed grid: `--models`,
     /// `--batch` and `--image` are Ch. 4's).
     Weights,
+    /// Zhao's thesis, Ch. 4: OffMate fine-tuning Llama2-7B on a 12 GB card (Table 4.2 and
+    /// its ablations, Phi-2 and Llama2-13B, ZeRO-Offload, ZeRO-Infinity and paged Adam,
+    /// the batch size OffMate picks, time against depth).
+    Offmate,
+}
+
+impl ReproduceArgs {
+    /// `--profile`, or the experiment's own machine.
+    pub fn profile(&self) -> String {
+        let default = match self.experiment {
+            Experiment::Offmate => "rtx3060",
+            Experiment::Ch4 | Experiment::Weights => "v100",
+        };
+        self.profile.clone().unwrap_or_else(|| default.to_string())
+    }
 }
 
 /// `pebble reproduce`.
@@ -646,9 +661,9 @@ pub struct ReproduceArgs {
     /// Image side.
     #[arg(long, value_name = "PIXELS", default_value_t = 500)]
     pub image: usize,
-    /// The machine to plan for.
-    #[arg(long, value_name = "PROFILE", default_value = "v100")]
-    pub profile: String,
+    /// The machine to plan for [default: v100; offmate: rtx3060, the thesis's machine].
+    #[arg(long, value_name = "PROFILE")]
+    pub profile: Option<String>,
     /// Where to write the JSON and the SVG charts.
     #[arg(long, value_name = "DIR", default_value = "docs")]
     pub out_dir: PathBuf,

@@ -318,9 +318,8 @@ pub fn offmate_plan(
     // X_i: the CPU updates stage i. Not for a stage whose update window has no step: the
     // gradient leaves in the step after B_i and the update runs after that, before F_i.
     let window = |i: usize| steps.position(steps.bwd(i), steps.fwd(i));
-    let x_cpu: Vec<Option<highs::Col>> = (0..l)
-        .map(|i| (opts.cpu_optimizer && grp.g[i] > 0 && window(i) >= 3).then(|| m.binary(0.0, 0.0)))
-        .collect();
+    let x_cpu: Vec<Option<highs::Col>> =
+        (0..l).map(|i| (opts.cpu_optimizer && grp.g[i] > 0 && window(i) >= 3).then(|| m.binary(0.0, 0.0))).collect();
     let time: Vec<highs::Col> = (0..n).map(|_| m.continuous(1.0, 0.0, inf, 0.0)).collect();
     let frac = |m: &mut Milp, lo: f64, hi: f64, cost: f64| m.continuous(cost, lo, hi, 0.0);
     // Weights: Sto, Ofl, Prf per stage and step.
@@ -350,7 +349,12 @@ pub fn offmate_plan(
                 if state_movable && t != steps.bwd(i) { 1.0 } else { 0.0 },
                 cost_o / machine.d2h.bandwidth * unit,
             ));
-            prf_o[i].push(frac(&mut m, 0.0, if state_movable { 1.0 } else { 0.0 }, cost_o / machine.h2d.bandwidth * unit));
+            prf_o[i].push(frac(
+                &mut m,
+                0.0,
+                if state_movable { 1.0 } else { 0.0 },
+                cost_o / machine.h2d.bandwidth * unit,
+            ));
             // The CPU works from two steps after B_i (the gradient's offload between) to
             // the step before F_i.
             let p = steps.position(steps.bwd(i), t);
@@ -510,7 +514,9 @@ pub fn offmate_plan(
         Ok(Outcome::Optimal(x)) => (x, None),
         Ok(Outcome::Incumbent(x, _, dual)) => (x, Some(dual)),
         Err(IlpError::Infeasible) => {
-            return Err(infeasible("OffMate's MILP has no solution: even offloading, the steps do not fit".into()))
+            return Err(infeasible(
+                "OffMate's MILP has no solution: with the techniques allowed, some step does not fit".into(),
+            ))
         }
         Err(e) => return Err(infeasible(format!("OffMate's MILP: {e}"))),
     };

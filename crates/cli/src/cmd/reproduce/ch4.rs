@@ -270,7 +270,7 @@ pub fn ch4(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     let report = json!({
         "experiment": "ch4",
         "command": command,
-        "profile": args.profile,
+        "profile": args.profile(),
         "batch": args.batch,
         "image": args.image,
         "quick": args.quick,
@@ -325,7 +325,7 @@ pub fn ch4(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
                 .collect(),
         })
         .collect();
-    let sizes = format!("batch {}, {}×{}, {}", args.batch, args.image, args.image, args.profile);
+    let sizes = format!("batch {}, {}×{}, {}", args.batch, args.image, args.image, args.profile());
     let svgs = [
         render(
             &format!("Time overhead vs memory (α), β = 12 GB/s; {sizes}"),
@@ -441,7 +441,7 @@ fn command_line(args: &ReproduceArgs) -> String {
         args.models.join(","),
         args.batch,
         args.image,
-        args.profile,
+        args.profile(),
         if args.quick { " --quick" } else { "" }
     )
 }
@@ -461,7 +461,7 @@ fn setup(name: &str, args: &ReproduceArgs) -> anyhow::Result<Setup> {
         optimizer: None,
         master_weights: false,
         trainable: None,
-        profile: Some(args.profile.clone()),
+        profile: Some(args.profile()),
         device: None,
     };
     let (model, options) = build_model(name, &opts)?;
@@ -676,7 +676,7 @@ mod tests {
             models: vec!["resnet18".to_string()],
             batch: 2,
             image: 64,
-            profile: "v100".to_string(),
+            profile: Some("v100".to_string()),
             out_dir: dir.clone(),
             quick: true,
             force: false,

@@ -138,7 +138,7 @@ fn row(network: &'static str, depth: usize, batch: usize, args: &ReproduceArgs) 
         optimizer: Some(crate::flags::OptimizerArg::Sgd),
         master_weights: false,
         trainable: None,
-        profile: Some(args.profile.clone()),
+        profile: Some(args.profile()),
         device: None,
     };
     let (model, options) = build_model("gpt", &opts)?;
@@ -197,7 +197,7 @@ pub fn table1(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     rows.push(row(STUDY.0, STUDY.1, STUDY.2, args)?);
     let study = rows.len() - 1;
     let betas: Vec<f64> = if args.quick { QUICK_BETAS.to_vec() } else { BETAS.to_vec() };
-    let profile = pebble_machine::Profile::lookup(&args.profile).map_err(|e| anyhow!("--profile: {e}"))?;
+    let profile = pebble_machine::Profile::lookup(&args.profile()).map_err(|e| anyhow!("--profile: {e}"))?;
     let options_at =
         |beta: f64| SolveOptions { machine: profile.machine.with_bandwidth(beta), ..SolveOptions::default() };
 
@@ -341,7 +341,7 @@ pub fn table1(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
             STUDY.0,
             STUDY.1,
             STUDY.2,
-            args.profile,
+            args.profile(),
             study_row.memory as f64 / (1u64 << 30) as f64
         ),
         "β each way (GB/s)",
@@ -354,8 +354,8 @@ pub fn table1(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
 
     let report = json!({
         "experiment": "weights",
-        "command": format!("pebble reproduce weights --profile {}{}", args.profile, if args.quick { " --quick" } else { "" }),
-        "profile": args.profile,
+        "command": format!("pebble reproduce weights --profile {}{}", args.profile(), if args.quick { " --quick" } else { "" }),
+        "profile": args.profile(),
         "bandwidth": BETA,
         "seq": SEQ,
         "width": WIDTH,
@@ -391,7 +391,7 @@ mod tests {
             models: Vec::new(),
             batch: 16,
             image: 0,
-            profile: "v100".to_string(),
+            profile: Some("v100".to_string()),
             out_dir: PathBuf::new(),
             quick: true,
             force: false,
