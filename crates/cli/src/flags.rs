@@ -44,19 +44,51 @@ pub enum Command {
 }
 
 /// `pebble models`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ModelsArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
 }
 
+/// `--batch`: a size, or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchArg {
+    /// This batch.
+    Fixed(usize),
+    /// The batch of most samples per second (`pebble plan`).
+    Auto,
+}
+
+fn batch_value(text: &str) -> Result<BatchArg, String> {
+    if text == "auto" {
+        return Ok(BatchArg::Auto);
+    }
+    text.parse::<usize>()
+        .map(BatchArg::Fixed)
+        .map_err(|_| format!("`{text}` is not a batch size (a whole number, or `auto`)"))
+}
+
+impl SizeOpts {
+    /// The batch asked for; `auto` is an error outside `pebble plan`, which resolves it.
+    pub fn fixed_batch(&self) -> Result<Option<usize>, String> {
+        match self.batch {
+            None => Ok(None),
+            Some(BatchArg::Fixed(b)) => Ok(Some(b)),
+            Some(BatchArg::Auto) => {
+                Err("--batch auto: only `pebble plan` searches the batch size; give a number here".into())
+            }
+        }
+    }
+}
+
 /// A zoo model's sizes, shared by the planner's and the executor's commands.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct SizeOpts {
-    /// Batch size (default: the model's).
-    #[arg(long, value_name = "N")]
-    pub batch: Option<usize>,
+    /// Batch size (default: the model's); `auto` (`pebble plan` only): the batch of most
+    /// samples per second within the budget, found by planning at each.
+    #[arg(long, value_name = "N|auto", value_parser = batch_value)]
+    pub batch: Option<BatchArg>,
     /// Image side, for vision models.
     #[arg(long, value_name = "PIXELS")]
     pub image: Option<usize>,
@@ -81,7 +113,7 @@ pub struct SizeOpts {
 /// given). A model that has no use for one (`--seq` for a ResNet) rejects it when it is
 /// built, as the zoo rejects `--master-weights` without `--dtype bf16` and a
 /// `--trainable` fraction outside (0, 1].
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ModelOpts {
     #[command(flatten)]
     pub size: SizeOpts,
@@ -203,7 +235,7 @@ pub enum ViewArg {
 
 /// Where the problem comes from: exactly one of a chain file, a graph file, a zoo model
 /// or an ONNX model.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[group(id = "source", required = true, multiple = false)]
 pub struct SourceArgs {
     /// A chain in rotor's JSON format (ftime, btime, x, xbar, ftmp, btmp); sizes in plain units.
@@ -234,7 +266,7 @@ impl SourceArgs {
 }
 
 /// A model of `info` and `graph`: exactly one of a zoo model or an ONNX file.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[group(id = "model_source", required = true, multiple = false)]
 pub struct ModelArgs {
     /// A zoo model (see `pebble models`).
@@ -268,7 +300,7 @@ pub enum ModelSource<'a> {
 }
 
 /// `pebble info`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct InfoArgs {
     #[command(flatten)]
     pub model: ModelArgs,
@@ -280,7 +312,7 @@ pub struct InfoArgs {
 }
 
 /// `pebble graph`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct GraphArgs {
     #[command(flatten)]
     pub model: ModelArgs,
@@ -295,7 +327,7 @@ pub struct GraphArgs {
 }
 
 /// The memory budget of `pebble plan`: exactly one of the two.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[group(id = "budget_group", required = true, multiple = false)]
 pub struct BudgetArgs {
     /// Device memory for everything resident, static memory included: `4GiB`, `512MiB`,
@@ -311,7 +343,7 @@ pub struct BudgetArgs {
 
 /// An optional budget (`pebble simulate`): at most one of the two, meaning what they mean
 /// in `plan` and `train`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[group(id = "optional_budget", required = false, multiple = false)]
 pub struct OptionalBudgetArgs {
     /// Fail if device memory exceeds this: as `--budget` of `pebble plan`.
@@ -331,7 +363,7 @@ impl OptionalBudgetArgs {
 }
 
 /// Options passed on to the solvers and the simulator.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct SolveArgs {
     /// Memory discretization of the dynamic programs: a slot count, or `exact` to use a
     /// chain's integer units as they are [default: 500].
@@ -347,7 +379,7 @@ pub struct SolveArgs {
 }
 
 /// The chart of one schedule over time, as `plan` and `simulate` draw it.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct TimelineArgs {
     /// Plot this schedule's timeline to this SVG file: compute ops, device→host and
     /// host→device transfers, and device memory against the budget, on one time axis.
@@ -360,7 +392,7 @@ pub struct TimelineArgs {
 }
 
 /// `pebble plan`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct PlanArgs {
     #[command(flatten)]
     pub source: SourceArgs,
@@ -384,7 +416,7 @@ pub struct PlanArgs {
 }
 
 /// `pebble simulate`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct SimulateArgs {
     /// The schedule, as `pebble plan -o` writes it.
     #[arg(long, value_name = "FILE")]
@@ -410,7 +442,7 @@ pub struct SimulateArgs {
 }
 
 /// `pebble sweep`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct SweepArgs {
     #[command(flatten)]
     pub source: SourceArgs,
@@ -435,7 +467,7 @@ pub struct SweepArgs {
 
 /// The model options of the executor's commands: `--device` names the hardware to run
 /// on, `--profile` the machine the planner plans for, as in every other command.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct RunModelOpts {
     /// A zoo model (see `pebble models`); `gpt`, `resnet` and `mlp` are small enough for a CPU.
     #[arg(long, value_name = "NAME")]
@@ -499,7 +531,7 @@ pub enum CostsArg {
 }
 
 /// `pebble train`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct TrainArgs {
     #[command(flatten)]
     pub model: RunModelOpts,
@@ -531,7 +563,7 @@ pub struct TrainArgs {
 }
 
 /// `pebble profile`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ProfileArgs {
     #[command(flatten)]
     pub model: RunModelOpts,
@@ -547,7 +579,7 @@ pub struct ProfileArgs {
 }
 
 /// `pebble bench`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
     #[command(flatten)]
     pub model: RunModelOpts,
@@ -642,7 +674,7 @@ impl ReproduceArgs {
 }
 
 /// `pebble reproduce`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ReproduceArgs {
     /// The experiment.
     #[arg(value_enum)]

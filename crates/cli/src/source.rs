@@ -83,7 +83,7 @@ pub fn profile(opts: &ModelOpts) -> anyhow::Result<Option<Profile>> {
 pub fn model_options(opts: &ModelOpts) -> anyhow::Result<ModelOptions> {
     let profile = profile(opts)?.unwrap_or_else(|| ModelOptions::default().profile);
     Ok(ModelOptions {
-        batch: opts.size.batch,
+        batch: opts.size.fixed_batch().map_err(bad)?,
         image: opts.size.image,
         seq: opts.size.seq,
         layers: opts.size.layers,

@@ -18,17 +18,54 @@ fn main() {
     let all = Schedule::new(View::Chain, ops).repeated();
     let machine = profile.machine;
     let r = simulate_chain(c, &all, &SimConfig::on(machine)).unwrap();
-    println!("L={l} store-all period {:.3} s peak {:.2} GB; w {:.2} GB g {:.2} o {:.2} static {:.2}", r.makespan, r.peak_bytes as f64/1e9,
-        c.w.as_ref().unwrap().iter().sum::<u64>() as f64/1e9, c.g.as_ref().unwrap().iter().sum::<u64>() as f64/1e9, c.o.as_ref().unwrap().iter().sum::<u64>() as f64/1e9, c.static_bytes as f64/1e9);
+    println!(
+        "L={l} store-all period {:.3} s peak {:.2} GB; w {:.2} GB g {:.2} o {:.2} static {:.2}",
+        r.makespan,
+        r.peak_bytes as f64 / 1e9,
+        c.w.as_ref().unwrap().iter().sum::<u64>() as f64 / 1e9,
+        c.g.as_ref().unwrap().iter().sum::<u64>() as f64 / 1e9,
+        c.o.as_ref().unwrap().iter().sum::<u64>() as f64 / 1e9,
+        c.static_bytes as f64 / 1e9
+    );
     let budget = (budget_gb * 1e9) as u64;
     let t = std::time::Instant::now();
     let limit: f64 = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(300.0);
-    let plan = offmate_plan(c, budget, &machine, &OffmateOptions { time_limit: Some(limit), ..OffmateOptions::default() }).unwrap();
-    println!("MILP {:.1} s: objective {:.3} optimal {} bound {:.3} options {:?} cpu {}", t.elapsed().as_secs_f64(), plan.objective, plan.optimal, plan.lower_bound,
-        plan.options.iter().map(|o| format!("{o:?}").chars().next().unwrap()).collect::<String>(), plan.cpu.iter().map(|&b| if b {'C'} else {'.'}).collect::<String>());
+    let plan = offmate_plan(
+        c,
+        budget,
+        &machine,
+        &OffmateOptions {
+            time_limit: Some(limit),
+            cpu_optimizer: std::env::var("NO_CPU").is_err(),
+            ..OffmateOptions::default()
+        },
+    )
+    .unwrap();
+    println!(
+        "MILP {:.1} s: objective {:.3} optimal {} bound {:.3} options {:?} cpu {}",
+        t.elapsed().as_secs_f64(),
+        plan.objective,
+        plan.optimal,
+        plan.lower_bound,
+        plan.options.iter().map(|o| format!("{o:?}").chars().next().unwrap()).collect::<String>(),
+        plan.cpu.iter().map(|&b| if b { 'C' } else { '.' }).collect::<String>()
+    );
     let s = offmate_schedule(c, &plan);
     match simulate_chain(c, &s, &SimConfig { budget: Some(budget), ..SimConfig::on(machine) }) {
-        Ok(r) => println!("sim: period {:.3} s peak {:.2} GB host {:.2} GB cpu {:.2} s d2h {:.2} h2d {:.2} stall {:.2}", r.makespan, r.peak_bytes as f64/1e9, r.peak_host_bytes as f64/1e9, r.cpu_busy, r.d2h_busy, r.h2d_busy, r.compute_stall),
-        Err(e) => { println!("sim error: {e}"); let r = simulate_chain(c, &s, &SimConfig::on(machine)); println!("unbounded: {:?}", r.map(|r| (r.makespan, r.peak_bytes))); }
+        Ok(r) => println!(
+            "sim: period {:.3} s peak {:.2} GB host {:.2} GB cpu {:.2} s d2h {:.2} h2d {:.2} stall {:.2}",
+            r.makespan,
+            r.peak_bytes as f64 / 1e9,
+            r.peak_host_bytes as f64 / 1e9,
+            r.cpu_busy,
+            r.d2h_busy,
+            r.h2d_busy,
+            r.compute_stall
+        ),
+        Err(e) => {
+            println!("sim error: {e}");
+            let r = simulate_chain(c, &s, &SimConfig::on(machine));
+            println!("unbounded: {:?}", r.map(|r| (r.makespan, r.peak_bytes)));
+        }
     }
 }

@@ -8,14 +8,23 @@ use serde_json::json;
 
 use super::{budget_json, check_timeline, overhead, percent_of, resolve_budget, solve_options, timeline_bars};
 use crate::error::{bad, Infeasible};
-use crate::flags::PlanArgs;
+use crate::flags::{BatchArg, PlanArgs};
 use crate::out;
 use crate::plot;
 use crate::source::{find_solver, view_name, write_file, Source, Subject};
 
+/// The batch sizes `--batch auto` tries, in turn, until one does not fit.
+const AUTO_BATCHES: [usize; 14] = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64];
+
 pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     if let Some(bound) = pebble_solve::bound::bound(&args.solver) {
         return run_bound(args, bound);
+    }
+    if args.opts.size.batch == Some(BatchArg::Auto) {
+        let batch = auto_batch(args)?;
+        let mut fixed = args.clone();
+        fixed.opts.size.batch = Some(BatchArg::Fixed(batch));
+        return run(&fixed);
     }
     let solver = find_solver(&args.solver, "--solver")?;
     check_timeline(&args.timeline)?;
@@ -276,4 +285,64 @@ fn run_bound(args: &PlanArgs, bound: &pebble_solve::bound::Bound) -> anyhow::Res
         100.0 * over,
     ))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--batch auto` (OffMate's batch selection, Zhao §4.7, by search rather than the
+/// linearized MILP): plans at each of [`AUTO_BATCHES`] within the same budget in bytes,
+/// stopping at the first batch that does not fit, and returns the batch of most samples
+/// per second (the simulator's step time). A percentage budget changes with the batch, so
+/// it is refused.
+fn auto_batch(args: &PlanArgs) -> anyhow::Result<usize> {
+    use pebble_graph::units::BudgetSpec;
+    let solver = find_solver(&args.solver, "--solver")?;
+    if args.source.model.is_none() {
+        return Err(bad("--batch auto: needs a zoo model (`--model`), whose batch can change"));
+    }
+    if args.budget.activation_budget.is_some() || !matches!(args.budget.budget, Some(BudgetSpec::Bytes(_))) {
+        return Err(bad(
+            "--batch auto: give --budget in bytes (`10GB`): a percentage or an activation budget changes with the batch",
+        ));
+    }
+    let mut best: Option<(usize, f64)> = None;
+    let mut tried = Vec::new();
+    let bar = crate::progress::bar(AUTO_BATCHES.len() as u64, "batch sizes");
+    for &b in &AUTO_BATCHES {
+        let mut opts = args.opts.clone();
+        opts.size.batch = Some(BatchArg::Fixed(b));
+        let (source, machine) = match Source::load(&args.source, &opts) {
+            Ok(x) => x,
+            Err(_) => break,
+        };
+        let subject = source.view_for(solver)?;
+        let options = solve_options(&args.solve, &machine);
+        let store_all = subject.store_all(&options.machine)?;
+        let static_bytes = source.param_state_bytes(&subject);
+        let resolved = resolve_budget(&args.budget, store_all.peak_bytes, static_bytes, &machine)?;
+        bar.inc(1);
+        match pebble_solve::plan(solver, subject.problem(), resolved.planned_bytes, &options) {
+            Ok(plan) => {
+                let rate = b as f64 / plan.report.makespan;
+                tried.push(format!("{b}: {rate:.3}/s"));
+                if best.is_none_or(|(_, r)| rate > r) {
+                    best = Some((b, rate));
+                }
+            }
+            Err(PlanError::Solve(SolveError::Infeasible { .. })) => {
+                tried.push(format!("{b}: does not fit"));
+                break;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    bar.finish_and_clear();
+    match best {
+        Some((b, _)) => {
+            eprintln!("--batch auto: {b} (samples per second at each batch: {})", tried.join(", "));
+            Ok(b)
+        }
+        None => {
+            Err(Infeasible(format!("--batch auto: `{}` fits no batch size in the budget, not even 1", solver.name()))
+                .into())
+        }
+    }
 }

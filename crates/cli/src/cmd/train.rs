@@ -24,7 +24,7 @@ pub fn run_target(m: &RunModelOpts) -> anyhow::Result<(DeviceKind, ModelOptions)
         DeviceArg::Cuda => DeviceKind::Cuda,
     };
     let options = ModelOptions {
-        batch: m.size.batch,
+        batch: m.size.fixed_batch().map_err(bad)?,
         image: m.size.image,
         seq: m.size.seq,
         layers: m.size.layers,

@@ -450,7 +450,7 @@ fn command_line(args: &ReproduceArgs) -> String {
 fn setup(name: &str, args: &ReproduceArgs) -> anyhow::Result<Setup> {
     let opts = ModelOpts {
         size: SizeOpts {
-            batch: Some(args.batch),
+            batch: Some(crate::flags::BatchArg::Fixed(args.batch)),
             image: Some(args.image),
             seq: None,
             layers: None,

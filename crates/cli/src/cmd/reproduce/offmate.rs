@@ -96,7 +96,7 @@ impl Cell {
 fn chain_of(task: &Task, profile: &str) -> anyhow::Result<Chain> {
     let opts = ModelOpts {
         size: SizeOpts {
-            batch: Some(task.batch),
+            batch: Some(crate::flags::BatchArg::Fixed(task.batch)),
             image: None,
             seq: Some(SEQ),
             layers: task.layers,

@@ -127,7 +127,7 @@ struct Row {
 fn row(network: &'static str, depth: usize, batch: usize, args: &ReproduceArgs) -> anyhow::Result<Row> {
     let opts = ModelOpts {
         size: SizeOpts {
-            batch: Some(batch),
+            batch: Some(crate::flags::BatchArg::Fixed(batch)),
             image: None,
             seq: Some(SEQ),
             layers: Some(depth - 2),
