@@ -61,10 +61,16 @@ impl<B: AutodiffBackend> Session<B> {
     /// Burn, then the same optimizer update as [`Session::step`].
     pub fn autodiff_step(&mut self) -> Result<StepReport, RuntimeError> {
         sync::<B>(&self.device)?;
+        let resident = self.resident_bytes();
         let before = memory::start_step();
         let start = Instant::now();
-        let params: Vec<FloatTensor<B>> =
-            self.params.iter().map(|p| B::float_set_require_grad(B::float_detach(p.clone()), true)).collect();
+        let params: Vec<FloatTensor<B>> = self
+            .statics
+            .params
+            .iter()
+            .flatten()
+            .map(|p| B::float_set_require_grad(B::float_detach(p.clone()), true))
+            .collect();
         let net = &self.program.net;
         let seed = self.step_seed();
         // Last reader of each tensor, to drop our handle when Burn alone needs it.
@@ -110,12 +116,12 @@ impl<B: AutodiffBackend> Session<B> {
         drop(grads);
         sync::<B>(&self.device)?;
         let seconds = start.elapsed().as_secs_f64();
-        let peak_bytes = self.measured_peak(before);
+        let peak_bytes = self.measured_peak(before, resident);
         let loss = read_floats::<B>(B::float_detach(loss))?.first().copied().unwrap_or(f32::NAN);
         drop(params);
         let detached: Vec<Option<FloatTensor<B>>> = inner.into_iter().map(|g| g.map(B::float_detach)).collect();
         self.update(detached);
-        for p in self.params.iter_mut() {
+        for p in self.statics.params.iter_mut().flatten() {
             *p = B::float_detach(p.clone());
         }
         self.steps += 1;

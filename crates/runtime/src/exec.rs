@@ -34,21 +34,54 @@
 //!   none will. [`TransferReport`] says how long each link was busy and how long the
 //!   compute stream waited.
 //!
+//! # Weights, their gradients and optimizer states (chain schedules)
+//!
+//! The chain's static tensors of stage `i` are `Weight(i)` (the parameters stage `i`
+//! reads, [`Program::weights`]), `WeightGrad(i)` and `OptState(i)` (the gradients and
+//! optimizer states of the parameters only stage `i` reads, [`Program::owned`]; a tied
+//! parameter's stay resident). A schedule that names them ([`placement::names_statics`])
+//! runs with the simulator's semantics ([`crate::placement`]):
+//!
+//! * `B_i` updates the parameters it is the last to contribute gradients to (those whose
+//!   first reader is stage `i`) in place, right after its backward, with the same
+//!   optimizer code as the session's end-of-step update ([`crate::optim`]); the host
+//!   copies of `Weight(i)` and `OptState(i)` are then stale and dropped.
+//! * [`Op::CpuUpdate`] runs that step on the host CPU's thread instead, once the
+//!   gradient's offload is done: it rewrites the host copies of `Weight(i)` and
+//!   `OptState(i)` and drops the gradient's; the device copy of the weights is stale
+//!   (reading it is an error) until freed and prefetched again.
+//! * An offload of a weight or state read again before its next move is an upload: the
+//!   device copy stays until a free. A free of either drops the device copy only.
+//! * Parameters live in one slot each: a tied parameter is on the device while any of
+//!   its stages' weights is, and a prefetch takes each parameter from its up-to-date
+//!   copy (the device's, or the host copy made after its last update), so that a tied
+//!   parameter read by a later stage sees its update by an earlier one.
+//! * What a step leaves on the host and the device ([`Statics`]) is where the next step
+//!   starts: a periodic schedule runs one period per step, each tensor where the period's
+//!   ops leave it ([`placement::starts`]); [`Statics::arrange`] puts them there before the
+//!   first step.
+//!
 //! Graph schedules do not move tensors yet: their transfers are refused.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{Backend, TensorMetadata};
+use burn_backend::{Backend, FloatDType, TensorMetadata};
 use pebble_schedule::{ForwardMode, Op, Schedule, Tensor, View};
 use pebble_zoo::ops::{Elem, Saved};
 use pebble_zoo::{GraphIndex, TensorId};
 
 use crate::ops::{self, OpCtx};
+use crate::optim::{self, Moments, OptimizerKind};
+use crate::placement::{self, StageStart};
 use crate::program::{Key, Program, Source};
 use crate::rng::op_seed;
-use crate::transfer::{Parts, StageTemporaries, TransferOptions, TransferReport, Transfers};
-use crate::{RuntimeError, Value};
+use crate::transfer::{
+    HostCopies, HostCopy, HostParts, HostUpdate, HostValue, Parts, StageTemporaries, TransferOptions, TransferReport,
+    Transfers,
+};
+use crate::{memory, RuntimeError, Value};
 
 type Env<B> = HashMap<TensorId, Value<B>>;
 type GradMap<B> = HashMap<TensorId, FloatTensor<B>>;
@@ -61,19 +94,283 @@ struct SavedSet<B: Backend> {
     inner: HashMap<Key, Value<B>>,
 }
 
-/// The tensors a step starts with and the parameters it reads.
+/// The tensors a step starts with, beside the parameters ([`Statics`]).
 pub struct StepInputs<'a, B: Backend> {
     /// A value for each step input of the network (tensors without a producer), by id.
     pub inputs: &'a HashMap<TensorId, Value<B>>,
-    /// The parameters, in the network's order.
-    pub params: &'a [FloatTensor<B>],
     /// The seed of this step's random ops.
     pub seed: u64,
-    /// Bytes resident on the device when the step starts (parameters, optimizer state,
-    /// the batch): where the device pool starts, with the gradients the step allocates.
-    pub resident_bytes: u64,
     /// Each chain stage's temporaries, which the device pool holds while the op runs.
     pub temporaries: &'a StageTemporaries,
+    /// The optimizer step a schedule that names the static tensors runs inside its
+    /// backwards and CPU updates (`None`: the step updates nothing).
+    pub update: Option<Update>,
+}
+
+/// The optimizer step of one training step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Update {
+    /// The optimizer.
+    pub optimizer: OptimizerKind,
+    /// The step, from 1 (Adam's bias correction).
+    pub t: i32,
+}
+
+/// A stage's static tensor: its weights, their gradient, their optimizer state.
+const WEIGHT: usize = 0;
+const WGRAD: usize = 1;
+const STATE: usize = 2;
+
+/// A host copy a step leaves for the next, with its bytes.
+type Carried = (Arc<HostCopy<Part>>, u64);
+
+/// The parameters, their gradients' placement and the optimizer state between steps:
+/// device copies per parameter, host copies per chain static tensor.
+pub struct Statics<B: Backend> {
+    /// Each parameter's device copy (`None`: only on the host).
+    pub(crate) params: Vec<Option<FloatTensor<B>>>,
+    /// Each parameter's moments on the device (empty for an optimizer without state).
+    pub(crate) moments: Vec<Option<Moments<B>>>,
+    /// Per stage, whether `Weight(i)`, `WeightGrad(i)`, `OptState(i)` are on the device
+    /// (a gradient's device copy is made afresh by each step).
+    pub(crate) device: Vec<[bool; 3]>,
+    /// Per stage, the host copies of `Weight(i)`, `WeightGrad(i)`, `OptState(i)`.
+    pub(crate) hosts: Vec<[Option<Carried>; 3]>,
+    /// Each parameter's up-to-date host copy: the stage whose `Weight` host copy has it.
+    pub(crate) fresh: Vec<Option<usize>>,
+}
+
+impl<B: Backend> Statics<B> {
+    /// Everything on the device, for a chain of `stages` stages.
+    pub(crate) fn new(params: Vec<FloatTensor<B>>, moments: Vec<Moments<B>>, stages: usize) -> Statics<B> {
+        let n = params.len();
+        Statics {
+            params: params.into_iter().map(Some).collect(),
+            moments: moments.into_iter().map(Some).collect(),
+            device: vec![[true; 3]; stages],
+            hosts: (0..stages).map(|_| [None, None, None]).collect(),
+            fresh: vec![None; n],
+        }
+    }
+
+    /// Optimizer states per parameter (2 for AdamW, 0 for SGD).
+    fn moments_per_param(&self) -> u64 {
+        if self.moments.is_empty() {
+            0
+        } else {
+            2
+        }
+    }
+
+    /// Device bytes of the parameters and moments on the device (each tensor once).
+    pub(crate) fn device_bytes(&self) -> u64 {
+        let bytes = |t: &FloatTensor<B>| (t.shape().num_elements() * t.dtype().size()) as u64;
+        let params: u64 = self.params.iter().flatten().map(bytes).sum();
+        let moments: u64 = self.moments.iter().flatten().map(|(m, v)| bytes(m) + bytes(v)).sum();
+        params + moments
+    }
+
+    /// Whether every parameter and moment is on the device and nothing is on the host.
+    pub(crate) fn all_on_device(&self) -> bool {
+        self.params.iter().all(Option::is_some) && self.moments.iter().all(Option::is_some)
+    }
+
+    /// Every parameter's current value, from its device copy or its up-to-date host copy.
+    pub(crate) fn current_values(&self) -> Result<Vec<Vec<f32>>, RuntimeError> {
+        (0..self.params.len())
+            .map(|q| match &self.params[q] {
+                Some(t) => crate::read_floats::<B>(t.clone()),
+                None => match self.fresh_part(q) {
+                    Some(HostValue::Float(d)) => {
+                        d.to_vec::<f32>().map_err(|e| RuntimeError::Readback(format!("{e:?}")))
+                    }
+                    _ => Err(lost(q)),
+                },
+            })
+            .collect()
+    }
+
+    /// Parameter `q`'s current value as host data: from its device copy, or its
+    /// up-to-date host copy.
+    fn host_value(&self, q: usize) -> Result<HostValue, RuntimeError> {
+        let _host = memory::host_scope();
+        if let Some(t) = &self.params[q] {
+            return HostValue::read(Value::<B>::Float(t.clone()));
+        }
+        self.fresh_part(q).cloned().ok_or_else(|| lost(q))
+    }
+
+    /// Parameter `q`'s part in its up-to-date host copy.
+    fn fresh_part(&self, q: usize) -> Option<&HostValue> {
+        let stage = self.fresh[q]?;
+        let (copy, _) = self.hosts[stage][WEIGHT].as_ref()?;
+        copy.parts.iter().find(|(k, _)| *k == Part::Param(q)).map(|(_, v)| v)
+    }
+
+    /// Drops stage `i`'s host copy of `kind` and what pointed at it.
+    fn drop_host(&mut self, i: usize, kind: usize) {
+        let copy = self.hosts[i][kind].take();
+        if kind == WEIGHT {
+            self.fresh.iter_mut().filter(|f| **f == Some(i)).for_each(|f| *f = None);
+        }
+        let _host = memory::host_scope();
+        drop(copy);
+    }
+
+    /// Puts the static tensors where a step that starts at `starts` expects them (as the
+    /// simulator starts a period), copying between the device and the host directly
+    /// (neither timed nor throttled: this happens before a step, not in one). Host copies
+    /// are made first (from the device copies), then device copies brought in (from the
+    /// host copies), then what is not wanted dropped. Returns whether anything moved.
+    pub(crate) fn arrange(
+        &mut self,
+        p: &Program,
+        starts: &[StageStart],
+        device: &B::Device,
+    ) -> Result<bool, RuntimeError> {
+        let l = p.len();
+        let sizes = static_sizes(p, self.moments_per_param());
+        let mut moved = false;
+        for (i, want) in starts.iter().enumerate().take(l) {
+            // A weights' host copy serves if each of its parameters has an up-to-date host
+            // copy: this one, or (a tied parameter updated by another stage) that stage's.
+            let weights = &p.weights[i];
+            let fresh = self.hosts[i][WEIGHT].is_some() && weights.iter().all(|&q| self.fresh_part(q).is_some());
+            if want.weight.host && !fresh {
+                let parts = weights
+                    .iter()
+                    .map(|&q| Ok((Part::Param(q), self.host_value(q)?)))
+                    .collect::<Result<Vec<_>, RuntimeError>>()?;
+                self.drop_host(i, WEIGHT);
+                self.hosts[i][WEIGHT] = Some((Arc::new(HostCopy { parts }), sizes[i][WEIGHT]));
+                weights.iter().for_each(|&q| self.fresh[q] = Some(i));
+                moved = true;
+            }
+            if want.state.host && self.hosts[i][STATE].is_none() {
+                let mut parts: Parts<B, Part> = Vec::new();
+                for &q in &p.owned[i] {
+                    if let Some(slot) = self.moments.get(q) {
+                        let (m, v) = slot.clone().ok_or_else(|| lost_state(i))?;
+                        parts.push((Part::M(q), Value::Float(m)));
+                        parts.push((Part::V(q), Value::Float(v)));
+                    }
+                }
+                self.hosts[i][STATE] = Some((Arc::new(HostCopy::read(parts)?), sizes[i][STATE]));
+                moved = true;
+            }
+            if want.grad.host && self.hosts[i][WGRAD].is_none() {
+                let zeros = p.owned[i]
+                    .iter()
+                    .map(|&q| {
+                        let shape = p.net.params[q].shape.clone();
+                        (Part::Grad(q), Value::<B>::Float(B::float_zeros(shape.into(), device, FloatDType::F32)))
+                    })
+                    .collect();
+                self.hosts[i][WGRAD] = Some((Arc::new(HostCopy::read(zeros)?), sizes[i][WGRAD]));
+                moved = true;
+            }
+        }
+        for (i, want) in starts.iter().enumerate().take(l) {
+            if want.weight.device && !self.device[i][WEIGHT] {
+                for &q in &p.weights[i] {
+                    if self.params[q].is_none() {
+                        let value = self.fresh_part(q).ok_or_else(|| lost(q))?.upload::<B>(device);
+                        self.params[q] = value.float();
+                    }
+                }
+                moved = true;
+            }
+            if want.state.device && !self.device[i][STATE] {
+                let (copy, _) = self.hosts[i][STATE].as_ref().ok_or_else(|| lost_state(i))?;
+                let mut halves: HashMap<usize, [Option<FloatTensor<B>>; 2]> = HashMap::new();
+                for (k, v) in &copy.parts {
+                    let (q, half) = match *k {
+                        Part::M(q) => (q, 0),
+                        Part::V(q) => (q, 1),
+                        _ => continue,
+                    };
+                    halves.entry(q).or_default()[half] = v.upload::<B>(device).float();
+                }
+                for (q, [m, v]) in halves {
+                    self.moments[q] = m.zip(v);
+                }
+                moved = true;
+            }
+        }
+        for (i, want) in starts.iter().enumerate().take(l) {
+            if !want.state.device && self.device[i][STATE] {
+                if self.hosts[i][STATE].is_none() {
+                    return Err(lost_state(i));
+                }
+                for &q in &p.owned[i] {
+                    if let Some(slot) = self.moments.get_mut(q) {
+                        *slot = None;
+                    }
+                }
+                moved = true;
+            }
+            if !want.state.host && self.hosts[i][STATE].is_some() {
+                if !want.state.device {
+                    return Err(lost_state(i));
+                }
+                self.drop_host(i, STATE);
+                moved = true;
+            }
+            if !want.grad.host && self.hosts[i][WGRAD].is_some() {
+                self.drop_host(i, WGRAD);
+                moved = true;
+            }
+            moved |= self.device[i][WEIGHT] != want.weight.device || self.device[i][WGRAD] != want.grad.device;
+            self.device[i] = [want.weight.device, want.grad.device, want.state.device];
+        }
+        // Weights' host copies not wanted go (a parameter then lives on the device), then
+        // device copies no stage keeps (a parameter then lives in a host copy).
+        for (i, want) in starts.iter().enumerate().take(l) {
+            if !want.weight.host && self.hosts[i][WEIGHT].is_some() {
+                self.drop_host(i, WEIGHT);
+                moved = true;
+            }
+        }
+        for q in 0..self.params.len() {
+            let kept = p.readers[q].iter().any(|&s| s < l && self.device[s][WEIGHT]);
+            if !kept && self.params[q].is_some() && !p.readers[q].is_empty() {
+                if self.fresh_part(q).is_none() {
+                    return Err(lost(q));
+                }
+                self.params[q] = None;
+            }
+        }
+        Ok(moved)
+    }
+}
+
+/// Parameter `q` would be left with no up-to-date copy anywhere.
+fn lost(q: usize) -> RuntimeError {
+    RuntimeError::Schedule {
+        index: 0,
+        op: "the step's start".into(),
+        why: format!("parameter {q} has no up-to-date copy on the device or the host"),
+    }
+}
+
+fn lost_state(i: usize) -> RuntimeError {
+    RuntimeError::Schedule {
+        index: 0,
+        op: "the step's start".into(),
+        why: format!("the optimizer state of stage {i} has no copy on the device or the host"),
+    }
+}
+
+/// Per stage, the bytes of `Weight(i)`, `WeightGrad(i)` and `OptState(i)` at their
+/// declared sizes (`moments` optimizer states per parameter).
+fn static_sizes(p: &Program, moments: u64) -> Vec<[u64; 3]> {
+    let bytes = |q: usize| p.net.bytes(&p.net.params[q].shape, Elem::Float);
+    (0..p.len())
+        .map(|i| {
+            let owned: u64 = p.owned[i].iter().map(|&q| bytes(q)).sum();
+            [p.weights[i].iter().map(|&q| bytes(q)).sum(), owned, moments * owned]
+        })
+        .collect()
 }
 
 /// What a step leaves: the loss and the parameters' gradients.
@@ -93,32 +390,59 @@ pub fn run<B: Backend>(
     index: &GraphIndex,
     schedule: &Schedule,
     step: &StepInputs<'_, B>,
+    statics: &mut Statics<B>,
     device: &B::Device,
 ) -> Result<StepOutput<B>, RuntimeError> {
-    run_with(program, index, schedule, step, device, &TransferOptions::default())
+    run_with(program, index, schedule, step, statics, device, &TransferOptions::default())
 }
 
 /// Runs one training step of `schedule` on `program`, on `device`: transfers over the
-/// links of `options`, device memory under its cap.
+/// links of `options`, device memory under its cap. The parameters and optimizer state
+/// are `statics`', which the step leaves where its last op puts them.
 pub fn run_with<B: Backend>(
     program: &Program,
     index: &GraphIndex,
     schedule: &Schedule,
     step: &StepInputs<'_, B>,
+    statics: &mut Statics<B>,
     device: &B::Device,
     options: &TransferOptions,
 ) -> Result<StepOutput<B>, RuntimeError> {
+    if schedule.view == View::Graph && !statics.all_on_device() {
+        return Err(RuntimeError::Schedule {
+            index: 0,
+            op: "the step's start".into(),
+            why: "a graph schedule needs every parameter and optimizer state on the device".into(),
+        });
+    }
     // Parameter gradients are resident for the whole step, as the planners count them
     // (gradient-accumulation accounting, Zhao §1.1): zeroed at the start, accumulated into.
-    let grads = step.params.iter().map(|p| Some(B::float_zeros(p.shape(), device, p.dtype().into()))).collect();
-    let mut runner = Runner { p: program, step, device, grads, loss: None };
-    let transfers = match schedule.view {
-        View::Chain => runner.chain(schedule, options)?,
-        View::Graph => {
-            runner.graph(index, schedule)?;
-            TransferReport::default()
-        }
+    // A stage's whose gradient starts the step elsewhere (a period that offloads it) is
+    // made by its backward.
+    let grads = (0..program.net.params.len())
+        .map(|q| {
+            let absent = matches!(program.owned_by(q), Some(i) if !statics.device[i][WGRAD]);
+            let shape = program.net.params[q].shape.clone();
+            (!absent).then(|| B::float_zeros(shape.into(), device, FloatDType::F32))
+        })
+        .collect();
+    let mut runner = Runner {
+        p: program,
+        step,
+        device,
+        params: std::mem::take(&mut statics.params),
+        moments: std::mem::take(&mut statics.moments),
+        stale: vec![false; program.net.params.len()],
+        grads,
+        loss: None,
     };
+    let result = match schedule.view {
+        View::Chain => runner.chain(schedule, options, statics),
+        View::Graph => runner.graph(index, schedule).map(|()| TransferReport::default()),
+    };
+    statics.params = std::mem::take(&mut runner.params);
+    statics.moments = std::mem::take(&mut runner.moments);
+    let transfers = result?;
     let loss = runner.loss.take().ok_or(RuntimeError::NoLoss)?;
     Ok(StepOutput { loss, grads: runner.grads, transfers })
 }
@@ -127,6 +451,12 @@ struct Runner<'a, B: Backend> {
     p: &'a Program,
     step: &'a StepInputs<'a, B>,
     device: &'a B::Device,
+    /// Each parameter's device copy.
+    params: Vec<Option<FloatTensor<B>>>,
+    /// Each parameter's moments on the device.
+    moments: Vec<Option<Moments<B>>>,
+    /// A device copy the host CPU has updated past: read it and the step fails.
+    stale: Vec<bool>,
     grads: Vec<Option<FloatTensor<B>>>,
     loss: Option<FloatTensor<B>>,
 }
@@ -153,13 +483,82 @@ fn sched_err(k: usize, op: &Op, why: impl Into<String>) -> RuntimeError {
     RuntimeError::Schedule { index: k, op: op.to_string(), why: why.into() }
 }
 
+/// Names schedule op `k` in an error raised inside it without knowing it.
+fn at_op(e: RuntimeError, k: usize, op: &Op) -> RuntimeError {
+    match e {
+        RuntimeError::Schedule { index: usize::MAX, op: inner, why } => sched_err(k, op, format!("{inner} {why}")),
+        e => e,
+    }
+}
+
+/// The host CPU's optimizer step of the parameters `owned` (a stage's), on the host
+/// copies of their gradients, weights and moments, in place and without temporaries:
+/// [`optim::apply_slices`], the backend's arithmetic element by element (on the CPU
+/// backend, the device's update bit for bit). Without `update` (a step that updates
+/// nothing) the copies are left as they are.
+fn host_update(
+    update: Option<Update>,
+    owned: &[usize],
+    grads: HostParts<Part>,
+    mut weights: HostParts<Part>,
+    mut state: HostParts<Part>,
+) -> Result<(HostParts<Part>, HostParts<Part>), RuntimeError> {
+    let Some(u) = update else { return Ok((weights, state)) };
+    let bad = |e: burn_backend::DataError| RuntimeError::Readback(format!("{e:?}"));
+    let mut g: HashMap<usize, burn_backend::TensorData> = HashMap::new();
+    for (part, value) in grads {
+        if let (Part::Grad(q), HostValue::Float(data)) = (part, value) {
+            g.insert(q, data);
+        }
+    }
+    let mut moments: HashMap<usize, [Option<&mut burn_backend::TensorData>; 2]> = HashMap::new();
+    for (part, value) in state.iter_mut() {
+        if let (Part::M(q) | Part::V(q), HostValue::Float(data)) = (*part, value) {
+            moments.entry(q).or_default()[usize::from(matches!(part, Part::V(_)))] = Some(data);
+        }
+    }
+    for (part, value) in weights.iter_mut() {
+        let (Part::Param(q), HostValue::Float(p)) = (*part, value) else { continue };
+        // A gradient that never reached the parameter leaves it (and its moments) as is.
+        let (true, Some(grad)) = (owned.contains(&q), g.get(&q)) else { continue };
+        let grad = grad.as_slice::<f32>().map_err(bad)?;
+        let p = p.as_mut_slice::<f32>().map_err(bad)?;
+        match moments.remove(&q) {
+            Some([Some(m), Some(v)]) => {
+                let (m, v) = (m.as_mut_slice::<f32>().map_err(bad)?, v.as_mut_slice::<f32>().map_err(bad)?);
+                optim::apply_slices(u.optimizer, u.t, p, grad, Some((m, v)));
+            }
+            _ => optim::apply_slices(u.optimizer, u.t, p, grad, None),
+        }
+    }
+    drop(moments);
+    Ok((weights, state))
+}
+
 impl<B: Backend> Runner<'_, B> {
     fn ctx(&self, op: usize, grad: bool) -> OpCtx<'_, B> {
         OpCtx { device: self.device, grad, seed: op_seed(self.step.seed, op) }
     }
 
-    fn params_of(&self, op: usize) -> Vec<FloatTensor<B>> {
-        self.p.net.ops[op].params.iter().map(|&i| self.step.params[i].clone()).collect()
+    fn params_of(&self, op: usize) -> Result<Vec<FloatTensor<B>>, RuntimeError> {
+        let net = &self.p.net;
+        net.ops[op]
+            .params
+            .iter()
+            .map(|&q| match &self.params[q] {
+                Some(t) if !self.stale[q] => Ok(t.clone()),
+                Some(_) => Err(RuntimeError::Schedule {
+                    index: usize::MAX,
+                    op: net.ops[op].name.clone(),
+                    why: format!(
+                        "reads parameter `{}`, whose device copy is stale since its update on the host: \
+                         free its stage's weights and prefetch them again",
+                        net.params[q].name
+                    ),
+                }),
+                None => Err(RuntimeError::NotResident { tensor: net.params[q].name.clone() }),
+            })
+            .collect()
     }
 
     fn input_dims(&self, op: usize) -> Vec<Vec<usize>> {
@@ -197,7 +596,7 @@ impl<B: Backend> Runner<'_, B> {
                 };
                 inputs.push(v);
             }
-            let out = ops::forward(op, inputs, &self.params_of(o), &self.ctx(o, grad))?;
+            let out = ops::forward(op, inputs, &self.params_of(o)?, &self.ctx(o, grad))?;
             crate::memory::sample();
             for (j, x) in out.extras.into_iter().enumerate() {
                 inner.insert(Key::Extra(o, j), x);
@@ -281,7 +680,7 @@ impl<B: Backend> Runner<'_, B> {
                     }
                 }
             }
-            let params = self.params_of(o);
+            let params = self.params_of(o)?;
             let out = ops::backward(op, &self.input_dims(o), g, values, &params, &self.needs(o), &self.ctx(o, true))?;
             crate::memory::sample();
             for (k, g) in out.inputs.into_iter().enumerate() {
@@ -352,34 +751,97 @@ impl<B: Backend> Runner<'_, B> {
     }
 
     /// Runs a chain schedule: compute ops on this thread, transfers on the two threads
-    /// of [`Transfers`], all of it inside one scope so that nothing outlives the step.
-    fn chain(&mut self, schedule: &Schedule, options: &TransferOptions) -> Result<TransferReport, RuntimeError> {
+    /// of [`Transfers`] (and CPU updates on a third), all of it inside one scope so that
+    /// nothing outlives the step but what `statics` carries to the next.
+    fn chain(
+        &mut self,
+        schedule: &Schedule,
+        options: &TransferOptions,
+        statics: &mut Statics<B>,
+    ) -> Result<TransferReport, RuntimeError> {
         let l = self.p.len();
         let ids = Ids { n: l + 1 };
-        let effects = resolve(&schedule.ops, l)?;
-        let sizes = chain_sizes(self.p, ids);
+        let effects = resolve(&schedule.ops, l, schedule.periodic)?;
+        // (The moments are the runner's for the step.)
+        let moments = if self.moments.is_empty() { 0 } else { 2 };
+        let sizes = chain_sizes(self.p, ids, moments);
+        let n_ops = schedule.ops.len();
         let mut held = Held::new(ids);
         let mut a0 = Env::new();
         for &t in &self.p.boundary[0] {
             a0.insert(t, self.static_value(t)?);
         }
         held.act[0] = Some(a0);
-        let mut track = vec![Track::default(); 3 * ids.n];
-        // The pool starts with what the step holds from its start; `a_0` is among it.
+        let mut track = vec![Track::default(); 6 * ids.n];
+        // The host copies the last step left, under jobs past this step's ops.
+        let mut hosts = HostCopies::new();
+        for i in 0..l {
+            for kind in [WEIGHT, WGRAD, STATE] {
+                let id = ids.stat(kind, i);
+                if let Some(entry) = statics.hosts[i][kind].take() {
+                    hosts.insert(n_ops + id, entry);
+                    track[id].host = Some(n_ops + id);
+                }
+                if statics.device[i][kind] {
+                    track[id].dev = sizes[id];
+                }
+            }
+        }
+        let fresh = statics.fresh.iter().map(|s| s.map(|s| n_ops + ids.weight(s))).collect();
+        // The pool starts with what the step holds from its start, as the simulator counts
+        // it: the parameters, their gradients and states, less the stages' that start off
+        // the device, and the batch (`a_0` among it).
         track[ids.act(0)].dev = sizes[ids.act(0)];
-        let grads: u64 =
-            self.grads.iter().flatten().map(|g| (g.shape().num_elements() * g.dtype().size()) as u64).sum();
-        let base = self.step.resident_bytes.saturating_add(grads).max(sizes[ids.act(0)]);
+        let net = &self.p.net;
+        let params: u64 = net.params.iter().map(|q| net.bytes(&q.shape, Elem::Float)).sum();
+        let inputs: u64 = self.step.inputs.values().map(Value::bytes).sum();
+        let absent: u64 = (0..l)
+            .flat_map(|i| [WEIGHT, WGRAD, STATE].map(|kind| (i, kind)))
+            .filter(|&(i, kind)| !statics.device[i][kind])
+            .map(|(i, kind)| sizes[ids.stat(kind, i)])
+            .sum();
+        let base = ((2 + moments) * params + inputs).saturating_sub(absent).max(sizes[ids.act(0)]);
         let device = self.device;
-        std::thread::scope(|scope| {
-            let xfer = Transfers::new(scope, device, *options, base);
+        let on_cpu = placement::cpu_updated(&schedule.ops, l);
+        let fused = placement::names_statics(schedule);
+        let mut stat = StaticRun { dev: statics.device.clone(), fresh, pending: HashMap::new(), on_cpu, fused };
+        let (result, finished) = std::thread::scope(|scope| {
+            let xfer = Transfers::new(scope, device, *options, base, hosts);
             let mut run = ChainRun { held, track, sizes, xfer };
-            let result = self.chain_ops(schedule, &effects, &mut run);
-            let ChainRun { held, xfer, .. } = run;
+            let result = self.chain_ops(schedule, &effects, &mut run, &mut stat);
+            let ok = result.is_ok();
+            let ChainRun { held, xfer, track, .. } = run;
             drop(held);
-            let report = xfer.finish(result.is_ok());
-            result.and(report)
-        })
+            (result.map(|()| track), xfer.finish(ok))
+        });
+        let track = result?;
+        let (report, mut left) = finished?;
+        // What the step leaves for the next: host copies of the static tensors, and which
+        // parameters they hold up to date; a device copy the CPU updated past goes.
+        for i in 0..l {
+            for kind in [WEIGHT, WGRAD, STATE] {
+                statics.hosts[i][kind] = track[ids.stat(kind, i)].host.and_then(|job| left.remove(&job));
+            }
+        }
+        statics.fresh = stat
+            .fresh
+            .iter()
+            .map(|f| f.and_then(|job| (0..l).find(|&s| track[ids.weight(s)].host == Some(job))))
+            .collect();
+        for q in 0..self.params.len() {
+            if self.stale[q] {
+                self.params[q] = None;
+                for &s in &self.p.readers[q] {
+                    if s < l {
+                        stat.dev[s][WEIGHT] = false;
+                    }
+                }
+            }
+        }
+        statics.device = stat.dev;
+        let _host = memory::host_scope();
+        drop(left);
+        Ok(report)
     }
 
     fn chain_ops(
@@ -387,45 +849,447 @@ impl<B: Backend> Runner<'_, B> {
         schedule: &Schedule,
         effects: &[Effect],
         run: &mut ChainRun<'_, '_, B>,
+        st: &mut StaticRun<B>,
     ) -> Result<(), RuntimeError> {
         let ids = run.held.ids;
+        let l = self.p.len();
         for (k, op) in schedule.ops.iter().enumerate() {
             let eff = &effects[k];
-            run.poll()?;
+            self.poll(run, st)?;
             match *op {
                 Op::Forward { .. } | Op::Backward { .. } => {
                     for &r in &eff.reads {
-                        run.settle(r)?;
+                        self.settle(run, st, r)?;
                     }
                     // The output and the op's temporaries must fit in the pool beside
-                    // what it holds; the temporaries go back when the op is done.
+                    // what it holds; the temporaries go back when the op is done. A
+                    // backward whose weight gradient is not on the device makes it.
                     let tmp = self.step.temporaries.of_op(op);
+                    let new_grad = match *op {
+                        Op::Backward { stage: i } if i < l && !st.dev[i][WGRAD] => Some(i),
+                        _ => None,
+                    };
+                    let mut need = tmp;
                     if let Some(o) = eff.output {
                         // Made again while held (or kept for a read): the old device copy
                         // goes first; a host copy stays.
                         run.drop_device(o)?;
-                        run.xfer.reserve(k, &op.to_string(), run.sizes[o] + tmp)?;
-                        run.track[o].dev = run.sizes[o];
-                    } else {
-                        run.xfer.reserve(k, &op.to_string(), tmp)?;
+                        need += run.sizes[o];
                     }
-                    self.compute(k, op, eff, &mut run.held)?;
+                    if let Some(i) = new_grad {
+                        need += run.sizes[ids.wgrad(i)];
+                    }
+                    run.xfer.reserve(k, &op.to_string(), need)?;
+                    if let Some(o) = eff.output {
+                        run.track[o].dev = run.sizes[o];
+                    }
+                    if let Some(i) = new_grad {
+                        st.dev[i][WGRAD] = true;
+                        run.track[ids.wgrad(i)].dev = run.sizes[ids.wgrad(i)];
+                        for &q in &self.p.owned[i] {
+                            let shape = self.p.net.params[q].shape.clone();
+                            self.grads[q] = Some(B::float_zeros(shape.into(), self.device, FloatDType::F32));
+                        }
+                    }
+                    self.compute(k, op, eff, &mut run.held).map_err(|e| at_op(e, k, op))?;
                     run.xfer.release(tmp);
                     for &r in &eff.releases {
                         run.release(r)?;
                     }
                     run.let_go_after(k);
+                    if let Op::Backward { stage: i } = *op {
+                        if i < l && st.fused {
+                            self.after_backward(k, op, i, run, st)?;
+                        }
+                    }
                 }
-                Op::CpuUpdate { .. } => {
-                    return Err(sched_err(k, op, "the executor does not run optimizer steps on the CPU yet"))
-                }
-                Op::Free { tensor } => run.release(ids.of(tensor).expect("resolved"))?,
-                Op::Offload { tensor, .. } => run.offload(k, op, tensor, eff.hold_until)?,
-                Op::Prefetch { tensor, .. } => run.prefetch(k, op, tensor)?,
+                Op::CpuUpdate { stage } => self.cpu_update(k, op, stage, run, st)?,
+                Op::Free { tensor } => match ids.of(tensor).expect("resolved") {
+                    id if ids.is_static(id) => self.free_static(k, op, id, run, st)?,
+                    id => run.release(id)?,
+                },
+                Op::Offload { tensor, .. } => match ids.of(tensor).expect("resolved") {
+                    id if ids.is_static(id) => self.offload_static(k, op, id, eff.upload, run, st)?,
+                    _ => run.offload(k, op, tensor, eff.hold_until)?,
+                },
+                Op::Prefetch { tensor, .. } => match ids.of(tensor).expect("resolved") {
+                    id if ids.is_static(id) => self.prefetch_static(k, op, id, run, st)?,
+                    _ => run.prefetch(k, op, tensor)?,
+                },
                 Op::Compute { .. } => unreachable!("resolve refuses graph ops in chain schedules"),
             }
         }
-        run.poll()
+        // A prefetch still in flight (a period's last ops bring in what the next period
+        // reads first) lands before the step ends.
+        for id in 0..run.track.len() {
+            self.settle(run, st, id)?;
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------- chain static tensors
+
+    /// Takes in the prefetches that have arrived.
+    fn poll(&mut self, run: &mut ChainRun<'_, '_, B>, st: &mut StaticRun<B>) -> Result<(), RuntimeError> {
+        for (job, parts) in run.xfer.arrived()? {
+            if let Some(id) = run.track.iter().position(|t| t.prefetch == Some(job)) {
+                run.track[id].prefetch = None;
+                self.put(run, st, id, parts);
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the tensor's prefetch in flight, if any.
+    fn settle(&mut self, run: &mut ChainRun<'_, '_, B>, st: &mut StaticRun<B>, id: usize) -> Result<(), RuntimeError> {
+        if let Some(job) = run.track[id].prefetch.take() {
+            let parts = run.xfer.wait_prefetch(job)?;
+            self.put(run, st, id, parts);
+        }
+        Ok(())
+    }
+
+    /// Holds a prefetched tensor: an activation's parts in `held`, a static tensor's in
+    /// the parameter slots. A parameter already on the device (up to date, through
+    /// another stage) keeps its copy.
+    fn put(&mut self, run: &mut ChainRun<'_, '_, B>, st: &mut StaticRun<B>, id: usize, parts: Parts<B, Part>) {
+        if !run.held.ids.is_static(id) {
+            run.held.put(id, parts);
+            return;
+        }
+        let extra = st.pending.remove(&id).unwrap_or_default();
+        let mut halves: HashMap<usize, [Option<FloatTensor<B>>; 2]> = HashMap::new();
+        for (part, value) in parts.into_iter().chain(extra) {
+            let Some(t) = value.float() else { continue };
+            match part {
+                Part::Param(q) => {
+                    if self.params[q].is_none() || self.stale[q] {
+                        self.params[q] = Some(t);
+                        self.stale[q] = false;
+                    }
+                }
+                Part::Grad(q) => self.grads[q] = Some(t),
+                Part::M(q) => halves.entry(q).or_default()[0] = Some(t),
+                Part::V(q) => halves.entry(q).or_default()[1] = Some(t),
+                Part::Boundary(_) | Part::Inner(_) => {}
+            }
+        }
+        for (q, [m, v]) in halves {
+            self.moments[q] = m.zip(v);
+        }
+    }
+
+    /// Handles to a static tensor's parts (the device copy stays).
+    fn static_parts(&self, k: usize, op: &Op, ids: Ids, id: usize) -> Result<Parts<B, Part>, RuntimeError> {
+        let (kind, i) = ids.static_of(id).expect("a static tensor");
+        let missing = || sched_err(k, op, format!("{:?} is not whole on the device", ids.tensor(id)));
+        let mut parts = Vec::new();
+        match kind {
+            WEIGHT => {
+                for &q in &self.p.weights[i] {
+                    parts.push((Part::Param(q), Value::Float(self.params[q].clone().ok_or_else(missing)?)));
+                }
+            }
+            WGRAD => {
+                for &q in &self.p.owned[i] {
+                    parts.push((Part::Grad(q), Value::Float(self.grads[q].clone().ok_or_else(missing)?)));
+                }
+            }
+            _ => {
+                for &q in &self.p.owned[i] {
+                    if q < self.moments.len() {
+                        let (m, v) = self.moments[q].clone().ok_or_else(missing)?;
+                        parts.push((Part::M(q), Value::Float(m)));
+                        parts.push((Part::V(q), Value::Float(v)));
+                    }
+                }
+            }
+        }
+        Ok(parts)
+    }
+
+    /// Drops stage `i`'s device copy of `kind`. A parameter another stage's weights keep
+    /// on the device stays; one whose only up-to-date copy this is may not go.
+    fn clear_static(
+        &mut self,
+        k: usize,
+        op: &Op,
+        kind: usize,
+        i: usize,
+        st: &mut StaticRun<B>,
+    ) -> Result<(), RuntimeError> {
+        st.dev[i][kind] = false;
+        match kind {
+            WEIGHT => {
+                for &q in &self.p.weights[i] {
+                    let kept = self.p.readers[q].iter().any(|&s| s != i && st.dev[s][WEIGHT]);
+                    if kept || self.params[q].is_none() {
+                        continue;
+                    }
+                    if !self.stale[q] && st.fresh[q].is_none() {
+                        return Err(sched_err(
+                            k,
+                            op,
+                            format!(
+                                "parameter `{}` has no up-to-date host copy: dropping its device copy would lose it",
+                                self.p.net.params[q].name
+                            ),
+                        ));
+                    }
+                    self.params[q] = None;
+                    self.stale[q] = false;
+                }
+            }
+            WGRAD => self.p.owned[i].iter().for_each(|&q| self.grads[q] = None),
+            _ => {
+                for &q in &self.p.owned[i] {
+                    if let Some(slot) = self.moments.get_mut(q) {
+                        *slot = None;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Schedule op `k`, an offload (or upload) of static tensor `id`.
+    fn offload_static(
+        &mut self,
+        k: usize,
+        op: &Op,
+        id: usize,
+        upload: bool,
+        run: &mut ChainRun<'_, '_, B>,
+        st: &mut StaticRun<B>,
+    ) -> Result<(), RuntimeError> {
+        let ids = run.held.ids;
+        let (kind, i) = ids.static_of(id).expect("a static tensor");
+        self.settle(run, st, id)?;
+        if !st.dev[i][kind] || run.track[id].hold.is_some() {
+            return Err(sched_err(k, op, format!("{:?} is not on the device", ids.tensor(id))));
+        }
+        if kind == WEIGHT && self.p.weights[i].iter().any(|&q| self.stale[q]) {
+            return Err(sched_err(k, op, "its device copy is stale since its update on the host: free it instead"));
+        }
+        let parts = self.static_parts(k, op, ids, id)?;
+        if let Some(old) = run.track[id].host.take() {
+            st.drop_host(&mut run.xfer, old);
+        }
+        let text = op.to_string();
+        if upload {
+            // The device copy stays for the reads before the next free.
+            let bytes = std::mem::take(&mut run.track[id].dev);
+            run.xfer.offload(k, &text, parts, bytes, false)?;
+            run.track[id].hold = Some((usize::MAX, k, bytes));
+        } else {
+            let bytes = std::mem::take(&mut run.track[id].dev);
+            run.xfer.offload(k, &text, parts, bytes, true)?;
+        }
+        run.track[id].host = Some(k);
+        if kind == WEIGHT {
+            self.p.weights[i].iter().for_each(|&q| st.fresh[q] = Some(k));
+        }
+        if !upload {
+            self.clear_static(k, op, kind, i, st)?;
+        }
+        Ok(())
+    }
+
+    /// Schedule op `k`, a prefetch of static tensor `id`: each parameter from its
+    /// up-to-date copy (the device's, through another stage, or a host copy).
+    fn prefetch_static(
+        &mut self,
+        k: usize,
+        op: &Op,
+        id: usize,
+        run: &mut ChainRun<'_, '_, B>,
+        st: &mut StaticRun<B>,
+    ) -> Result<(), RuntimeError> {
+        let ids = run.held.ids;
+        let (kind, i) = ids.static_of(id).expect("a static tensor");
+        if st.dev[i][kind] || run.track[id].prefetch.is_some() {
+            return Err(sched_err(k, op, format!("{:?} is already on the device", ids.tensor(id))));
+        }
+        let mut sources: Vec<(usize, Option<Vec<Part>>)> = Vec::new();
+        if kind == WEIGHT {
+            let mut on_device = Vec::new();
+            for &q in &self.p.weights[i] {
+                match (&self.params[q], st.fresh[q]) {
+                    (Some(t), _) if !self.stale[q] => on_device.push((Part::Param(q), Value::Float(t.clone()))),
+                    (_, Some(job)) => match sources.iter_mut().find(|(j, _)| *j == job) {
+                        Some((_, Some(list))) => list.push(Part::Param(q)),
+                        _ => sources.push((job, Some(vec![Part::Param(q)]))),
+                    },
+                    _ => {
+                        let name = &self.p.net.params[q].name;
+                        return Err(sched_err(k, op, format!("parameter `{name}` has no up-to-date copy to prefetch")));
+                    }
+                }
+            }
+            st.pending.insert(id, on_device);
+        } else {
+            let Some(job) = run.track[id].host else {
+                return Err(sched_err(k, op, format!("{:?} has no host copy to prefetch", ids.tensor(id))));
+            };
+            sources.push((job, None));
+        }
+        let bytes = run.sizes[id];
+        run.xfer.prefetch(k, &op.to_string(), sources, bytes)?;
+        run.track[id].prefetch = Some(k);
+        run.track[id].dev = bytes;
+        st.dev[i][kind] = true;
+        Ok(())
+    }
+
+    /// Schedule op `k`, a free of static tensor `id`: a weight or a state loses its device
+    /// copy (its host copy stays), a gradient both.
+    fn free_static(
+        &mut self,
+        k: usize,
+        op: &Op,
+        id: usize,
+        run: &mut ChainRun<'_, '_, B>,
+        st: &mut StaticRun<B>,
+    ) -> Result<(), RuntimeError> {
+        let ids = run.held.ids;
+        let (kind, i) = ids.static_of(id).expect("a static tensor");
+        self.settle(run, st, id)?;
+        let t = &mut run.track[id];
+        if !st.dev[i][kind] && t.hold.is_none() {
+            if kind == WGRAD && t.host.is_some() {
+                let job = t.host.take().expect("checked");
+                st.drop_host(&mut run.xfer, job);
+                return Ok(());
+            }
+            return Err(sched_err(k, op, format!("{:?} is not on the device", ids.tensor(id))));
+        }
+        if kind == STATE && t.host.is_none() {
+            return Err(sched_err(k, op, "the optimizer state has no host copy: its device copy cannot be dropped"));
+        }
+        if let Some((_, job, bytes)) = t.hold.take() {
+            run.xfer.let_go(job, bytes);
+        }
+        let bytes = std::mem::take(&mut run.track[id].dev);
+        run.xfer.release(bytes);
+        self.clear_static(k, op, kind, i, st)?;
+        if kind == WGRAD {
+            if let Some(job) = run.track[id].host.take() {
+                st.drop_host(&mut run.xfer, job);
+            }
+        }
+        Ok(())
+    }
+
+    /// After `B_i` (of a schedule that names the static tensors): the optimizer step of
+    /// the parameters whose last gradient contribution it made, on the device unless the
+    /// host CPU updates the stage (a tied parameter, whose gradient and state stay on
+    /// the device, is updated here either way); the host copies of the stage's weights
+    /// and state are then stale.
+    fn after_backward(
+        &mut self,
+        k: usize,
+        op: &Op,
+        i: usize,
+        run: &mut ChainRun<'_, '_, B>,
+        st: &mut StaticRun<B>,
+    ) -> Result<(), RuntimeError> {
+        let on_cpu = st.on_cpu[i];
+        let ids = run.held.ids;
+        let updated: Vec<usize> = (0..self.params.len())
+            .filter(|&q| self.p.update_stage[q] == Some(i))
+            .filter(|&q| !on_cpu || self.p.owned_by(q).is_none())
+            .collect();
+        if let Some(u) = self.step.update {
+            for &q in &updated {
+                let Some(g) = self.grads[q].clone() else { continue };
+                let name = &self.p.net.params[q].name;
+                let param = match self.params[q].take() {
+                    Some(t) if !self.stale[q] => t,
+                    _ => {
+                        return Err(sched_err(
+                            k,
+                            op,
+                            format!("updates `{name}`, which is not up to date on the device"),
+                        ));
+                    }
+                };
+                let moments = match self.moments.get_mut(q) {
+                    Some(slot) => Some(slot.take().ok_or_else(|| {
+                        sched_err(k, op, format!("updates `{name}`, whose optimizer state is not on the device"))
+                    })?),
+                    None => None,
+                };
+                let (param, moments) = optim::apply::<B>(u.optimizer, u.t, param, g, moments);
+                self.params[q] = Some(param);
+                if let Some(m) = moments {
+                    self.moments[q] = Some(m);
+                }
+            }
+        }
+        for &q in &updated {
+            st.fresh[q] = None;
+        }
+        if !on_cpu {
+            for kind in [WEIGHT, STATE] {
+                if let Some(job) = run.track[ids.stat(kind, i)].host.take() {
+                    st.drop_host(&mut run.xfer, job);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Schedule op `k`, the optimizer step of stage `i` on the host CPU: from the host
+    /// copy of its gradient to new host copies of its weights and state.
+    fn cpu_update(
+        &mut self,
+        k: usize,
+        op: &Op,
+        i: usize,
+        run: &mut ChainRun<'_, '_, B>,
+        st: &mut StaticRun<B>,
+    ) -> Result<(), RuntimeError> {
+        let ids = run.held.ids;
+        let l = self.p.len();
+        if i >= l {
+            return Err(sched_err(k, op, format!("stage {i} out of range (L = {l})")));
+        }
+        let Some(grad) = run.track[ids.wgrad(i)].host.take() else {
+            return Err(sched_err(
+                k,
+                op,
+                format!("WeightGrad({i}) is not on the host: offload it before the CPU update"),
+            ));
+        };
+        let Some(weight) = run.track[ids.weight(i)].host else {
+            return Err(sched_err(k, op, format!("Weight({i}) has no up-to-date host copy for the CPU to update")));
+        };
+        let state = if self.moments.is_empty() {
+            None
+        } else {
+            if st.dev[i][STATE] {
+                return Err(sched_err(
+                    k,
+                    op,
+                    format!("OptState({i}) is on the device: a CPU-updated state lives on the host"),
+                ));
+            }
+            let Some(job) = run.track[ids.state(i)].host else {
+                return Err(sched_err(k, op, format!("OptState({i}) has no host copy for the CPU to update")));
+            };
+            Some(job)
+        };
+        let owned = self.p.owned[i].clone();
+        let update = self.step.update;
+        let arithmetic: HostUpdate<Part> = Box::new(move |g, w, s| host_update(update, &owned, g, w, s));
+        run.xfer.cpu_update(k, &op.to_string(), (grad, weight, state), arithmetic)?;
+        for &q in &self.p.owned[i] {
+            if self.params[q].is_some() {
+                self.stale[q] = true;
+            }
+            st.fresh[q] = Some(weight);
+        }
+        Ok(())
     }
 
     /// Runs one compute op of a chain schedule on the tensors `held`, as `eff` resolved it.
@@ -577,7 +1441,7 @@ impl<B: Backend> Runner<'_, B> {
                             .iter()
                             .map(|&t| self.graph_value(index, &data, t))
                             .collect::<Result<Vec<_>, _>>()?;
-                        let out = ops::forward(op, inputs, &self.params_of(o), &self.ctx(o, !no_grad))?;
+                        let out = ops::forward(op, inputs, &self.params_of(o)?, &self.ctx(o, !no_grad))?;
                         data[index.tensor[op.output]] = Some(out.output);
                         for (j, x) in out.extras.into_iter().enumerate() {
                             data[index.extras[o][j]] = Some(x);
@@ -606,7 +1470,7 @@ impl<B: Backend> Runner<'_, B> {
                             &self.input_dims(o),
                             g,
                             values,
-                            &self.params_of(o),
+                            &self.params_of(o)?,
                             &self.needs(o),
                             &self.ctx(o, true),
                         )?;
@@ -626,7 +1490,7 @@ impl<B: Backend> Runner<'_, B> {
                     }
                 }
                 Op::Offload { .. } | Op::Prefetch { .. } => {
-                    return Err(sched_err(k, sop, "the executor moves tensors in chain schedules only"))
+                    return Err(sched_err(k, sop, "the executor moves tensors in chain schedules only"));
                 }
                 _ => return Err(sched_err(k, sop, "not a graph op (compute or free)")),
             }
@@ -639,13 +1503,21 @@ impl<B: Backend> Runner<'_, B> {
 
 /// A part of a chain tensor as it travels to the host and back: a boundary tensor (of
 /// `a_i`, `ā_i` or `δ_i`) or an inner saved tensor of `ā_i`.
-#[derive(Debug, Clone, Copy)]
-enum Part {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Part {
     Boundary(TensorId),
     Inner(Key),
+    /// A parameter (of `Weight(i)`).
+    Param(usize),
+    /// A parameter's gradient (of `WeightGrad(i)`).
+    Grad(usize),
+    /// A parameter's first and second moments (of `OptState(i)`).
+    M(usize),
+    V(usize),
 }
 
-/// Dense ids of the chain tensors `a_i`, `ā_i`, `δ_i` for `i` in `0..n` (`n = L + 1`).
+/// Dense ids of the chain tensors `a_i`, `ā_i`, `δ_i` for `i` in `0..n` (`n = L + 1`),
+/// then of the static tensors `Weight(i)`, `WeightGrad(i)`, `OptState(i)` for `i < L`.
 #[derive(Debug, Clone, Copy)]
 struct Ids {
     n: usize,
@@ -661,13 +1533,77 @@ impl Ids {
     fn grad(self, i: usize) -> usize {
         2 * self.n + i
     }
+    /// Static tensor `kind` ([`WEIGHT`], [`WGRAD`], [`STATE`]) of stage `i`.
+    fn stat(self, kind: usize, i: usize) -> usize {
+        (3 + kind) * self.n + i
+    }
+    fn weight(self, i: usize) -> usize {
+        self.stat(WEIGHT, i)
+    }
+    fn wgrad(self, i: usize) -> usize {
+        self.stat(WGRAD, i)
+    }
+    fn state(self, i: usize) -> usize {
+        self.stat(STATE, i)
+    }
+    fn is_static(self, id: usize) -> bool {
+        id >= 3 * self.n
+    }
+    /// `(kind, stage)` of a static tensor.
+    fn static_of(self, id: usize) -> Option<(usize, usize)> {
+        self.is_static(id).then(|| (id / self.n - 3, id % self.n))
+    }
     fn of(self, t: Tensor) -> Option<usize> {
+        let l = self.n - 1;
         match t {
             Tensor::Activation(i) if i < self.n => Some(self.act(i)),
             Tensor::Saved(i) if i < self.n => Some(self.sav(i)),
             Tensor::Grad(i) if i < self.n => Some(self.grad(i)),
+            Tensor::Weight(i) if i < l => Some(self.weight(i)),
+            Tensor::WeightGrad(i) if i < l => Some(self.wgrad(i)),
+            Tensor::OptState(i) if i < l => Some(self.state(i)),
             _ => None,
         }
+    }
+    /// The tensor of an id, for errors.
+    fn tensor(self, id: usize) -> Tensor {
+        let i = id % self.n;
+        match id / self.n {
+            0 => Tensor::Activation(i),
+            1 => Tensor::Saved(i),
+            2 => Tensor::Grad(i),
+            3 => Tensor::Weight(i),
+            4 => Tensor::WeightGrad(i),
+            _ => Tensor::OptState(i),
+        }
+    }
+}
+
+/// A chain step's standing of the static tensors beside the pools.
+struct StaticRun<B: Backend> {
+    /// Per stage, whether `Weight(i)`, `WeightGrad(i)`, `OptState(i)` are on the device
+    /// (from a prefetch's issue on).
+    dev: Vec<[bool; 3]>,
+    /// Each parameter's up-to-date host copy: the job that made it.
+    fresh: Vec<Option<usize>>,
+    /// Parameters a weight prefetch in flight takes from the device (another stage's
+    /// copy, up to date) instead of the host.
+    pending: HashMap<usize, Parts<B, Part>>,
+    /// The stages the host CPU updates.
+    on_cpu: Vec<bool>,
+    /// The schedule names the static tensors: each stage is updated in its backward.
+    fused: bool,
+}
+
+impl<B: Backend> StaticRun<B> {
+    /// Drops the host copy `job` made, and forgets what it held up to date.
+    fn drop_host<K: Clone + PartialEq + Send + Sync + 'static>(
+        &mut self,
+        xfer: &mut Transfers<'_, '_, B, K>,
+        job: usize,
+    ) {
+        xfer.drop_host(job);
+        self.fresh.iter_mut().filter(|f| **f == Some(job)).for_each(|f| *f = None);
     }
 }
 
@@ -694,7 +1630,8 @@ impl<B: Backend> Held<B> {
         match kind {
             0 => self.act[i].is_some(),
             1 => self.sav[i].is_some(),
-            _ => self.delta[i].is_some(),
+            2 => self.delta[i].is_some(),
+            _ => false,
         }
     }
 
@@ -703,7 +1640,8 @@ impl<B: Backend> Held<B> {
         match kind {
             0 => self.act[i] = None,
             1 => self.sav[i] = None,
-            _ => self.delta[i] = None,
+            2 => self.delta[i] = None,
+            _ => {}
         }
     }
 
@@ -721,10 +1659,11 @@ impl<B: Backend> Held<B> {
                     parts
                 })
                 .unwrap_or_default(),
-            _ => self.delta[i]
+            2 => self.delta[i]
                 .as_ref()
                 .map(|d| d.iter().map(|(&t, g)| (Part::Boundary(t), Value::Float(g.clone()))).collect())
                 .unwrap_or_default(),
+            _ => Vec::new(),
         }
     }
 
@@ -744,25 +1683,32 @@ impl<B: Backend> Held<B> {
             match part {
                 Part::Boundary(t) => boundary.insert(t, v),
                 Part::Inner(k) => inner.insert(k, v),
+                _ => None,
             };
         }
         match kind {
             0 => self.act[i] = Some(boundary),
             1 => self.sav[i] = Some(SavedSet { boundary, inner }),
-            _ => self.delta[i] = Some(boundary.into_iter().filter_map(|(t, v)| Some((t, v.float()?))).collect()),
+            2 => self.delta[i] = Some(boundary.into_iter().filter_map(|(t, v)| Some((t, v.float()?))).collect()),
+            _ => {}
         }
     }
 }
 
 /// Bytes of each chain tensor as the pool counts them: its tensors at their declared
 /// sizes, a view and its root once (as the chain counts data nodes).
-fn chain_sizes(p: &Program, ids: Ids) -> Vec<u64> {
+fn chain_sizes(p: &Program, ids: Ids, moments: u64) -> Vec<u64> {
     let net = &p.net;
     let roots = |ts: &mut dyn Iterator<Item = TensorId>| {
         let set: std::collections::BTreeSet<TensorId> = ts.map(|t| net.root(t)).collect();
         set.into_iter().map(|t| net.bytes(&net.tensors[t].shape, net.tensors[t].elem)).sum::<u64>()
     };
-    let mut sizes = vec![0; 3 * ids.n];
+    let mut sizes = vec![0; 6 * ids.n];
+    for (i, stage) in static_sizes(p, moments).into_iter().enumerate() {
+        for kind in [WEIGHT, WGRAD, STATE] {
+            sizes[ids.stat(kind, i)] = stage[kind];
+        }
+    }
     for i in 0..ids.n {
         let b = &p.boundary[i];
         sizes[ids.act(i)] = roots(&mut b.iter().copied());
@@ -805,24 +1751,23 @@ struct Effect {
     output: Option<usize>,
     releases: Vec<usize>,
     hold_until: Option<usize>,
+    /// An offload of a weight or state read again before its next move: the device copy
+    /// stays until a free.
+    upload: bool,
 }
 
 /// Resolves a chain schedule's ops (see [`Effect`]), refusing the ops the executor
 /// cannot run before any of them runs.
-fn resolve(ops: &[Op], l: usize) -> Result<Vec<Effect>, RuntimeError> {
+fn resolve(ops: &[Op], l: usize, periodic: bool) -> Result<Vec<Effect>, RuntimeError> {
     let ids = Ids { n: l + 1 };
+    let on_cpu = placement::cpu_updated(ops, l);
     // Held, as the simulator sees it: an offloaded tensor stays readable (its device copy
     // is kept for the reads) until it is prefetched, produced again or released.
     let mut held = vec![false; 3 * ids.n];
     held[ids.act(0)] = true;
     let mut effects: Vec<Effect> = Vec::with_capacity(ops.len());
     let tensor_of = |k: usize, op: &Op, t: Tensor| {
-        ids.of(t).ok_or_else(|| match t {
-            Tensor::Weight(_) => {
-                sched_err(k, op, "weights stay on the device: the executor does not move or free them")
-            }
-            _ => sched_err(k, op, "not a chain tensor"),
-        })
+        ids.of(t).ok_or_else(|| sched_err(k, op, format!("{t:?} is not a tensor of this chain ({l} stages)")))
     };
     for (k, op) in ops.iter().enumerate() {
         let a_of = |held: &[bool], i: usize| {
@@ -843,6 +1788,7 @@ fn resolve(ops: &[Op], l: usize) -> Result<Vec<Effect>, RuntimeError> {
                 let (a, saved) = a_of(&held, i)?;
                 e.reads.push(a);
                 e.a_saved = saved;
+                e.reads.push(ids.weight(i));
                 if mode == ForwardMode::Discard && !saved {
                     e.releases.push(a);
                 }
@@ -866,7 +1812,10 @@ fn resolve(ops: &[Op], l: usize) -> Result<Vec<Effect>, RuntimeError> {
                     return Err(sched_err(k, op, format!("ā_{} is missing", i + 1)));
                 }
                 let (a, saved) = a_of(&held, i)?;
-                e.reads = vec![ids.grad(i + 1), ids.sav(i + 1), a];
+                e.reads = vec![ids.grad(i + 1), ids.sav(i + 1), a, ids.weight(i), ids.wgrad(i)];
+                if !on_cpu[i] {
+                    e.reads.push(ids.state(i));
+                }
                 e.a_saved = saved;
                 e.releases = vec![ids.grad(i + 1), ids.sav(i + 1), ids.act(i + 1)];
                 if !saved {
@@ -874,9 +1823,15 @@ fn resolve(ops: &[Op], l: usize) -> Result<Vec<Effect>, RuntimeError> {
                 }
                 e.output = Some(ids.grad(i));
             }
-            Op::Free { tensor } => e.releases.push(tensor_of(k, op, tensor)?),
+            Op::Free { tensor } => {
+                let id = tensor_of(k, op, tensor)?;
+                if !ids.is_static(id) {
+                    e.releases.push(id);
+                }
+            }
             Op::Offload { tensor, fraction } | Op::Prefetch { tensor, fraction } => {
                 tensor_of(k, op, tensor)?;
+                e.upload = matches!(op, Op::Offload { .. }) && placement::is_upload(ops, k, tensor, periodic, &on_cpu);
                 if fraction != 1.0 {
                     return Err(sched_err(
                         k,
@@ -889,8 +1844,10 @@ fn resolve(ops: &[Op], l: usize) -> Result<Vec<Effect>, RuntimeError> {
                 }
             }
             Op::Compute { .. } => return Err(sched_err(k, op, "a graph op in a chain schedule")),
-            Op::CpuUpdate { .. } => {
-                return Err(sched_err(k, op, "the executor does not run optimizer steps on the CPU yet"))
+            Op::CpuUpdate { stage } => {
+                if stage >= l {
+                    return Err(sched_err(k, op, format!("stage {stage} out of range (L = {l})")));
+                }
             }
         }
         for &r in &e.releases {
@@ -906,6 +1863,9 @@ fn resolve(ops: &[Op], l: usize) -> Result<Vec<Effect>, RuntimeError> {
     for k in 0..ops.len() {
         let Op::Offload { tensor, .. } = ops[k] else { continue };
         let id = ids.of(tensor).expect("resolved");
+        if ids.is_static(id) {
+            continue;
+        }
         for j in k + 1..ops.len() {
             if let Op::Prefetch { tensor: t, .. } | Op::Free { tensor: t } = ops[j] {
                 if ids.of(t) == Some(id) {
@@ -946,17 +1906,6 @@ struct ChainRun<'s, 'e, B: Backend> {
 }
 
 impl<B: Backend> ChainRun<'_, '_, B> {
-    /// Takes in the prefetches that have arrived.
-    fn poll(&mut self) -> Result<(), RuntimeError> {
-        for (job, parts) in self.xfer.arrived()? {
-            if let Some(id) = self.track.iter().position(|t| t.prefetch == Some(job)) {
-                self.track[id].prefetch = None;
-                self.held.put(id, parts);
-            }
-        }
-        Ok(())
-    }
-
     /// Waits for the tensor's prefetch in flight, if any.
     fn settle(&mut self, id: usize) -> Result<(), RuntimeError> {
         if let Some(job) = self.track[id].prefetch.take() {
@@ -1044,7 +1993,7 @@ impl<B: Backend> ChainRun<'_, '_, B> {
             self.xfer.let_go(job, bytes);
         }
         let bytes = self.sizes[id];
-        self.xfer.prefetch(k, &op.to_string(), source, bytes)?;
+        self.xfer.prefetch(k, &op.to_string(), vec![(source, None)], bytes)?;
         self.track[id].prefetch = Some(k);
         self.track[id].dev = bytes;
         Ok(())
@@ -1071,14 +2020,14 @@ mod tests {
         // F0all [offload ā_1] F1all F2all L B2 [prefetch ā_1] B1 B0: F1all reads a_1 from
         // ā_1 (no Activation(1) is held), so the device copy stays until op 2 ends.
         let ops = with("F0all F1all F2all L B2 B1 B0", 3, &[(1, OFF1), (6, PRE1)]);
-        let e = resolve(&ops, 3).unwrap();
+        let e = resolve(&ops, 3, false).unwrap();
         assert_eq!(e[1].hold_until, Some(2));
-        assert!(e[2].a_saved && e[2].reads == vec![5]); // ā_1 is id L + 1 + 1
-                                                        // B1 reads a_1 from ā_1 too, but after the prefetch: no hold reaches it.
+        assert!(e[2].a_saved && e[2].reads == vec![5, 13]); // ā_1 is id L + 1 + 1, Weight(1) 3(L + 1) + 1
+                                                            // B1 reads a_1 from ā_1 too, but after the prefetch: no hold reaches it.
         assert!(e[7].a_saved && e[7].reads.contains(&5));
         // With a checkpoint of a_1 held, F1 reads it, and the offload holds nothing.
         let ops = with("F0ck F0all F1all F2all L B2 B1 B0", 3, &[(2, OFF1), (7, PRE1)]);
-        let e = resolve(&ops, 3).unwrap();
+        let e = resolve(&ops, 3, false).unwrap();
         assert_eq!(e[2].hold_until, None);
         assert!(!e[3].a_saved);
     }
@@ -1086,12 +2035,12 @@ mod tests {
     #[test]
     fn what_the_executor_cannot_run_is_refused_before_anything_runs() {
         let half = Op::Offload { tensor: Tensor::Saved(1), fraction: 0.5 };
-        let e = resolve(&with("F0all F1all L B1 B0", 2, &[(1, half)]), 2).unwrap_err().to_string();
+        let e = resolve(&with("F0all F1all L B1 B0", 2, &[(1, half)]), 2, false).unwrap_err().to_string();
         assert!(e.starts_with("schedule op 1 ([offload Saved(1) 0.5])") && e.contains("whole tensors"), "{e}");
-        let w = Op::Prefetch { tensor: Tensor::Weight(0), fraction: 1.0 };
-        let e = resolve(&with("F0all F1all L B1 B0", 2, &[(0, w)]), 2).unwrap_err().to_string();
-        assert!(e.contains("weights stay on the device"), "{e}");
-        let e = resolve(&with("F0all L B1 B0", 2, &[]), 2).unwrap_err().to_string();
+        let w = Op::Prefetch { tensor: Tensor::Weight(2), fraction: 1.0 };
+        let e = resolve(&with("F0all F1all L B1 B0", 2, &[(0, w)]), 2, false).unwrap_err().to_string();
+        assert!(e.contains("Weight(2) is not a tensor of this chain"), "{e}");
+        let e = resolve(&with("F0all L B1 B0", 2, &[]), 2, false).unwrap_err().to_string();
         assert!(e.contains("a_2 is not available"), "{e}");
     }
 }

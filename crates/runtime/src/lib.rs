@@ -16,6 +16,8 @@ pub mod backend;
 pub mod exec;
 pub mod memory;
 pub mod ops;
+mod optim;
+pub mod placement;
 pub mod profile;
 pub mod program;
 pub mod rng;

@@ -8,43 +8,18 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{Backend, TensorData, TensorMetadata};
-use pebble_schedule::Schedule;
+use burn_backend::{Backend, TensorData};
+use pebble_schedule::{Schedule, View};
 use pebble_zoo::{Elem, GraphIndex, Network, OpKind, TensorId};
 
-use crate::exec::{self, StepInputs};
+use crate::exec::{self, Statics, StepInputs, Update};
+pub use crate::optim::OptimizerKind;
+use crate::placement::{self, StageStart};
 use crate::program::Program;
 use crate::rng::{self, SplitMix};
 use crate::transfer::{StageTemporaries, TransferOptions, TransferReport};
 use crate::value::{read_floats, sync};
 use crate::{memory, RuntimeError, Value};
-
-/// The optimizer a session updates its parameters with.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum OptimizerKind {
-    /// Plain SGD: no state.
-    Sgd {
-        /// Learning rate.
-        lr: f64,
-    },
-    /// AdamW (Loshchilov & Hutter): two states per parameter.
-    AdamW {
-        /// Learning rate.
-        lr: f64,
-        /// Decoupled weight decay.
-        weight_decay: f64,
-    },
-}
-
-impl OptimizerKind {
-    /// The planner's name for its state (`sgd` holds none, `adam` two per parameter).
-    pub fn planner(self) -> pebble_zoo::Optimizer {
-        match self {
-            OptimizerKind::Sgd { .. } => pebble_zoo::Optimizer::Sgd,
-            OptimizerKind::AdamW { .. } => pebble_zoo::Optimizer::Adam,
-        }
-    }
-}
 
 /// What one step did.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,8 +32,9 @@ pub struct StepReport {
     /// plus the tensors resident then, host copies excepted (`None` where nothing counts
     /// allocations).
     pub peak_bytes: Option<u64>,
-    /// Peak bytes of the host copies of offloaded tensors during the schedule, above those
-    /// live at its start (`None` where nothing counts allocations).
+    /// Peak bytes of the host copies during the schedule, those the step started with
+    /// (weights and states a periodic schedule keeps on the host) included (`None` where
+    /// nothing counts allocations).
     pub host_peak_bytes: Option<u64>,
     /// What the schedule's transfers did: link busy times, the compute stream's stalls.
     pub transfers: TransferReport,
@@ -71,14 +47,18 @@ pub struct Session<B: Backend> {
     /// Where each tensor is in the lowered training graph.
     pub index: GraphIndex,
     pub(crate) device: B::Device,
-    pub(crate) params: Vec<FloatTensor<B>>,
-    pub(crate) moments: Vec<(FloatTensor<B>, FloatTensor<B>)>,
+    /// Parameters and optimizer state, on the device or the host.
+    pub(crate) statics: Statics<B>,
     pub(crate) inputs: HashMap<TensorId, Value<B>>,
     pub(crate) optimizer: OptimizerKind,
     pub(crate) seed: u64,
     pub(crate) steps: u64,
     pub(crate) transfers: TransferOptions,
     pub(crate) temporaries: StageTemporaries,
+    /// Heap bytes of the host copies the session holds between steps.
+    host_held: u64,
+    /// How many times the static tensors were put where a schedule starts them.
+    arrangements: u64,
 }
 
 fn float_tensor<B: Backend>(values: Vec<f32>, shape: &[usize], device: &B::Device) -> FloatTensor<B> {
@@ -130,9 +110,21 @@ impl<B: Backend> Session<B> {
                 .collect(),
         };
         let inputs = synthetic_batch::<B>(net, &mut rng, &device);
-        let transfers = TransferOptions::default();
-        let temporaries = StageTemporaries::default();
-        Session { program, index, device, params, moments, inputs, optimizer, seed, steps: 0, transfers, temporaries }
+        let statics = Statics::new(params, moments, program.len());
+        Session {
+            program,
+            index,
+            device,
+            statics,
+            inputs,
+            optimizer,
+            seed,
+            steps: 0,
+            transfers: TransferOptions::default(),
+            temporaries: StageTemporaries::default(),
+            host_held: 0,
+            arrangements: 0,
+        }
     }
 
     /// The device.
@@ -140,9 +132,21 @@ impl<B: Backend> Session<B> {
         &self.device
     }
 
-    /// The current parameters.
-    pub fn params(&self) -> &[FloatTensor<B>] {
-        &self.params
+    /// The parameters' device copies (`None` for one a schedule left on the host only).
+    pub fn params(&self) -> &[Option<FloatTensor<B>>] {
+        &self.statics.params
+    }
+
+    /// The current value of every parameter, wherever it is (device or host).
+    pub fn parameters(&self) -> Result<Vec<Vec<f32>>, RuntimeError> {
+        self.statics.current_values()
+    }
+
+    /// How many times the static tensors were moved before a step to where its schedule
+    /// starts them: once for a periodic schedule (its first step), never for one that
+    /// keeps them on the device.
+    pub fn arrangements(&self) -> u64 {
+        self.arrangements
     }
 
     /// How steps move tensors to the host and back, and the device pool's cap
@@ -162,88 +166,101 @@ impl<B: Backend> Session<B> {
         self.temporaries = temporaries;
     }
 
-    /// Runs `schedule` once, without updating anything: the loss, the gradients and what
-    /// the transfers did.
-    pub fn gradients(&self, schedule: &Schedule) -> Result<exec::StepOutput<B>, RuntimeError> {
-        let step = StepInputs {
-            inputs: &self.inputs,
-            params: &self.params,
-            seed: self.step_seed(),
-            resident_bytes: self.resident_bytes(),
-            temporaries: &self.temporaries,
+    /// Runs `schedule` once, without updating anything: the loss, the gradients (those
+    /// left on the device) and what the transfers did. The parameters, states and
+    /// gradients end where the schedule leaves them, as after [`Session::step`].
+    pub fn gradients(&mut self, schedule: &Schedule) -> Result<exec::StepOutput<B>, RuntimeError> {
+        self.prepare(schedule)?;
+        let other = memory::host_live().saturating_sub(self.host_held);
+        let out = self.run(schedule, None);
+        self.host_held = memory::host_live().saturating_sub(other);
+        out
+    }
+
+    /// Puts the parameters, gradients and states where `schedule` starts a step (a
+    /// periodic schedule: where its period leaves them; any other: on the device).
+    fn prepare(&mut self, schedule: &Schedule) -> Result<(), RuntimeError> {
+        let l = self.program.len();
+        let starts = match schedule.view {
+            View::Chain => placement::starts(schedule, l),
+            View::Graph => vec![StageStart::DEVICE; l],
         };
-        exec::run_with(&self.program, &self.index, schedule, &step, &self.device, &self.transfers)
+        let other = memory::host_live().saturating_sub(self.host_held);
+        let moved = self.statics.arrange(&self.program, &starts, &self.device)?;
+        self.host_held = memory::host_live().saturating_sub(other);
+        self.arrangements += u64::from(moved);
+        Ok(())
     }
 
-    /// Bytes of the tensors resident between steps: parameters, optimizer state, batch.
+    fn run(&mut self, schedule: &Schedule, update: Option<Update>) -> Result<exec::StepOutput<B>, RuntimeError> {
+        let step = StepInputs { inputs: &self.inputs, seed: self.step_seed(), temporaries: &self.temporaries, update };
+        let statics = &mut self.statics;
+        exec::run_with(&self.program, &self.index, schedule, &step, statics, &self.device, &self.transfers)
+    }
+
+    /// Bytes of the tensors resident on the device between steps: parameters and
+    /// optimizer state on the device, and the batch.
     pub fn resident_bytes(&self) -> u64 {
-        let floats: u64 = self
-            .params
-            .iter()
-            .chain(self.moments.iter().flat_map(|(m, v)| [m, v]))
-            .map(|t| (t.shape().num_elements() * t.dtype().size()) as u64)
-            .sum();
-        floats + self.inputs.values().map(Value::bytes).sum::<u64>()
+        self.statics.device_bytes() + self.inputs.values().map(Value::bytes).sum::<u64>()
     }
 
-    /// The peak of a step that started with `before` live bytes: the peak of live heap
-    /// bytes above what was live then, plus the tensors resident then. What else was
-    /// live (the program, the allocator's and the kernels' own state) is not the step's.
-    pub(crate) fn measured_peak(&self, before: u64) -> Option<u64> {
+    /// The peak of a step that started with `before` live bytes and `resident` bytes of
+    /// tensors on the device: the peak of live heap bytes above what was live then, plus
+    /// those tensors. What else was live (the program, the allocator's and the kernels'
+    /// own state) is not the step's.
+    pub(crate) fn measured_peak(&self, before: u64, resident: u64) -> Option<u64> {
         if memory::probing() {
             // The device's own report counts every live tensor, resident ones included.
             return Some(memory::device_peak());
         }
-        memory::counting().then(|| memory::peak().saturating_sub(before) + self.resident_bytes())
+        memory::counting().then(|| memory::peak().saturating_sub(before) + resident)
     }
 
     pub(crate) fn step_seed(&self) -> u64 {
         rng::op_seed(self.seed ^ 0x5EED, self.steps as usize)
     }
 
-    /// One training step: `schedule`'s forward and backward, then the optimizer's update.
+    /// One training step: `schedule`'s forward and backward, and the optimizer's update:
+    /// inside each stage's backward (or on the host CPU) for a schedule that names the
+    /// weights, their gradients or states ([`placement::names_statics`]), once at the
+    /// end otherwise. Both run the same arithmetic on the same values.
     pub fn step(&mut self, schedule: &Schedule) -> Result<StepReport, RuntimeError> {
+        self.prepare(schedule)?;
         sync::<B>(&self.device)?;
+        let resident = self.resident_bytes();
         let before = memory::start_step();
-        let host_before = memory::host_live();
+        let host_other = memory::host_live().saturating_sub(self.host_held);
+        let fused = schedule.view == View::Chain && placement::names_statics(schedule);
+        let update = fused.then_some(Update { optimizer: self.optimizer, t: self.steps as i32 + 1 });
         let start = Instant::now();
-        let out = self.gradients(schedule)?;
+        let out = self.run(schedule, update)?;
         sync::<B>(&self.device)?;
         let seconds = start.elapsed().as_secs_f64();
-        let peak_bytes = self.measured_peak(before);
-        let host_peak_bytes = memory::counting().then(|| memory::host_peak().saturating_sub(host_before));
+        let peak_bytes = self.measured_peak(before, resident);
+        let host_peak_bytes = memory::counting().then(|| memory::host_peak().saturating_sub(host_other));
+        self.host_held = memory::host_live().saturating_sub(host_other);
         let loss = read_floats::<B>(out.loss)?.first().copied().unwrap_or(f32::NAN);
-        self.update(out.grads);
+        if !fused {
+            self.update(out.grads);
+        }
         self.steps += 1;
         Ok(StepReport { loss, seconds, peak_bytes, host_peak_bytes, transfers: out.transfers })
     }
 
+    /// The end-of-step update of every parameter a gradient reached (all on the device).
     pub(crate) fn update(&mut self, grads: Vec<Option<FloatTensor<B>>>) {
         let t = self.steps as i32 + 1;
+        let statics = &mut self.statics;
         for (i, g) in grads.into_iter().enumerate() {
             let Some(g) = g else { continue };
-            let p = self.params[i].clone();
-            self.params[i] = match self.optimizer {
-                OptimizerKind::Sgd { lr } => B::float_sub(p, B::float_mul_scalar(g, (lr as f32).into())),
-                OptimizerKind::AdamW { lr, weight_decay } => {
-                    let (b1, b2, eps) = (0.9f32, 0.999f32, 1e-8f32);
-                    let (m, v) = self.moments[i].clone();
-                    let m = B::float_add(
-                        B::float_mul_scalar(m, b1.into()),
-                        B::float_mul_scalar(g.clone(), (1.0 - b1).into()),
-                    );
-                    let v = B::float_add(
-                        B::float_mul_scalar(v, b2.into()),
-                        B::float_mul_scalar(B::float_mul(g.clone(), g), (1.0 - b2).into()),
-                    );
-                    let mhat = B::float_div_scalar(m.clone(), (1.0 - b1.powi(t)).into());
-                    let vhat = B::float_div_scalar(v.clone(), (1.0 - b2.powi(t)).into());
-                    let dir = B::float_div(mhat, B::float_add_scalar(B::float_sqrt(vhat), eps.into()));
-                    self.moments[i] = (m, v);
-                    let decayed = B::float_mul_scalar(p, ((1.0 - lr * weight_decay) as f32).into());
-                    B::float_sub(decayed, B::float_mul_scalar(dir, (lr as f32).into()))
-                }
-            };
+            let p = statics.params[i].take().expect("an end-of-step update finds every parameter on the device");
+            let moments = statics.moments.get_mut(i).map(|m| m.take().expect("and every optimizer state"));
+            let (p, moments) = crate::optim::apply::<B>(self.optimizer, t, p, g, moments);
+            statics.params[i] = Some(p);
+            statics.fresh[i] = None;
+            if let Some(m) = moments {
+                statics.moments[i] = Some(m);
+            }
         }
     }
 }

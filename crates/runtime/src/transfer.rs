@@ -77,6 +77,11 @@ pub struct TransferOptions {
     /// where the session has them ([`StageTemporaries`]). Chain schedules only: graph
     /// schedules run uncapped.
     pub device_cap: Option<u64>,
+    /// The host pool's cap in bytes (`None`: none): an offload that would take the host
+    /// copies above it waits for the host CPU's updates in flight to release their
+    /// gradients' copies, as the simulator has them done by then (a CPU that lags costs
+    /// time, not host memory).
+    pub host_cap: Option<u64>,
 }
 
 /// The temporary memory of each stage's forward (`ftmp`) and backward (`btmp`, the
@@ -112,7 +117,7 @@ impl StageTemporaries {
 
 impl Default for TransferOptions {
     fn default() -> Self {
-        TransferOptions { d2h: LinkSpeed::UNTHROTTLED, h2d: LinkSpeed::UNTHROTTLED, device_cap: None }
+        TransferOptions { d2h: LinkSpeed::UNTHROTTLED, h2d: LinkSpeed::UNTHROTTLED, device_cap: None, host_cap: None }
     }
 }
 
@@ -131,29 +136,43 @@ pub struct TransferReport {
     pub prefetched_bytes: u64,
     /// The device pool's peak, in its own accounting (declared sizes).
     pub device_pool_peak: u64,
-    /// The host pool's peak (host copies, declared sizes).
+    /// The host pool's peak (host copies, declared sizes), those the step started with
+    /// included.
     pub host_pool_peak: u64,
+    /// Seconds the host CPU spent in optimizer steps ([`pebble_schedule::Op::CpuUpdate`]).
+    pub cpu_busy: f64,
 }
 
 /// A tensor's data on the host, as Burn's data API returns it.
-enum HostValue {
+#[derive(Clone)]
+pub(crate) enum HostValue {
     Float(TensorData),
     Int(TensorData),
     Bool(TensorData),
 }
 
 impl HostValue {
-    fn read<B: Backend>(v: Value<B>) -> Result<HostValue, RuntimeError> {
+    /// Reads a value the caller also holds (a shared handle) back to the host.
+    ///
+    /// burn-flex copies a shared buffer's bytes, then copies them once more to align them:
+    /// the host briefly holds the tensor twice. On the CPU backend a float is instead
+    /// copied by an exact op (`× 1`), whose fresh buffer burn-flex then hands over as it
+    /// is: one host buffer, as the planner counts it.
+    pub(crate) fn read<B: Backend>(v: Value<B>) -> Result<HostValue, RuntimeError> {
         let err = |e| RuntimeError::Readback(format!("{e:?}"));
         Ok(match v {
-            Value::Float(t) => HostValue::Float(burn_backend::read_sync(B::float_into_data(t)).map_err(err)?),
+            Value::Float(t) => {
+                let cpu = std::any::TypeId::of::<B>() == std::any::TypeId::of::<burn_flex::Flex>();
+                let t = if cpu { B::float_mul_scalar(t, 1.0f32.into()) } else { t };
+                HostValue::Float(burn_backend::read_sync(B::float_into_data(t)).map_err(err)?)
+            }
             Value::Int(t) => HostValue::Int(burn_backend::read_sync(B::int_into_data(t)).map_err(err)?),
             Value::Bool(t) => HostValue::Bool(burn_backend::read_sync(B::bool_into_data(t)).map_err(err)?),
         })
     }
 
     /// A device tensor from a copy of the data (the host copy stays).
-    fn upload<B: Backend>(&self, device: &B::Device) -> Value<B> {
+    pub(crate) fn upload<B: Backend>(&self, device: &B::Device) -> Value<B> {
         match self {
             HostValue::Float(d) => Value::Float(B::float_from_data(d.clone(), device)),
             HostValue::Int(d) => Value::Int(B::int_from_data(d.clone(), device)),
@@ -169,16 +188,27 @@ pub(crate) type Parts<B, K> = Vec<(K, Value<B>)>;
 type Arrived<B, K> = Vec<(usize, Parts<B, K>)>;
 
 /// A host copy: dropped inside a host scope, so that the allocator counts it as host memory.
-struct HostCopy<K> {
-    parts: Vec<(K, HostValue)>,
+pub(crate) struct HostCopy<K> {
+    pub(crate) parts: Vec<(K, HostValue)>,
 }
+
+/// Host copies by the job that made them, with their bytes (declared sizes): what a step
+/// starts with and what it leaves.
+pub(crate) type HostCopies<K> = HashMap<usize, (Arc<HostCopy<K>>, u64)>;
+
+/// The parts of host copies, as a CPU update reads and writes them.
+pub(crate) type HostParts<K> = Vec<(K, HostValue)>;
+
+/// A CPU update's arithmetic: from the gradient's, the weights' and the state's host parts
+/// to the new weights and state (run on the host CPU thread, inside a host scope).
+pub(crate) type HostUpdate<K> = Box<
+    dyn FnOnce(HostParts<K>, HostParts<K>, HostParts<K>) -> Result<(HostParts<K>, HostParts<K>), RuntimeError> + Send,
+>;
 
 impl<K> Drop for HostCopy<K> {
     fn drop(&mut self) {
         let _host = memory::host_scope();
-        for part in self.parts.drain(..) {
-            drop(part);
-        }
+        drop(std::mem::take(&mut self.parts));
     }
 }
 
@@ -186,8 +216,11 @@ impl<K> HostCopy<K> {
     /// Copies `values` to the host. Each is read through a clone, so that the backend
     /// copies the data even where the job held the last handle (burn-flex hands a unique
     /// buffer over instead of copying it); the device copy is dropped outside the scope.
-    fn read<B: Backend>(values: Parts<B, K>) -> Result<HostCopy<K>, RuntimeError> {
-        let mut copy = HostCopy { parts: Vec::with_capacity(values.len()) };
+    pub(crate) fn read<B: Backend>(values: Parts<B, K>) -> Result<HostCopy<K>, RuntimeError> {
+        let mut copy = {
+            let _host = memory::host_scope();
+            HostCopy { parts: Vec::with_capacity(values.len()) }
+        };
         for (k, v) in values {
             let data = {
                 let _host = memory::host_scope();
@@ -206,18 +239,31 @@ struct Offload<B: Backend, K> {
     bytes: u64,
 }
 
-struct Prefetch {
+struct Prefetch<K> {
     job: usize,
     /// The op, for errors.
     op: String,
-    /// The offload whose host copy it reads.
-    source: usize,
+    /// The host copies it reads (the jobs that made them), each whole or only the parts
+    /// listed.
+    sources: Vec<(usize, Option<Vec<K>>)>,
     bytes: u64,
+}
+
+struct CpuJob<K> {
+    job: usize,
+    op: String,
+    grad: usize,
+    weight: usize,
+    state: Option<usize>,
+    update: HostUpdate<K>,
 }
 
 /// What the compute stream and the two transfer threads share.
 struct Board<B: Backend, K> {
     cap: Option<u64>,
+    host_cap: Option<u64>,
+    /// The gradients' copies (offload jobs) of the CPU updates issued and not done.
+    cpu_pending: Vec<usize>,
     /// Device pool bytes in use, and their peak.
     used: u64,
     peak: u64,
@@ -227,8 +273,10 @@ struct Board<B: Backend, K> {
     offloading: HashSet<usize>,
     /// Done offloads' host copies, with their bytes.
     hosts: HashMap<usize, (Arc<HostCopy<K>>, u64)>,
-    /// Offloads whose host copy is dropped when they are done.
+    /// Offloads (or CPU updates) whose host copy is dropped when they are done.
     unwanted: HashSet<usize>,
+    /// Host copies a CPU update issued and not done is rewriting: prefetches wait for them.
+    updating: HashSet<usize>,
     /// Device bytes an offload in flight releases when it is done.
     release_on_done: HashMap<usize, u64>,
     /// Done prefetches' device tensors, not yet taken by the compute stream.
@@ -237,6 +285,7 @@ struct Board<B: Backend, K> {
     compute_idle: bool,
     d2h_busy: f64,
     h2d_busy: f64,
+    cpu_busy: f64,
     offloaded: u64,
     prefetched: u64,
     error: Option<RuntimeError>,
@@ -280,41 +329,58 @@ pub(crate) struct Transfers<'scope, 'env, B: Backend, K: Send + Sync + 'static> 
     device: &'env B::Device,
     options: TransferOptions,
     d2h: Option<Sender<Offload<B, K>>>,
-    h2d: Option<Sender<Prefetch>>,
+    h2d: Option<Sender<Prefetch<K>>>,
+    cpu: Option<Sender<CpuJob<K>>>,
     threads: Vec<ScopedJoinHandle<'scope, ()>>,
     stall: Duration,
 }
 
-impl<'scope, 'env, B: Backend, K: Clone + Send + Sync + 'static> Transfers<'scope, 'env, B, K> {
-    /// A pool holding `base` bytes, under `options.device_cap`. Threads are started in
-    /// `scope` on the first transfer.
+impl<'scope, 'env, B: Backend, K: Clone + PartialEq + Send + Sync + 'static> Transfers<'scope, 'env, B, K> {
+    /// A pool holding `base` bytes, under `options.device_cap`, and the host copies `hosts`
+    /// a previous step left. Threads are started in `scope` on the first transfer.
     pub fn new(
         scope: &'scope Scope<'scope, 'env>,
         device: &'env B::Device,
         options: TransferOptions,
         base: u64,
+        hosts: HostCopies<K>,
     ) -> Self {
+        let host_used = hosts.values().map(|(_, bytes)| bytes).sum();
         let board = Board {
             cap: options.device_cap,
+            host_cap: options.host_cap,
+            cpu_pending: Vec::new(),
             used: base,
             peak: base,
-            host_used: 0,
-            host_peak: 0,
+            host_used,
+            host_peak: host_used,
             offloading: HashSet::new(),
-            hosts: HashMap::new(),
+            hosts,
             unwanted: HashSet::new(),
+            updating: HashSet::new(),
             release_on_done: HashMap::new(),
             arrived: HashMap::new(),
             compute_idle: false,
             d2h_busy: 0.0,
             h2d_busy: 0.0,
+            cpu_busy: 0.0,
             offloaded: 0,
             prefetched: 0,
             error: None,
             closing: false,
         };
         let shared = Arc::new(Shared { board: Mutex::new(board), changed: Condvar::new() });
-        Transfers { shared, scope, device, options, d2h: None, h2d: None, threads: Vec::new(), stall: Duration::ZERO }
+        Transfers {
+            shared,
+            scope,
+            device,
+            options,
+            d2h: None,
+            h2d: None,
+            cpu: None,
+            threads: Vec::new(),
+            stall: Duration::ZERO,
+        }
     }
 
     fn start(&mut self, index: usize, op: &str) -> Result<(), RuntimeError> {
@@ -333,6 +399,10 @@ impl<'scope, 'env, B: Backend, K: Clone + Send + Sync + 'static> Transfers<'scop
         let (link, device) = (self.options.h2d, self.device);
         self.threads.push(self.scope.spawn(move || prefetches::<B, K>(&shared, rx, link, device)));
         self.h2d = Some(h2d);
+        let (cpu, rx) = channel();
+        let shared = self.shared.clone();
+        self.threads.push(self.scope.spawn(move || cpu_updates::<B, K>(&shared, rx)));
+        self.cpu = Some(cpu);
         Ok(())
     }
 
@@ -424,23 +494,55 @@ impl<'scope, 'env, B: Backend, K: Clone + Send + Sync + 'static> Transfers<'scop
         }
     }
 
-    /// Drops the host copy offload `job` made (now, or when the offload is done).
+    /// Drops the host copy offload `job` made (now, or when the offload or the CPU update
+    /// rewriting it is done).
     pub fn drop_host(&mut self, job: usize) {
         let mut b = self.shared.lock();
-        if let Some((copy, bytes)) = b.hosts.remove(&job) {
+        if b.updating.contains(&job) || b.offloading.contains(&job) {
+            b.unwanted.insert(job);
+        } else if let Some((copy, bytes)) = b.hosts.remove(&job) {
             b.host_used = b.host_used.saturating_sub(bytes);
             drop(copy);
-        } else if b.offloading.contains(&job) {
-            b.unwanted.insert(job);
+            self.shared.changed.notify_all();
         }
     }
 
-    /// Issues prefetch `job` of the host copy offload `source` made (or is making).
-    pub fn prefetch(&mut self, job: usize, op: &str, source: usize, bytes: u64) -> Result<(), RuntimeError> {
+    /// Issues prefetch `job` of `bytes` from the host copies `sources` (each whole, or only
+    /// the parts listed) that offloads made (or are making).
+    pub fn prefetch(
+        &mut self,
+        job: usize,
+        op: &str,
+        sources: Vec<(usize, Option<Vec<K>>)>,
+        bytes: u64,
+    ) -> Result<(), RuntimeError> {
         self.start(job, op)?;
         crate::sync::<B>(self.device)?;
-        let sent = self.h2d.as_ref().expect("started").send(Prefetch { job, op: op.to_string(), source, bytes });
+        let sent = self.h2d.as_ref().expect("started").send(Prefetch { job, op: op.to_string(), sources, bytes });
         sent.map_err(|_| self.check().err().unwrap_or_else(|| transfer_err(job, op, "the host→device thread stopped")))
+    }
+
+    /// Issues CPU update `job`: once offload `grad` is done, the host CPU runs `update` on
+    /// the host copies `grad`, `weight` and `state`, replaces the last two by its results
+    /// (under the same jobs) and drops the gradient's copy. Prefetches of the weights or
+    /// the state issued from now on wait for it.
+    pub fn cpu_update(
+        &mut self,
+        job: usize,
+        op: &str,
+        (grad, weight, state): (usize, usize, Option<usize>),
+        update: HostUpdate<K>,
+    ) -> Result<(), RuntimeError> {
+        self.start(job, op)?;
+        {
+            let mut b = self.shared.lock();
+            b.updating.insert(weight);
+            b.updating.extend(state);
+            b.cpu_pending.push(grad);
+        }
+        let sent =
+            self.cpu.as_ref().expect("started").send(CpuJob { job, op: op.to_string(), grad, weight, state, update });
+        sent.map_err(|_| self.check().err().unwrap_or_else(|| transfer_err(job, op, "the host CPU thread stopped")))
     }
 
     /// The prefetches done since the last call: `(job, device tensors)`.
@@ -478,8 +580,9 @@ impl<'scope, 'env, B: Backend, K: Clone + Send + Sync + 'static> Transfers<'scop
     }
 
     /// Ends the step: on success the threads finish what was issued; on failure they stop
-    /// waiting. Returns what the transfers did, or a thread's error.
-    pub fn finish(mut self, ok: bool) -> Result<TransferReport, RuntimeError> {
+    /// waiting. Returns what the transfers did and the host copies left, or a thread's
+    /// error.
+    pub fn finish(mut self, ok: bool) -> Result<(TransferReport, HostCopies<K>), RuntimeError> {
         {
             let mut b = self.shared.lock();
             b.compute_idle = true;
@@ -489,6 +592,7 @@ impl<'scope, 'env, B: Backend, K: Clone + Send + Sync + 'static> Transfers<'scop
         // Closing the channels ends the threads' loops once their queues are empty.
         self.d2h = None;
         self.h2d = None;
+        self.cpu = None;
         let mut panicked = false;
         for thread in self.threads.drain(..) {
             panicked |= thread.join().is_err();
@@ -500,7 +604,7 @@ impl<'scope, 'env, B: Backend, K: Clone + Send + Sync + 'static> Transfers<'scop
         if panicked {
             return Err(RuntimeError::Device("a transfer thread panicked".into()));
         }
-        Ok(TransferReport {
+        let report = TransferReport {
             d2h_busy: b.d2h_busy,
             h2d_busy: b.h2d_busy,
             compute_stall: self.stall.as_secs_f64(),
@@ -508,7 +612,9 @@ impl<'scope, 'env, B: Backend, K: Clone + Send + Sync + 'static> Transfers<'scop
             prefetched_bytes: b.prefetched,
             device_pool_peak: b.peak,
             host_pool_peak: b.host_peak,
-        })
+            cpu_busy: b.cpu_busy,
+        };
+        Ok((report, std::mem::take(&mut b.hosts)))
     }
 }
 
@@ -533,6 +639,15 @@ fn offloads<B: Backend, K: Send + Sync>(shared: &Shared<B, K>, jobs: Receiver<Of
         let start = Instant::now();
         {
             let mut b = shared.lock();
+            // Over the host cap, wait for the CPU updates that can finish (their gradient
+            // is on the host) to release their gradients' copies.
+            while let Some(cap) = b.host_cap {
+                let finishing = b.cpu_pending.iter().any(|g| *g != job && !b.offloading.contains(g));
+                if b.closing || b.host_used.saturating_add(bytes) <= cap || !finishing {
+                    break;
+                }
+                b = shared.wait(b);
+            }
             if b.closing {
                 return;
             }
@@ -567,32 +682,38 @@ fn offloads<B: Backend, K: Send + Sync>(shared: &Shared<B, K>, jobs: Receiver<Of
 
 /// The host→device thread: waits for the host copy and for device memory, uploads,
 /// throttles, hands the device tensors over.
-fn prefetches<B: Backend, K: Clone + Send + Sync>(
+fn prefetches<B: Backend, K: Clone + PartialEq + Send + Sync>(
     shared: &Shared<B, K>,
-    jobs: Receiver<Prefetch>,
+    jobs: Receiver<Prefetch<K>>,
     link: LinkSpeed,
     device: &B::Device,
 ) {
-    for Prefetch { job, op, source, bytes } in jobs {
+    for Prefetch { job, op, sources, bytes } in jobs {
         let mut b = shared.lock();
         if b.closing {
             return;
         }
-        let copy = loop {
-            if b.closing {
-                return;
-            }
-            if let Some((copy, _)) = b.hosts.get(&source) {
-                break copy.clone();
-            }
-            if !b.offloading.contains(&source) {
-                let why = format!("the host copy made by schedule op {source} is gone");
-                b.error.get_or_insert(transfer_err(job, &op, why));
-                shared.changed.notify_all();
-                return;
-            }
-            b = shared.wait(b);
-        };
+        let mut copies = Vec::with_capacity(sources.len());
+        for (source, only) in sources {
+            let copy = loop {
+                if b.closing {
+                    return;
+                }
+                if !b.updating.contains(&source) {
+                    if let Some((copy, _)) = b.hosts.get(&source) {
+                        break copy.clone();
+                    }
+                    if !b.offloading.contains(&source) {
+                        let why = format!("the host copy made by schedule op {source} is gone");
+                        b.error.get_or_insert(transfer_err(job, &op, why));
+                        shared.changed.notify_all();
+                        return;
+                    }
+                }
+                b = shared.wait(b);
+            };
+            copies.push((copy, only));
+        }
         if let Some(cap) = b.cap {
             while b.used.saturating_add(bytes) > cap {
                 if b.closing {
@@ -615,14 +736,103 @@ fn prefetches<B: Backend, K: Clone + Send + Sync>(
         b.peak = b.peak.max(b.used);
         drop(b);
         let start = Instant::now();
-        let values: Parts<B, K> = copy.parts.iter().map(|(k, h)| (k.clone(), h.upload::<B>(device))).collect();
-        drop(copy);
+        let mut values: Parts<B, K> = Vec::new();
+        for (copy, only) in copies {
+            let wanted = |k: &K| only.as_ref().is_none_or(|only| only.contains(k));
+            values
+                .extend(copy.parts.iter().filter(|(k, _)| wanted(k)).map(|(k, h)| (k.clone(), h.upload::<B>(device))));
+        }
         throttle(start, link.seconds(bytes));
         let busy = start.elapsed().as_secs_f64();
         let mut b = shared.lock();
         b.h2d_busy += busy;
         b.prefetched += bytes;
         b.arrived.insert(job, values);
+        shared.changed.notify_all();
+    }
+}
+
+/// The host CPU's thread: runs the optimizer steps of [`Transfers::cpu_update`] in the
+/// order they were issued, each once its gradient's host copy is complete.
+fn cpu_updates<B: Backend, K: Clone + Send + Sync>(shared: &Shared<B, K>, jobs: Receiver<CpuJob<K>>) {
+    for CpuJob { job, op, grad, weight, state, update } in jobs {
+        let mut b = shared.lock();
+        // Waits for the host copies it reads; the gradient's offload may be in flight.
+        let sources: Vec<usize> = [Some(grad), Some(weight), state].into_iter().flatten().collect();
+        loop {
+            if b.closing {
+                return;
+            }
+            if sources.iter().all(|s| !b.offloading.contains(s) && b.hosts.contains_key(s)) {
+                break;
+            }
+            if let Some(&gone) = sources.iter().find(|s| !b.offloading.contains(s) && !b.hosts.contains_key(s)) {
+                let what = if gone == grad {
+                    "gradient"
+                } else if gone == weight {
+                    "weights"
+                } else {
+                    "optimizer state"
+                };
+                let why = format!("the host copy of the {what} (made by schedule op {gone}) is gone");
+                b.error.get_or_insert(transfer_err(job, &op, why));
+                shared.changed.notify_all();
+                return;
+            }
+            b = shared.wait(b);
+        }
+        let (g, g_bytes) = b.hosts.remove(&grad).expect("checked");
+        let (w, w_bytes) = b.hosts.remove(&weight).expect("checked");
+        let (s, s_bytes) = match state {
+            Some(st) => {
+                let (copy, bytes) = b.hosts.remove(&st).expect("checked");
+                (Some(copy), bytes)
+            }
+            None => (None, 0),
+        };
+        drop(b);
+        let start = Instant::now();
+        // The parts leave their copies (a copy a prefetch still reads is copied), then the
+        // update runs on them inside a host scope.
+        let parts = |copy: Arc<HostCopy<K>>| match Arc::try_unwrap(copy) {
+            Ok(mut copy) => std::mem::take(&mut copy.parts),
+            Err(shared) => {
+                let _host = memory::host_scope();
+                shared.parts.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+            }
+        };
+        let (g, w, s) = (parts(g), parts(w), s.map(parts).unwrap_or_default());
+        let result = {
+            let _host = memory::host_scope();
+            update(g, w, s).map(|(w, s)| (HostCopy { parts: w }, HostCopy { parts: s }))
+        };
+        let busy = start.elapsed().as_secs_f64();
+        let mut b = shared.lock();
+        b.cpu_busy += busy;
+        b.host_used = b.host_used.saturating_sub(g_bytes);
+        if let Some(at) = b.cpu_pending.iter().position(|&g| g == grad) {
+            b.cpu_pending.remove(at);
+        }
+        b.updating.remove(&weight);
+        if let Some(st) = state {
+            b.updating.remove(&st);
+        }
+        match result {
+            Ok((new_w, new_s)) => {
+                for (key, copy, bytes) in [(Some(weight), new_w, w_bytes), (state, new_s, s_bytes)] {
+                    let Some(key) = key else { continue };
+                    if b.unwanted.remove(&key) {
+                        b.host_used = b.host_used.saturating_sub(bytes);
+                        drop(copy);
+                    } else {
+                        b.hosts.insert(key, (Arc::new(copy), bytes));
+                    }
+                }
+            }
+            Err(e) => {
+                b.error.get_or_insert(e);
+            }
+        }
         shared.changed.notify_all();
     }
 }

@@ -78,16 +78,6 @@ pub enum TrainError {
     /// against (a bug of store-all or of the simulator).
     #[error("the simulator rejects store-all's schedule: {0}")]
     StoreAll(SimError),
-    /// The plan moves weights, their gradients or optimizer states, or updates on the
-    /// CPU (weight offloading, OffMate), which the executor does not do yet.
-    #[error(
-        "`{solver}`'s schedule moves weights, gradients or optimizer states, which the executor does not run yet: \
-         `pebble plan` and `pebble simulate` give its step time and peaks"
-    )]
-    MovesWeights {
-        /// The solver's name.
-        solver: String,
-    },
     /// The device asked for cannot be used here.
     #[error(transparent)]
     Device(#[from] Unavailable),

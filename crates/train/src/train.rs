@@ -191,7 +191,7 @@ pub(crate) fn plan_within(
 /// `cap` bytes.
 pub fn transfer_options(machine: &Machine, cap: Option<u64>) -> TransferOptions {
     let speed = |l: &Link| LinkSpeed { bandwidth: l.bandwidth, latency: l.latency };
-    TransferOptions { d2h: speed(&machine.d2h), h2d: speed(&machine.h2d), device_cap: cap }
+    TransferOptions { d2h: speed(&machine.d2h), h2d: speed(&machine.h2d), device_cap: cap, host_cap: None }
 }
 
 /// Plans and runs `config` on `device`.
@@ -222,14 +222,6 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     // Percentages are of what store-all needs to run: its simulated peak plus the reserve.
     let budget = config.budget.resolve(store_all.peak_bytes, static_bytes, &overhead);
     let plan = plan_within(solver, problem, &budget, &config.solve, &overhead)?;
-    use pebble_schedule::{Op, Tensor};
-    let moves_weights = |op: &Op| {
-        matches!(op, Op::CpuUpdate { .. })
-            || matches!(op.tensor(), Some(Tensor::Weight(_) | Tensor::WeightGrad(_) | Tensor::OptState(_)))
-    };
-    if plan.schedule.ops.iter().any(moves_weights) {
-        return Err(TrainError::MovesWeights { solver: solver.name().to_string() });
-    }
     let params = lowered.network.param_count();
     let mut session = Session::<B>::new(lowered.network, lowered.index, config.optimizer, config.seed, device);
     // Transfers go at the speed of the machine planned for, and the device pool holds the
@@ -237,7 +229,10 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     // would go above it waits for the offloads the simulator had done by then, so a link
     // that lags behind its nominal speed costs time, not memory.
     let cap = plan.report.peak_bytes.min(budget.planned_bytes);
-    session.set_transfers(transfer_options(&config.solve.machine, Some(cap)));
+    // Likewise the host's copies, at the simulated host peak: an offload waits for the
+    // host CPU's updates the simulator has done by then.
+    let host_cap = (plan.report.peak_host_bytes > 0).then_some(plan.report.peak_host_bytes);
+    session.set_transfers(TransferOptions { host_cap, ..transfer_options(&config.solve.machine, Some(cap)) });
     session.set_temporaries(StageTemporaries::of(&lowered.chain));
     // One unmeasured pass first, without an update (the losses stay those of the steps):
     // what the backend allocates once and keeps (kernel caches, thread pools) is not the

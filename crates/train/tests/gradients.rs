@@ -26,7 +26,7 @@ fn opts(
     ModelOptions { batch: Some(batch), image, seq, layers: Some(layers), width, heads, ..ModelOptions::default() }
 }
 
-fn grads_of(session: &Session<Flex>, schedule: &Schedule) -> (Vec<f32>, Vec<Vec<f32>>) {
+fn grads_of(session: &mut Session<Flex>, schedule: &Schedule) -> (Vec<f32>, Vec<Vec<f32>>) {
     let out = session.gradients(schedule).unwrap_or_else(|e| panic!("{:?}: {e}", schedule.solver));
     let loss = read_floats::<Flex>(out.loss).expect("loss");
     let grads =
@@ -38,13 +38,18 @@ fn check(model: &str, options: ModelOptions, ilp: &[&str]) {
     let lowered = lower::<Flex>(model, &options, None).expect("model");
     let chain = lowered.chain.clone();
     let graph = lowered.graph.clone();
-    let session = Session::<Flex>::new(lowered.network, lowered.index, OptimizerKind::Sgd { lr: 0.1 }, 7, FlexDevice);
-    let reference = grads_of(&session, &pebble_solve::baseline::store_all::store_all_schedule(Problem::Chain(&chain)));
+    let mut session =
+        Session::<Flex>::new(lowered.network, lowered.index, OptimizerKind::Sgd { lr: 0.1 }, 7, FlexDevice);
+    let reference =
+        grads_of(&mut session, &pebble_solve::baseline::store_all::store_all_schedule(Problem::Chain(&chain)));
     assert!(reference.0[0].is_finite(), "{model}: loss {}", reference.0[0]);
     assert!(reference.1.iter().any(|g| g.iter().any(|&x| x != 0.0)), "{model}: all gradients are zero");
     let graph_store_all = pebble_solve::baseline::store_all::store_all_schedule(Problem::Graph(&graph));
     assert_eq!(graph_store_all.view, View::Graph);
-    assert!(grads_of(&session, &graph_store_all) == reference, "{model}: graph store-all differs from chain store-all");
+    assert!(
+        grads_of(&mut session, &graph_store_all) == reference,
+        "{model}: graph store-all differs from chain store-all"
+    );
     let options = SolveOptions::default();
     let sim = options.sim_config();
     // Graph schedules with recomputation (DTR's evictions): same numbers.
@@ -63,7 +68,7 @@ fn check(model: &str, options: ModelOptions, ilp: &[&str]) {
         let Ok(plan) = pebble_solve::plan(dtr, Problem::Graph(&graph), budget, &options) else { continue };
         recomputed |= plan.schedule.ops.iter().filter(|op| matches!(op, pebble_schedule::Op::Compute { .. })).count()
             > graph.compute.len();
-        assert!(grads_of(&session, &plan.schedule) == reference, "{model} dtr at {budget}: gradients differ");
+        assert!(grads_of(&mut session, &plan.schedule) == reference, "{model} dtr at {budget}: gradients differ");
     }
     assert!(recomputed, "{model}: no budget made DTR recompute");
     // The ILP solvers' schedules (recomputation, forwards without grad that a later
@@ -85,7 +90,10 @@ fn check(model: &str, options: ModelOptions, ilp: &[&str]) {
             println!("{model} {name} at {k}0%: {} computes ({} nodes)", computes.count(), graph.compute.len());
             no_grad |=
                 plan.schedule.ops.iter().any(|op| matches!(op, pebble_schedule::Op::Compute { no_grad: true, .. }));
-            assert!(grads_of(&session, &plan.schedule) == reference, "{model} {name} at {budget}: gradients differ");
+            assert!(
+                grads_of(&mut session, &plan.schedule) == reference,
+                "{model} {name} at {budget}: gradients differ"
+            );
         }
     }
     assert!(ilp.is_empty() || no_grad, "{model}: no ILP schedule runs a forward without grad");
@@ -100,7 +108,7 @@ fn check(model: &str, options: ModelOptions, ilp: &[&str]) {
         // Tight budgets force recomputation.
         for budget in [min, min + (top.saturating_sub(min)) / 3] {
             let plan = pebble_solve::plan(solver, problem, budget, &options).expect("plan");
-            let got = grads_of(&session, &plan.schedule);
+            let got = grads_of(&mut session, &plan.schedule);
             assert_eq!(got.0, reference.0, "{model} {name} at {budget}: loss");
             for (p, (a, b)) in got.1.iter().zip(&reference.1).enumerate() {
                 assert!(a == b, "{model} {name} at {budget}: gradient of parameter {p} differs");

@@ -79,7 +79,7 @@ fn session(model: &str, options: ModelOptions) -> (Session<Flex>, Vec<u64>) {
 
 type Numbers = (Vec<f32>, Vec<Vec<f32>>);
 
-fn numbers(session: &Session<Flex>, schedule: &Schedule) -> Numbers {
+fn numbers(session: &mut Session<Flex>, schedule: &Schedule) -> Numbers {
     let out = session.gradients(schedule).unwrap_or_else(|e| panic!("{e}"));
     let loss = read_floats::<Flex>(out.loss).expect("loss");
     let grads =
@@ -107,9 +107,9 @@ fn offloading_saved_sets_changes_no_number_and_saves_their_memory() {
     let l = xbar.len() - 1;
     let saved = [1, 2, 3];
     let moved: u64 = saved.iter().map(|&i| xbar[i]).sum();
-    let reference = numbers(&session, &store_all(l));
+    let reference = numbers(&mut session, &store_all(l));
     for lead in [0, 2] {
-        assert!(numbers(&session, &offloading(l, &saved, lead)) == reference, "lead {lead}: the numbers differ");
+        assert!(numbers(&mut session, &offloading(l, &saved, lead)) == reference, "lead {lead}: the numbers differ");
     }
     let host_before = memory::host_live();
     let (full, full_host, none) = peaks(&mut session, &store_all(l));
@@ -127,22 +127,23 @@ fn offloading_saved_sets_changes_no_number_and_saves_their_memory() {
         "offloading {moved} bytes saved {saving} bytes of the measured peak ({full} → {peak})"
     );
     assert!(none.device_pool_peak - moves.device_pool_peak == moved, "{none:?} {moves:?}");
-    // The host held the three copies at once, and one more buffer while a copy was being
-    // made (Burn copies a tensor's bytes once more to align them).
-    assert!(host >= moved && host <= moved + xbar[1] + 4096, "host peak {host} for {moved} bytes moved");
+    // The host held the three copies at once, each in one buffer (a copy is made by an
+    // exact op whose buffer burn-flex hands over, not copied twice to align it).
+    let off = host as f64 / moved as f64 - 1.0;
+    assert!(off.abs() <= 0.01, "host peak {host} for {moved} bytes moved");
 }
 
 #[test]
 fn gpt_offloads_change_no_number() {
     let _turn = lock();
     let options = tiny_gpt();
-    let (session, xbar) = session("gpt", options);
+    let (mut session, xbar) = session("gpt", options);
     let l = xbar.len() - 1;
-    let reference = numbers(&session, &store_all(l));
+    let reference = numbers(&mut session, &store_all(l));
     // Every saved set, with its inner tensors (attention weights, dropout masks).
     let all: Vec<usize> = (1..=l).collect();
     for lead in [0, 1, l] {
-        assert!(numbers(&session, &offloading(l, &all, lead)) == reference, "lead {lead}: the numbers differ");
+        assert!(numbers(&mut session, &offloading(l, &all, lead)) == reference, "lead {lead}: the numbers differ");
     }
 }
 
@@ -160,7 +161,7 @@ fn a_slow_link_stalls_the_compute_stream_and_a_fast_one_does_not() {
     let moved: u64 = saved.iter().map(|&i| xbar[i]).sum();
     // 50 ms for one saved set, each way; the prefetch right before its reader.
     let slow = link(xbar[1], 0.05);
-    session.set_transfers(TransferOptions { d2h: slow, h2d: slow, device_cap: None });
+    session.set_transfers(TransferOptions { d2h: slow, h2d: slow, device_cap: None, host_cap: None });
     let (_, _, r) = peaks(&mut session, &offloading(l, &saved, 0));
     println!("slow: {r:?}");
     let ideal = moved as f64 / slow.bandwidth;
@@ -171,7 +172,7 @@ fn a_slow_link_stalls_the_compute_stream_and_a_fast_one_does_not() {
     // A link a thousand times faster, each prefetch issued one backward earlier: the
     // compute stream barely waits.
     let fast = link(xbar[1], 0.00005);
-    session.set_transfers(TransferOptions { d2h: fast, h2d: fast, device_cap: None });
+    session.set_transfers(TransferOptions { d2h: fast, h2d: fast, device_cap: None, host_cap: None });
     let (_, _, r) = peaks(&mut session, &offloading(l, &saved, 1));
     println!("fast: {r:?}");
     assert!(r.compute_stall < 0.05 * ideal, "compute stall {} on a fast link", r.compute_stall);
@@ -192,7 +193,12 @@ fn compute_waits_under_the_cap_for_offloads_to_release_memory() {
     // Slow offloads (200 ms each), fast prefetches: the forwards must wait for ā_1, ā_2
     // to reach the host before they can make ā_4, ā_5.
     let slow = link(xbar[1], 0.2);
-    session.set_transfers(TransferOptions { d2h: slow, h2d: LinkSpeed::UNTHROTTLED, device_cap: Some(cap) });
+    session.set_transfers(TransferOptions {
+        d2h: slow,
+        h2d: LinkSpeed::UNTHROTTLED,
+        device_cap: Some(cap),
+        host_cap: None,
+    });
     let (_, _, capped) = peaks(&mut session, &schedule);
     println!("cap {cap}: {capped:?}");
     assert!(capped.device_pool_peak <= cap, "{capped:?}");
@@ -259,7 +265,7 @@ fn offloading_solvers_schedules_run_with_store_alls_numbers() {
         let l = chain.len();
         let solve = SolveOptions { machine: options.profile.machine, ..SolveOptions::default() };
         let mut session = Session::<Flex>::new(lowered.network, lowered.index, optimizer, 5, FlexDevice);
-        let reference = numbers(&session, &store_all(l));
+        let reference = numbers(&mut session, &store_all(l));
         let top = pebble_solve::simulate(problem, &store_all(l), &solve.sim_config()).expect("store-all").peak_bytes;
         let mut moved = 0;
         for name in ["offload-greedy", "offload-dp", "pofo", "autocapper", "opportunist"] {
@@ -275,7 +281,7 @@ fn offloading_solvers_schedules_run_with_store_alls_numbers() {
                 let out = session.gradients(&plan.schedule).unwrap_or_else(|e| panic!("{what}: {e}"));
                 assert!(out.transfers.device_pool_peak <= budget, "{what}: {:?}", out.transfers);
                 moved += out.transfers.offloaded_bytes;
-                assert!(numbers(&session, &plan.schedule) == reference, "{what}: the numbers differ");
+                assert!(numbers(&mut session, &plan.schedule) == reference, "{what}: the numbers differ");
             }
         }
         assert!(moved > 0, "{model}: no solver offloaded anything");
@@ -309,14 +315,16 @@ fn train_reports_measured_transfers_beside_simulated_ones() {
         assert!(d2h >= r.predicted_d2h_busy && h2d >= r.predicted_h2d_busy, "{r:?}");
     }
     // The host copies are measured apart (the memory test holds the device peak to the
-    // budget, with profiled costs).
-    assert!(r.measured_host_peak_bytes.expect("counting") >= r.predicted_host_peak_bytes, "{r:?}");
+    // budget, with profiled costs), at what the simulator counts.
+    let host = r.measured_host_peak_bytes.expect("counting") as f64;
+    assert!((host / r.predicted_host_peak_bytes as f64 - 1.0).abs() <= 0.01, "{r:?}");
 }
 
 #[test]
 fn partial_transfers_are_refused_naming_the_op() {
     let _turn = lock();
-    let (session, xbar) = session("mlp", ModelOptions { batch: Some(4), layers: Some(3), ..ModelOptions::default() });
+    let (mut session, xbar) =
+        session("mlp", ModelOptions { batch: Some(4), layers: Some(3), ..ModelOptions::default() });
     let l = xbar.len() - 1;
     for op in [
         Op::Offload { tensor: Tensor::Saved(1), fraction: 0.5 },

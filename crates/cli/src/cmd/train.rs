@@ -43,7 +43,6 @@ pub fn lift(e: TrainError) -> anyhow::Error {
         TrainError::UnknownSolver(e) => bad(format!("--solver: {e}")),
         TrainError::IntWidth { .. } => bad(format!("--profile: {e}")),
         TrainError::Solver { ref solver, .. } => bad(format!("--solver {solver}: {e}")),
-        TrainError::MovesWeights { .. } => bad(format!("--solver: {e}")),
         TrainError::Device(u) => bad(format!("--device cuda: {u}")),
         TrainError::Infeasible { .. } => Infeasible(e.to_string()).into(),
         TrainError::SolverBug(_) | TrainError::StoreAll(_) | TrainError::Runtime(_) => anyhow::Error::new(e),

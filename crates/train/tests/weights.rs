@@ -1,0 +1,177 @@
+//! The executor runs schedules that move weights, their gradients and optimizer states
+//! (issue 12): the weight-offloading solvers' periodic schedules and a hand-written one
+//! that updates some stages on the host CPU train exactly as store-all does (the same
+//! losses and parameters, bit for bit, step after step), within the budget, with the
+//! host copies the simulator counts.
+//!
+//! The allocation counters are global to the process: the tests of this binary take
+//! turns (`LOCK`).
+
+use std::sync::Mutex;
+
+use burn_flex::{Flex, FlexDevice};
+use pebble_runtime::memory::CountingAlloc;
+use pebble_runtime::{OptimizerKind, Session, StageTemporaries, TransferOptions};
+use pebble_schedule::{Op, Schedule, Tensor, View};
+use pebble_solve::{Problem, SolveOptions};
+use pebble_train::{lower, transfer_options};
+use pebble_zoo::ModelOptions;
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+static LOCK: Mutex<()> = Mutex::new(());
+
+fn lock() -> std::sync::MutexGuard<'static, ()> {
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+const ADAM: OptimizerKind = OptimizerKind::AdamW { lr: 1e-2, weight_decay: 0.01 };
+
+/// A GPT small enough for the tests (its embedding is tied to its head).
+fn tiny_gpt() -> ModelOptions {
+    ModelOptions {
+        batch: Some(2),
+        seq: Some(32),
+        layers: Some(2),
+        width: Some(32),
+        heads: Some(4),
+        ..ModelOptions::default()
+    }
+}
+
+fn mlp() -> ModelOptions {
+    ModelOptions { batch: Some(4), layers: Some(3), ..ModelOptions::default() }
+}
+
+fn session(model: &str, options: &ModelOptions) -> (Session<Flex>, pebble_graph::Chain) {
+    let options = ModelOptions { optimizer: ADAM.planner(), ..options.clone() };
+    let lowered = lower::<Flex>(model, &options, None).expect("model");
+    let chain = lowered.chain.clone();
+    (Session::<Flex>::new(lowered.network, lowered.index, ADAM, 5, FlexDevice), chain)
+}
+
+/// Store-all on a chain of `l` stages.
+fn store_all(l: usize) -> Schedule {
+    let text: Vec<String> = (0..l).map(|i| format!("F{i}all")).chain(std::iter::once("L".into())).collect();
+    let back: Vec<String> = (0..l).rev().map(|i| format!("B{i}")).collect();
+    Schedule::from_notation(View::Chain, &[text, back].concat().join(" ")).unwrap().resolve_loss(l)
+}
+
+/// The losses of `steps` steps and the parameters they leave.
+fn trained(session: &mut Session<Flex>, schedule: &Schedule, steps: usize) -> (Vec<f32>, Vec<Vec<f32>>) {
+    let losses = (0..steps).map(|_| session.step(schedule).unwrap_or_else(|e| panic!("{e}")).loss).collect();
+    (losses, session.parameters().expect("parameters"))
+}
+
+fn moves_weights(schedule: &Schedule) -> bool {
+    schedule.ops.iter().any(|op| matches!(op.tensor(), Some(Tensor::Weight(_))))
+}
+
+/// `weight-offload` and `l2l` at budgets where they move weights: each step runs one
+/// period, and after several steps the losses and every parameter are store-all's, bit
+/// for bit (the tied embedding of the GPT included: updated after its last gradient, and
+/// read by the head from its up-to-date copy).
+#[test]
+fn weight_offloading_schedules_train_as_store_all_does() {
+    let _turn = lock();
+    for (model, options) in [("mlp", mlp()), ("gpt", tiny_gpt())] {
+        let (mut reference, chain) = session(model, &options);
+        let l = chain.len();
+        let want = trained(&mut reference, &store_all(l), 4);
+        let problem = Problem::Chain(&chain);
+        let solve = SolveOptions { machine: options.profile.machine, ..SolveOptions::default() };
+        let top = pebble_solve::simulate(problem, &store_all(l), &solve.sim_config()).expect("store-all").peak_bytes;
+        for name in ["weight-offload", "l2l"] {
+            let solver = pebble_solve::solver(name).expect("registered");
+            let min = pebble_solve::min_feasible_budget(solver, problem, &solve).unwrap().expect("some budget fits");
+            let mut moved = 0;
+            for budget in [min, (min + top) / 2] {
+                let plan = pebble_solve::plan(solver, problem, budget, &solve).expect("plan");
+                if !moves_weights(&plan.schedule) {
+                    continue;
+                }
+                moved += 1;
+                let what = format!("{model} {name} at {budget}");
+                let (mut session, _) = session(model, &options);
+                session.set_transfers(transfer_options(&solve.machine, Some(plan.report.peak_bytes)));
+                session.set_temporaries(StageTemporaries::of(&chain));
+                let got = trained(&mut session, &plan.schedule, 4);
+                assert_eq!(got.0, want.0, "{what}: the losses differ");
+                assert!(got.1 == want.1, "{what}: the parameters differ");
+                // Each period leaves the tensors where the next starts: they are put there
+                // once, before the first step (if they do not start on the device).
+                assert!(session.arrangements() <= 1, "{what}: moved between steps");
+            }
+            assert!(moved > 0, "{model} {name}: no schedule moved weights");
+        }
+    }
+}
+
+/// Store-all on `l` stages with the host CPU updating stages `cpu`: each such stage's
+/// gradient goes to the host after its backward, the CPU updates the host copies of its
+/// weights and state (the state lives on the host), the stale device copy is dropped and
+/// the new weights come back before the next period's forward, issued one stage ahead.
+fn cpu_updating(l: usize, cpu: &[usize]) -> Schedule {
+    let mut ops = Vec::new();
+    let pre = |i: usize| Op::Prefetch { tensor: Tensor::Weight(i), fraction: 1.0 };
+    if cpu.contains(&0) {
+        ops.push(pre(0));
+    }
+    for i in 0..l {
+        if cpu.contains(&(i + 1)) {
+            ops.push(pre(i + 1));
+        }
+        ops.push(Op::Forward { stage: i, mode: pebble_schedule::ForwardMode::KeepAll });
+    }
+    for i in (0..=l).rev() {
+        ops.push(Op::Backward { stage: i });
+        if cpu.contains(&i) {
+            ops.push(Op::Offload { tensor: Tensor::WeightGrad(i), fraction: 1.0 });
+            ops.push(Op::CpuUpdate { stage: i });
+            ops.push(Op::Free { tensor: Tensor::Weight(i) });
+        }
+    }
+    Schedule::new(View::Chain, ops).repeated()
+}
+
+/// The host CPU updates some stages (ZeRO-Offload's split, OffMate's `Opt`) with the
+/// device's arithmetic: the losses and parameters are store-all's, the simulator accepts
+/// the schedule, and the host holds what it counts.
+#[test]
+fn cpu_updates_train_as_store_all_does() {
+    let _turn = lock();
+    for (model, options, cpu) in [("mlp", mlp(), vec![1, 2]), ("mlp", mlp(), vec![0]), ("gpt", tiny_gpt(), vec![1, 2])]
+    {
+        let (mut reference, chain) = session(model, &options);
+        let l = chain.len();
+        let want = trained(&mut reference, &store_all(l), 4);
+        let schedule = cpu_updating(l, &cpu);
+        let what = format!("{model} with stages {cpu:?} on the CPU");
+        let solve = SolveOptions { machine: options.profile.machine, ..SolveOptions::default() };
+        let sim = pebble_solve::simulate(Problem::Chain(&chain), &schedule, &solve.sim_config())
+            .unwrap_or_else(|e| panic!("{what}: the simulator refuses {}: {e}", schedule.to_notation()));
+        let (mut session, _) = session(model, &options);
+        session.set_transfers(TransferOptions {
+            host_cap: Some(sim.peak_host_bytes),
+            ..transfer_options(&solve.machine, Some(sim.peak_bytes))
+        });
+        session.set_temporaries(StageTemporaries::of(&chain));
+        let mut host = 0;
+        let mut cpu_busy = 0.0;
+        let losses: Vec<f32> = (0..4)
+            .map(|_| {
+                let r = session.step(&schedule).unwrap_or_else(|e| panic!("{what}: {e}"));
+                host = host.max(r.host_peak_bytes.expect("counting"));
+                cpu_busy += r.transfers.cpu_busy;
+                r.loss
+            })
+            .collect();
+        assert_eq!(losses, want.0, "{what}: the losses differ");
+        assert!(session.parameters().unwrap() == want.1, "{what}: the parameters differ");
+        assert!(cpu_busy > 0.0, "{what}: the CPU updated nothing");
+        let off = host as f64 / sim.peak_host_bytes as f64 - 1.0;
+        println!("{what}: host peak {host} measured, {} simulated ({:+.2}%)", sim.peak_host_bytes, 100.0 * off);
+        assert!(off.abs() <= 0.05, "{what}: host peak {host}, simulated {}", sim.peak_host_bytes);
+    }
+}
