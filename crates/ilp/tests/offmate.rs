@@ -129,3 +129,32 @@ fn a_chain_without_optimizer_states_is_refused_by_name() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn host_memory_bounds_what_offmate_puts_there() {
+    let mut rng = Rng::new(9);
+    let chain = trained_chain(&mut rng, 6, (20, 40));
+    let full = simulate_chain(&chain, &store_all(&chain), &SimConfig::on(machine())).unwrap().peak_bytes;
+    let budget = full * 60 / 100;
+    let roomy = Offmate::solve_with(&chain, budget, &options(), &OffmateOptions::default()).unwrap();
+    let host = simulate_chain(&chain, &roomy, &SimConfig::on(machine())).unwrap().peak_host_bytes;
+    assert!(host > 0);
+    // With less host memory than that plan used, the plan changes and stays within it.
+    let mut changed = 0;
+    for percent in [99, 95, 90, 80, 70] {
+        let small = Machine { host_memory: host * percent / 100, ..machine() };
+        let tight = SolveOptions { machine: small, ..options() };
+        if let Ok(s) = Offmate::solve_with(&chain, budget, &tight, &OffmateOptions::default()) {
+            let r = simulate_chain(&chain, &s, &SimConfig { budget: Some(budget), ..SimConfig::on(small) }).unwrap();
+            assert!(r.peak_host_bytes <= small.host_memory && r.peak_bytes <= budget);
+            changed += 1;
+        }
+    }
+    assert!(changed >= 1, "no plan within less host memory than the roomy plan's {host}");
+    // With almost none, nothing can leave the device: the budget cannot be met.
+    let none = SolveOptions { machine: Machine { host_memory: 1, ..machine() }, ..options() };
+    assert!(matches!(
+        Offmate::solve_with(&chain, budget, &none, &OffmateOptions::default()),
+        Err(SolveError::Infeasible { .. })
+    ));
+}
