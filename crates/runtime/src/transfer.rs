@@ -82,6 +82,10 @@ pub struct TransferOptions {
     /// gradients' copies, as the simulator has them done by then (a CPU that lags costs
     /// time, not host memory).
     pub host_cap: Option<u64>,
+    /// Bytes of gradient the host CPU's optimizer step processes per second
+    /// (`f64::INFINITY`: as fast as it runs): a CPU update of `g` bytes lasts at least
+    /// `g / cpu_rate`, as the simulator times it.
+    pub cpu_rate: f64,
 }
 
 /// The temporary memory of each stage's forward (`ftmp`) and backward (`btmp`, the
@@ -117,7 +121,13 @@ impl StageTemporaries {
 
 impl Default for TransferOptions {
     fn default() -> Self {
-        TransferOptions { d2h: LinkSpeed::UNTHROTTLED, h2d: LinkSpeed::UNTHROTTLED, device_cap: None, host_cap: None }
+        TransferOptions {
+            d2h: LinkSpeed::UNTHROTTLED,
+            h2d: LinkSpeed::UNTHROTTLED,
+            device_cap: None,
+            host_cap: None,
+            cpu_rate: f64::INFINITY,
+        }
     }
 }
 
@@ -401,7 +411,8 @@ impl<'scope, 'env, B: Backend, K: Clone + PartialEq + Send + Sync + 'static> Tra
         self.h2d = Some(h2d);
         let (cpu, rx) = channel();
         let shared = self.shared.clone();
-        self.threads.push(self.scope.spawn(move || cpu_updates::<B, K>(&shared, rx)));
+        let rate = self.options.cpu_rate;
+        self.threads.push(self.scope.spawn(move || cpu_updates::<B, K>(&shared, rx, rate)));
         self.cpu = Some(cpu);
         Ok(())
     }
@@ -754,7 +765,7 @@ fn prefetches<B: Backend, K: Clone + PartialEq + Send + Sync>(
 
 /// The host CPU's thread: runs the optimizer steps of [`Transfers::cpu_update`] in the
 /// order they were issued, each once its gradient's host copy is complete.
-fn cpu_updates<B: Backend, K: Clone + Send + Sync>(shared: &Shared<B, K>, jobs: Receiver<CpuJob<K>>) {
+fn cpu_updates<B: Backend, K: Clone + Send + Sync>(shared: &Shared<B, K>, jobs: Receiver<CpuJob<K>>, rate: f64) {
     for CpuJob { job, op, grad, weight, state, update } in jobs {
         let mut b = shared.lock();
         // Waits for the host copies it reads; the gradient's offload may be in flight.
@@ -806,6 +817,9 @@ fn cpu_updates<B: Backend, K: Clone + Send + Sync>(shared: &Shared<B, K>, jobs: 
             let _host = memory::host_scope();
             update(g, w, s).map(|(w, s)| (HostCopy { parts: w }, HostCopy { parts: s }))
         };
+        if rate > 0.0 {
+            throttle(start, g_bytes as f64 / rate);
+        }
         let busy = start.elapsed().as_secs_f64();
         let mut b = shared.lock();
         b.cpu_busy += busy;

@@ -187,11 +187,17 @@ pub(crate) fn plan_within(
     }
 }
 
-/// The executor's transfer options for `machine`'s links, with the device pool capped at
-/// `cap` bytes.
+/// The executor's transfer options for `machine`'s links and host CPU, with the device
+/// pool capped at `cap` bytes.
 pub fn transfer_options(machine: &Machine, cap: Option<u64>) -> TransferOptions {
     let speed = |l: &Link| LinkSpeed { bandwidth: l.bandwidth, latency: l.latency };
-    TransferOptions { d2h: speed(&machine.d2h), h2d: speed(&machine.h2d), device_cap: cap, host_cap: None }
+    TransferOptions {
+        d2h: speed(&machine.d2h),
+        h2d: speed(&machine.h2d),
+        device_cap: cap,
+        host_cap: None,
+        cpu_rate: machine.cpu_optimizer_rate,
+    }
 }
 
 /// Plans and runs `config` on `device`.

@@ -161,7 +161,7 @@ fn a_slow_link_stalls_the_compute_stream_and_a_fast_one_does_not() {
     let moved: u64 = saved.iter().map(|&i| xbar[i]).sum();
     // 50 ms for one saved set, each way; the prefetch right before its reader.
     let slow = link(xbar[1], 0.05);
-    session.set_transfers(TransferOptions { d2h: slow, h2d: slow, device_cap: None, host_cap: None });
+    session.set_transfers(TransferOptions { d2h: slow, h2d: slow, device_cap: None, ..TransferOptions::default() });
     let (_, _, r) = peaks(&mut session, &offloading(l, &saved, 0));
     println!("slow: {r:?}");
     let ideal = moved as f64 / slow.bandwidth;
@@ -172,7 +172,7 @@ fn a_slow_link_stalls_the_compute_stream_and_a_fast_one_does_not() {
     // A link a thousand times faster, each prefetch issued one backward earlier: the
     // compute stream barely waits.
     let fast = link(xbar[1], 0.00005);
-    session.set_transfers(TransferOptions { d2h: fast, h2d: fast, device_cap: None, host_cap: None });
+    session.set_transfers(TransferOptions { d2h: fast, h2d: fast, device_cap: None, ..TransferOptions::default() });
     let (_, _, r) = peaks(&mut session, &offloading(l, &saved, 1));
     println!("fast: {r:?}");
     assert!(r.compute_stall < 0.05 * ideal, "compute stall {} on a fast link", r.compute_stall);
@@ -193,12 +193,7 @@ fn compute_waits_under_the_cap_for_offloads_to_release_memory() {
     // Slow offloads (200 ms each), fast prefetches: the forwards must wait for ā_1, ā_2
     // to reach the host before they can make ā_4, ā_5.
     let slow = link(xbar[1], 0.2);
-    session.set_transfers(TransferOptions {
-        d2h: slow,
-        h2d: LinkSpeed::UNTHROTTLED,
-        device_cap: Some(cap),
-        host_cap: None,
-    });
+    session.set_transfers(TransferOptions { d2h: slow, device_cap: Some(cap), ..TransferOptions::default() });
     let (_, _, capped) = peaks(&mut session, &schedule);
     println!("cap {cap}: {capped:?}");
     assert!(capped.device_pool_peak <= cap, "{capped:?}");
