@@ -147,6 +147,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
                 "peak_host_bytes": plan.report.peak_host_bytes,
                 "d2h_busy": plan.report.d2h_busy,
                 "h2d_busy": plan.report.h2d_busy,
+                "cpu_busy": plan.report.cpu_busy,
                 "compute_stall": plan.report.compute_stall,
                 "offload_bound_time": bound,
                 "periodic": plan.schedule.periodic,
@@ -188,6 +189,12 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
             units.time(plan.report.d2h_busy),
             units.time(plan.report.h2d_busy),
             units.time(plan.report.compute_stall)
+        ));
+    }
+    if plan.report.cpu_busy > 0.0 {
+        text.push_str(&format!(
+            "cpu       optimizer steps on the host CPU busy {}\n",
+            units.time(plan.report.cpu_busy)
         ));
     }
     if let Some(b) = bound {

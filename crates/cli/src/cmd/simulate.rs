@@ -91,6 +91,7 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
             "peak_host_bytes": report.peak_host_bytes,
             "d2h_busy": report.d2h_busy,
             "h2d_busy": report.h2d_busy,
+            "cpu_busy": report.cpu_busy,
             "compute_stall": report.compute_stall,
             "compute_ops": report.compute_ops,
             "ops": schedule.ops.len(),
@@ -117,6 +118,9 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
         units.time(report.h2d_busy),
         units.time(report.compute_stall),
     );
+    if report.cpu_busy > 0.0 {
+        text.push_str(&format!("cpu       optimizer steps on the host CPU busy {}\n", units.time(report.cpu_busy)));
+    }
     if schedule.periodic {
         text.push_str(&format!(
             "periodic  the makespan is the steady-state period, after {} periods simulated; the times are per period\n",
