@@ -31,7 +31,8 @@ fn the_batch_of_most_samples_per_second_is_planned() {
     // The search stops at the first batch that does not fit, and it indeed does not.
     let (last, rate) = *rates.last().unwrap();
     assert_eq!(rate, None, "{rates:?}");
-    let over = pebble(&["plan", "--model", "mlp", "--solver", "rotor", "--budget", "46MiB", "--batch", &last.to_string()]);
+    let over =
+        pebble(&["plan", "--model", "mlp", "--solver", "rotor", "--budget", "46MiB", "--batch", &last.to_string()]);
     assert_ne!(over.code, 0);
     assert!(over.stderr.contains("infeasible"), "{}", over.stderr);
 }
