@@ -51,6 +51,9 @@ fn main() {
         plan.cpu.iter().map(|&b| if b { 'C' } else { '.' }).collect::<String>()
     );
     let s = offmate_schedule(c, &plan);
+    if std::env::var("STALLS").is_ok() {
+        stalls(c, &s, machine, budget);
+    }
     match simulate_chain(c, &s, &SimConfig { budget: Some(budget), ..SimConfig::on(machine) }) {
         Ok(r) => println!(
             "sim: period {:.3} s peak {:.2} GB host {:.2} GB cpu {:.2} s d2h {:.2} h2d {:.2} stall {:.2}",
@@ -67,5 +70,29 @@ fn main() {
             let r = simulate_chain(c, &s, &SimConfig::on(machine));
             println!("unbounded: {:?}", r.map(|r| (r.makespan, r.peak_bytes)));
         }
+    }
+}
+
+/// Prints each compute op that waits, how long, and what ran on the other streams then.
+#[allow(dead_code)]
+pub fn stalls(c: &pebble_graph::Chain, s: &Schedule, machine: pebble_sim::Machine, budget: u64) {
+    let r =
+        simulate_chain(c, s, &SimConfig { budget: Some(budget), timeline: true, ..SimConfig::on(machine) }).unwrap();
+    let n = s.ops.len();
+    let mut prev_end = None;
+    for sp in r.spans.iter().filter(|sp| sp.lane == pebble_sim::Lane::Compute) {
+        if let Some(e) = prev_end {
+            let gap: f64 = sp.start - e;
+            if gap > 1e-3 {
+                let busy: Vec<String> = r
+                    .spans
+                    .iter()
+                    .filter(|o| o.lane != pebble_sim::Lane::Compute && o.start < sp.start && o.end > e)
+                    .map(|o| format!("{:?} {} [{:.3}-{:.3}]", o.lane, s.ops[o.op % n], o.start, o.end))
+                    .collect();
+                println!("{:.3} stall {:.3} before {}: {}", e, gap, s.ops[sp.op % n], busy.join("; "));
+            }
+        }
+        prev_end = Some(sp.end);
     }
 }
