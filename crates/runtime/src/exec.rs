@@ -495,14 +495,27 @@ fn at_op(e: RuntimeError, k: usize, op: &Op) -> RuntimeError {
 /// copies of their gradients, weights and moments, in place and without temporaries:
 /// [`optim::apply_slices`], the backend's arithmetic element by element (on the CPU
 /// backend, the device's update bit for bit). Without `update` (a step that updates
-/// nothing) the copies are left as they are.
-fn host_update(
+/// nothing) the copies are left as they are. A tied parameter of the stage, updated on
+/// the device (its gradient and state stay there), is copied into the weights' host copy
+/// from `tied`, its device copy, so that the copy the CPU leaves is up to date.
+fn host_update<B: Backend>(
     update: Option<Update>,
     owned: &[usize],
+    tied: Vec<(usize, FloatTensor<B>)>,
     grads: HostParts<Part>,
     mut weights: HostParts<Part>,
     mut state: HostParts<Part>,
 ) -> Result<(HostParts<Part>, HostParts<Part>), RuntimeError> {
+    for (q, t) in tied {
+        if let Some((_, value)) = weights.iter_mut().find(|(k, _)| *k == Part::Param(q)) {
+            // The stale part goes before the current one is read, read through a second
+            // handle (a copy); the device handle is let go as device memory.
+            *value = HostValue::Float(burn_backend::TensorData::new(Vec::<f32>::new(), [0]));
+            *value = HostValue::read::<B>(Value::Float(t.clone()))?;
+        }
+        let _device = memory::device_scope();
+        drop(t);
+    }
     let Some(u) = update else { return Ok((weights, state)) };
     let bad = |e: burn_backend::DataError| RuntimeError::Readback(format!("{e:?}"));
     let mut g: HashMap<usize, burn_backend::TensorData> = HashMap::new();
@@ -1281,7 +1294,23 @@ impl<B: Backend> Runner<'_, B> {
         };
         let owned = self.p.owned[i].clone();
         let update = self.step.update;
-        let arithmetic: HostUpdate<Part> = Box::new(move |g, w, s| host_update(update, &owned, g, w, s));
+        // A tied parameter this stage updated on the device goes into the new host copy.
+        let mut tied = Vec::new();
+        for &q in &self.p.weights[i] {
+            if self.p.update_stage[q] == Some(i) && self.p.owned_by(q).is_none() {
+                match &self.params[q] {
+                    Some(t) if !self.stale[q] => tied.push((q, t.clone())),
+                    _ => {
+                        let name = &self.p.net.params[q].name;
+                        return Err(sched_err(k, op, format!("tied parameter `{name}` is not on the device")));
+                    }
+                }
+            }
+        }
+        for &(q, _) in &tied {
+            st.fresh[q] = Some(weight);
+        }
+        let arithmetic: HostUpdate<Part> = Box::new(move |g, w, s| host_update::<B>(update, &owned, tied, g, w, s));
         run.xfer.cpu_update(k, &op.to_string(), (grad, weight, state), arithmetic)?;
         for &q in &self.p.owned[i] {
             if self.params[q].is_some() {

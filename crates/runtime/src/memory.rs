@@ -132,6 +132,13 @@ pub fn host_scope() -> HostScope {
     HostScope { outer, _not_send: std::marker::PhantomData }
 }
 
+/// While the returned guard lives, this thread's allocations and frees count as device
+/// memory again, inside a host scope (a device tensor dropped by the host CPU's thread).
+pub fn device_scope() -> HostScope {
+    let outer = HOST.with(|h| h.replace(false));
+    HostScope { outer, _not_send: std::marker::PhantomData }
+}
+
 /// The guard of [`host_scope`]: restores the thread's previous accounting when dropped.
 pub struct HostScope {
     outer: bool,
