@@ -10,11 +10,13 @@
 use std::sync::Mutex;
 
 use burn_flex::{Flex, FlexDevice};
+use pebble_graph::units::BudgetSpec;
 use pebble_runtime::memory::CountingAlloc;
 use pebble_runtime::{OptimizerKind, Session, StageTemporaries, TransferOptions};
 use pebble_schedule::{Op, Schedule, Tensor, View};
 use pebble_solve::{Problem, SolveOptions};
-use pebble_train::{lower, transfer_options};
+use pebble_train::train::train;
+use pebble_train::{lower, transfer_options, BudgetRequest, Costs, TrainConfig};
 use pebble_zoo::ModelOptions;
 
 #[global_allocator]
@@ -173,5 +175,48 @@ fn cpu_updates_train_as_store_all_does() {
         let off = host as f64 / sim.peak_host_bytes as f64 - 1.0;
         println!("{what}: host peak {host} measured, {} simulated ({:+.2}%)", sim.peak_host_bytes, 100.0 * off);
         assert!(off.abs() <= 0.05, "{what}: host peak {host}, simulated {}", sim.peak_host_bytes);
+    }
+}
+
+/// `pebble train`'s library call on profiled costs (the planner's temporaries measured,
+/// as in the memory test): weight offloading and the host CPU's update train the MLP as
+/// store-all does, within the budget, at the simulated device and host peaks.
+#[test]
+fn train_holds_weight_moving_plans_to_their_budget_and_simulated_peaks() {
+    let _turn = lock();
+    let config = |solver: &str, percent: f64| TrainConfig {
+        model: "mlp".into(),
+        solve: SolveOptions { machine: mlp().profile.machine, ..SolveOptions::default() },
+        options: mlp(),
+        budget: BudgetRequest::Total(BudgetSpec::Percent(percent)),
+        solver: solver.into(),
+        steps: 3,
+        seed: 3,
+        optimizer: ADAM,
+        costs: Costs::Profiled,
+    };
+    let store_all = train::<Flex>(&config("store-all", 100.0), FlexDevice).expect("store-all");
+    for (solver, percent) in [("weight-offload", 94.0), ("l2l", 93.0), ("zero-offload", 100.0)] {
+        let r = train::<Flex>(&config(solver, percent), FlexDevice).unwrap_or_else(|e| panic!("{solver}: {e}"));
+        let (device, host) = (r.measured_peak_bytes.expect("counting"), r.measured_host_peak_bytes.expect("counting"));
+        println!(
+            "{solver} at {percent}%: device {device} (simulated {}, budget {}), host {host} (simulated {}); \
+             step {:?} s (simulated {} s)",
+            r.predicted_peak_bytes, r.budget_bytes, r.predicted_host_peak_bytes, r.step_seconds, r.predicted_time
+        );
+        assert_eq!(r.losses, store_all.losses, "{solver}: the losses differ");
+        assert!(r.predicted_host_peak_bytes > 0, "{solver} moved nothing at {percent}%");
+        assert!(device <= r.budget_bytes, "{solver}: device peak {device} above the budget {}", r.budget_bytes);
+        let off = |measured: u64, simulated: u64| (measured as f64 / simulated as f64 - 1.0).abs();
+        assert!(
+            off(device, r.predicted_peak_bytes) <= 0.02,
+            "{solver}: device {device}, simulated {}",
+            r.predicted_peak_bytes
+        );
+        assert!(
+            off(host, r.predicted_host_peak_bytes) <= 0.05,
+            "{solver}: host {host}, simulated {}",
+            r.predicted_host_peak_bytes
+        );
     }
 }
