@@ -32,7 +32,7 @@ use crate::cmd::overhead;
 use crate::flags::{ModelOpts, ReproduceArgs, SizeOpts};
 use crate::out;
 use crate::plot::COLORS;
-use crate::source::{build_model, check_new_file, write_new_file, Subject};
+use crate::source::{build_model, check_new_file, Subject};
 
 /// The solvers of Figs. 4.2–4.3, in the order of the charts' legends.
 pub const SOLVERS: [&str; 5] = ["rotor", "offload-dp", "pofo", "autocapper", "opportunist"];
@@ -352,15 +352,13 @@ pub fn ch4(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
             None,
         ),
     ];
-    let mut text = serde_json::to_string_pretty(&report)?;
-    text.push('\n');
-    std::fs::create_dir_all(&args.out_dir)
-        .map_err(|e| crate::error::bad(format!("--out-dir `{}`: {e}", args.out_dir.display())))?;
-    write_new_file(&paths[0], "--out-dir", &text, args.force)?;
-    for (path, svg) in paths[1..].iter().zip(svgs) {
-        let svg = svg.map_err(|e| anyhow!("`{}`: cannot draw the plot: {e}", path.display()))?;
-        write_new_file(path, "--out-dir", &svg, args.force)?;
-    }
+    let svgs = paths[1..]
+        .iter()
+        .zip(svgs)
+        .map(|(path, svg)| svg.map_err(|e| anyhow!("`{}`: cannot draw the plot: {e}", path.display())))
+        .collect::<anyhow::Result<Vec<String>>>()?;
+    let svgs: Vec<&str> = svgs.iter().map(String::as_str).collect();
+    super::write_outputs(args, &paths, &report, &svgs, started)?;
 
     // The summary.
     let fmt = |c: Cell, setup: &Setup| match c {

@@ -6,9 +6,12 @@ mod ch4;
 mod offmate;
 mod weights;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
 
 use crate::flags::{Experiment, ReproduceArgs};
+use crate::source::write_new_file;
 
 pub fn run(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     match args.experiment {
@@ -16,4 +19,26 @@ pub fn run(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         Experiment::Weights => weights::table1(args),
         Experiment::Offmate => offmate::offmate(args),
     }
+}
+
+/// Writes an experiment's JSON report to `paths[0]` and its SVG charts to the other paths,
+/// in `--out-dir` (created if missing), and says so.
+fn write_outputs(
+    args: &ReproduceArgs,
+    paths: &[PathBuf],
+    report: &serde_json::Value,
+    svgs: &[&str],
+    started: Instant,
+) -> anyhow::Result<ExitCode> {
+    let mut text = serde_json::to_string_pretty(report)?;
+    text.push('\n');
+    std::fs::create_dir_all(&args.out_dir)
+        .map_err(|e| crate::error::bad(format!("--out-dir `{}`: {e}", args.out_dir.display())))?;
+    write_new_file(&paths[0], "--out-dir", &text, args.force)?;
+    for (path, svg) in paths[1..].iter().zip(svgs) {
+        write_new_file(path, "--out-dir", svg, args.force)?;
+    }
+    let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    eprintln!("wrote {} ({:.0} s)", names.join(", "), started.elapsed().as_secs_f64());
+    Ok(ExitCode::SUCCESS)
 }

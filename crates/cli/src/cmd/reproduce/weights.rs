@@ -36,7 +36,7 @@ use serde_json::{json, Value};
 
 use super::ch4::{render, Panel, Points};
 use crate::flags::{ModelOpts, ReproduceArgs, SizeOpts};
-use crate::source::{build_model, check_new_file, write_new_file};
+use crate::source::{build_model, check_new_file};
 
 /// The methods of Table 1, in its column order (the bound first).
 const METHODS: [&str; 4] = ["weight-offload-bound", "weight-offload", "l2l", "weight-offload-noreuse"];
@@ -370,14 +370,7 @@ pub fn table1(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
             "points": study_json,
         },
     });
-    let mut text = serde_json::to_string_pretty(&report)?;
-    text.push('\n');
-    std::fs::create_dir_all(&args.out_dir)
-        .map_err(|e| crate::error::bad(format!("--out-dir `{}`: {e}", args.out_dir.display())))?;
-    write_new_file(&paths[0], "--out-dir", &text, args.force)?;
-    write_new_file(&paths[1], "--out-dir", &svg, args.force)?;
-    eprintln!("wrote {} and {} ({:.0} s)", paths[0].display(), paths[1].display(), started.elapsed().as_secs_f64());
-    Ok(ExitCode::SUCCESS)
+    super::write_outputs(args, &paths, &report, &[&svg], started)
 }
 
 #[cfg(test)]
