@@ -26,7 +26,9 @@ use crate::{memory, RuntimeError, Value};
 pub struct StepReport {
     /// The loss before the update.
     pub loss: f32,
-    /// Wall-clock seconds of the forward and backward (the schedule), synchronized.
+    /// Wall-clock seconds of the forward and backward (the schedule), synchronized: with
+    /// the optimizer steps of a schedule that names the static tensors (fused into its
+    /// backwards or on the host CPU), without the end-of-step update of the others.
     pub seconds: f64,
     /// Peak device bytes during the schedule: live heap above what was live at its start,
     /// plus the tensors resident then, host copies excepted (`None` where nothing counts

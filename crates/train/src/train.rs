@@ -73,7 +73,9 @@ pub struct TrainReport {
     pub static_bytes: u64,
     /// The loss of each step, before its update.
     pub losses: Vec<f32>,
-    /// Wall-clock seconds of each step's forward and backward.
+    /// Wall-clock seconds of each step's forward and backward (with the optimizer steps
+    /// a schedule that moves weights runs inside its backwards and on the host CPU; the
+    /// others update after the step, outside this time).
     pub step_seconds: Vec<f64>,
     /// The largest peak of live bytes over the steps, after one unmeasured warm-up pass
     /// (`null` where nothing counts them); host copies of offloaded tensors excepted.
