@@ -74,7 +74,6 @@ use pebble_zoo::{GraphIndex, TensorId};
 
 use crate::ops::{self, OpCtx};
 use crate::optim::{self, Moments, OptimizerKind};
-use crate::placement::{self, StageStart};
 use crate::program::{Key, Program, Source};
 use crate::rng::op_seed;
 use crate::transfer::{
@@ -82,6 +81,7 @@ use crate::transfer::{
     Transfers,
 };
 use crate::{memory, RuntimeError, Value};
+use pebble_schedule::placement::{self, StageStart};
 
 type Env<B> = HashMap<TensorId, Value<B>>;
 type GradMap<B> = HashMap<TensorId, FloatTensor<B>>;

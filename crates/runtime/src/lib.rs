@@ -17,7 +17,6 @@ pub mod exec;
 pub mod memory;
 pub mod ops;
 mod optim;
-pub mod placement;
 pub mod profile;
 pub mod program;
 pub mod rng;

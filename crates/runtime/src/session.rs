@@ -14,12 +14,12 @@ use pebble_zoo::{Elem, GraphIndex, Network, OpKind, TensorId};
 
 use crate::exec::{self, Statics, StepInputs, Update};
 pub use crate::optim::OptimizerKind;
-use crate::placement::{self, StageStart};
 use crate::program::Program;
 use crate::rng::{self, SplitMix};
 use crate::transfer::{StageTemporaries, TransferOptions, TransferReport};
 use crate::value::{read_floats, sync};
 use crate::{memory, RuntimeError, Value};
+use pebble_schedule::placement::{self, StageStart};
 
 /// What one step did.
 #[derive(Debug, Clone, PartialEq)]

@@ -18,6 +18,8 @@
 
 use std::fmt;
 
+pub mod placement;
+
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 

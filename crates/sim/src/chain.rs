@@ -36,6 +36,7 @@
 //! [`STEADY_FROM`] on), and its times and counts are per period; peaks are over all.
 
 use pebble_graph::Chain;
+use pebble_schedule::placement::{self, Copies, StageStart};
 use pebble_schedule::{ForwardMode, Op, Schedule, Tensor, View};
 
 use crate::engine::{Effect, Engine, TensorSpec};
@@ -101,116 +102,6 @@ pub const PERIODS: usize = 6;
 /// The first period (0-based) counted in the steady state: the ones before are a transient.
 pub const STEADY_FROM: usize = 2;
 
-/// Which stages' weights the host CPU updates: those with a [`Op::CpuUpdate`] in the
-/// schedule. The others are updated on the device, inside their backward.
-fn cpu_updated(ops: &[Op], l: usize) -> Vec<bool> {
-    let mut on_cpu = vec![false; l];
-    for op in ops {
-        if let Op::CpuUpdate { stage } = *op {
-            if stage < l {
-                on_cpu[stage] = true;
-            }
-        }
-    }
-    on_cpu
-}
-
-/// Whether the op reads `tensor` (a weight or an optimizer state) on the device.
-fn reads_static(op: &Op, tensor: Tensor, on_cpu: &[bool]) -> bool {
-    match (tensor, *op) {
-        (Tensor::Weight(i), Op::Forward { stage, .. } | Op::Backward { stage }) => stage == i,
-        (Tensor::OptState(i), Op::Backward { stage }) => stage == i && !on_cpu.get(i).copied().unwrap_or(false),
-        _ => false,
-    }
-}
-
-/// Whether the offload of a weight or optimizer state at `k` is an upload: a read of it
-/// comes before its next offload, prefetch or free (looking on into the next period if
-/// the schedule is periodic). An upload keeps the device copy until an explicit free; any
-/// other offload releases it when the transfer ends.
-fn is_upload(ops: &[Op], k: usize, tensor: Tensor, periodic: bool, on_cpu: &[bool]) -> bool {
-    let n = ops.len();
-    let ahead = if periodic { n - 1 } else { n - k - 1 };
-    for step in 1..=ahead {
-        let op = &ops[(k + step) % n];
-        if reads_static(op, tensor, on_cpu) {
-            return true;
-        }
-        if op.tensor() == Some(tensor) {
-            return false;
-        }
-    }
-    false
-}
-
-/// Where a stage's weight, weight gradient and optimizer state are when a period begins.
-#[derive(Debug, Clone, Copy)]
-struct Start {
-    /// Weight: (on the device, host copy up to date).
-    weight: (bool, bool),
-    /// Gradient: (on the device, on the host).
-    grad: (bool, bool),
-    /// Optimizer state: (on the device, host copy up to date).
-    state: (bool, bool),
-}
-
-impl Start {
-    /// Everything on the device, nothing on the host: the start of a one-off step.
-    const DEVICE: Start = Start { weight: (true, false), grad: (true, false), state: (true, false) };
-}
-
-/// Where each stage's weights, gradients and states are when a period of `ops` begins:
-/// the state its ops leave at the period's end.
-fn period_starts(ops: &[Op], l: usize, on_cpu: &[bool]) -> Vec<Start> {
-    let mut st = vec![Start::DEVICE; l];
-    for (k, op) in ops.iter().enumerate() {
-        match *op {
-            Op::Offload { tensor, .. } | Op::Prefetch { tensor, .. } | Op::Free { tensor } => {
-                let offload = matches!(op, Op::Offload { .. });
-                let prefetch = matches!(op, Op::Prefetch { .. });
-                let upload = offload && is_upload(ops, k, tensor, true, on_cpu);
-                let slot = match tensor {
-                    Tensor::Weight(i) if i < l => &mut st[i].weight,
-                    Tensor::OptState(i) if i < l => &mut st[i].state,
-                    Tensor::WeightGrad(i) if i < l => {
-                        st[i].grad = if offload {
-                            (false, true)
-                        } else if prefetch {
-                            (true, st[i].grad.1)
-                        } else {
-                            (false, false)
-                        };
-                        continue;
-                    }
-                    _ => continue,
-                };
-                *slot = if offload {
-                    (upload, true)
-                } else if prefetch {
-                    (true, slot.1)
-                } else {
-                    (false, slot.1)
-                };
-            }
-            Op::Backward { stage: i } if i < l => {
-                st[i].grad.0 = true;
-                if !on_cpu[i] {
-                    st[i].weight.1 = false;
-                    st[i].state.1 = false;
-                }
-            }
-            Op::CpuUpdate { stage: i } if i < l => {
-                st[i].grad.1 = false;
-                st[i].weight.1 = true;
-                // A CPU-updated state lives on the host.
-                st[i].state = (false, true);
-            }
-            _ => {}
-        }
-    }
-    st
-}
-
 pub(crate) fn simulate(chain: &Chain, schedule: &Schedule, config: &SimConfig) -> Result<SimReport, SimError> {
     if schedule.view != View::Chain {
         return Err(SimError::WrongView { found: schedule.view, expected: View::Chain });
@@ -228,21 +119,21 @@ pub(crate) fn simulate(chain: &Chain, schedule: &Schedule, config: &SimConfig) -
     let n = ids.n();
     let total = |v: &Option<Vec<u64>>| v.as_ref().map_or(0u64, |v| v.iter().fold(0u64, |a, &b| a.saturating_add(b)));
     let named = total(&chain.w).saturating_add(total(&chain.g)).saturating_add(total(&chain.o));
-    let on_cpu = cpu_updated(ops, l);
-    let starts = if schedule.periodic { period_starts(ops, l, &on_cpu) } else { vec![Start::DEVICE; l] };
+    let on_cpu = placement::cpu_updated(ops, l);
+    let starts = placement::starts(schedule, l);
     let specs = (0..6 * n).map(|id| {
         let (kind, i) = (id / n, id % n);
         let plain = |name, size, resident| TensorSpec { name, size, resident, host: false };
-        let per_stage = |name, sizes: &Option<Vec<u64>>, (device, host): (bool, bool)| {
+        let per_stage = |name, sizes: &Option<Vec<u64>>, at: Copies| {
             let size = sizes.as_ref().and_then(|v| v.get(i).copied());
             TensorSpec {
                 name,
                 size: size.unwrap_or(0),
-                resident: size.is_some() && device,
-                host: size.is_some() && host,
+                resident: size.is_some() && at.device,
+                host: size.is_some() && at.host,
             }
         };
-        let start = starts.get(i).copied().unwrap_or(Start::DEVICE);
+        let start = starts.get(i).copied().unwrap_or(StageStart::DEVICE);
         match kind {
             0 => plain(Tensor::Activation(i), chain.x[i], i == 0),
             1 => plain(Tensor::Saved(i), chain.xbar[i], false),
@@ -261,7 +152,7 @@ pub(crate) fn simulate(chain: &Chain, schedule: &Schedule, config: &SimConfig) -
         .map(|(k, op)| match *op {
             Op::Offload { tensor: tensor @ (Tensor::Weight(_) | Tensor::OptState(_)), fraction } if fraction >= 1.0 => {
                 let id = ids.of(tensor)?;
-                is_upload(ops, k, tensor, schedule.periodic, &on_cpu).then_some(id)
+                placement::is_upload(ops, k, tensor, schedule.periodic, &on_cpu).then_some(id)
             }
             _ => None,
         })
@@ -339,7 +230,7 @@ fn a_input(ids: &Ids, eng: &Engine<'_>, i: usize) -> usize {
 struct Stage<'c> {
     chain: &'c Chain,
     ids: &'c Ids,
-    /// Which stages the host CPU updates ([`cpu_updated`]).
+    /// Which stages the host CPU updates ([`placement::cpu_updated`]).
     on_cpu: &'c [bool],
     gpu_rate: Option<f64>,
     cpu_rate: f64,

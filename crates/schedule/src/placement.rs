@@ -1,9 +1,8 @@
 //! Where a chain step's static tensors (each stage's weights, their gradient, their
-//! optimizer state) are when it starts, and what a transfer of one means: the chain
-//! semantics of `pebble-sim` (`chain.rs`: `cpu_updated`, `is_upload`, `period_starts`),
-//! read off the schedule the same way, so that the executor starts a step where the
-//! simulator starts a period. The runtime has no edge to the simulator; the tests of
-//! `pebble-train` hold the two to the same schedules.
+//! optimizer state) are when it starts, and what a transfer of one means, read off the
+//! schedule alone: the one reading the simulator (`pebble-sim`) and the executor
+//! (`pebble-runtime`) share, so that the executor starts a step where the simulator
+//! starts a period.
 //!
 //! * A stage's weights are updated in place by its backward (the fused update of Beaumont
 //!   et al. 2022), unless the schedule has a [`Op::CpuUpdate`] for it: then the host CPU
@@ -13,7 +12,7 @@
 //! * A [periodic](Schedule::periodic) schedule is one period of a steady state: each
 //!   tensor starts a step where the period's ops leave it.
 
-use pebble_schedule::{Op, Schedule, Tensor};
+use crate::{Op, Schedule, Tensor};
 
 /// Where a tensor's copies are: on the device, and an up-to-date copy on the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +24,8 @@ pub struct Copies {
 }
 
 impl Copies {
-    const DEVICE: Copies = Copies { device: true, host: false };
+    /// On the device only.
+    pub const DEVICE: Copies = Copies { device: true, host: false };
 }
 
 /// Where one stage's static tensors are when a step begins.
@@ -69,7 +69,7 @@ pub fn cpu_updated(ops: &[Op], l: usize) -> Vec<bool> {
 }
 
 /// Whether `op` reads `tensor` (a weight or an optimizer state) on the device.
-fn reads_static(op: &Op, tensor: Tensor, on_cpu: &[bool]) -> bool {
+pub fn reads_static(op: &Op, tensor: Tensor, on_cpu: &[bool]) -> bool {
     match (tensor, *op) {
         (Tensor::Weight(i), Op::Forward { stage, .. } | Op::Backward { stage }) => stage == i,
         (Tensor::OptState(i), Op::Backward { stage }) => stage == i && !on_cpu.get(i).copied().unwrap_or(false),
@@ -160,7 +160,7 @@ pub fn starts(schedule: &Schedule, l: usize) -> Vec<StageStart> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pebble_schedule::View;
+    use crate::View;
 
     fn periodic(text: &str, l: usize, extra: &[(usize, Op)]) -> Schedule {
         let mut s = Schedule::from_notation(View::Chain, text).unwrap().resolve_loss(l);
