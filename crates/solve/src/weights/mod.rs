@@ -264,6 +264,8 @@ pub fn paper_setting(chain: &Chain) -> Result<Chain, SolveError> {
         c.btmp[s] = chain.btmp[s].max(chain.ftmp[s]) + saved + ws;
     }
     c.static_bytes = w.iter().sum();
+    // No resident gradient, no state: nothing else to name.
+    (c.g, c.o) = (None, None);
     Ok(c)
 }
 
