@@ -163,6 +163,19 @@ fn run(chain: &Chain, method: &str, options: &SolveOptions) -> Cell {
     }
 }
 
+/// An infeasible cell in a table: the least budget when the solver gives one, else the
+/// first clause of its reason.
+fn infeasible_summary(why: &str) -> String {
+    let least = why.split("needs at least ").nth(1).and_then(|rest| rest.split(' ').next()?.parse::<u64>().ok());
+    match least {
+        Some(bytes) => format!("infeasible: needs {} GB", gb(bytes)),
+        None => {
+            let reason = why.rsplit(": ").next().unwrap_or(why);
+            format!("infeasible: {reason}")
+        }
+    }
+}
+
 fn gb(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / 1e9)
 }
@@ -239,8 +252,7 @@ pub fn offmate(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
                     gb(*host_peak)
                 ),
                 Cell::Infeasible(why) => {
-                    let short: String = why.chars().take(90).collect();
-                    format!("| {} | {m} | infeasible: {short} | – | – | – | {thesis} |", task.name)
+                    format!("| {} | {m} | {} | – | – | – | {thesis} |", task.name, infeasible_summary(why))
                 }
             };
             println!("{line}");
@@ -365,5 +377,14 @@ mod tests {
         let infinity = time("zero-infinity").expect("zero-infinity fits");
         assert!(infinity > 1.5 * offmate, "zero-infinity {infinity} vs offmate {offmate}");
         assert_eq!(time("remat-only"), None);
+    }
+
+    #[test]
+    fn an_infeasible_cell_gives_the_least_budget_when_there_is_one() {
+        let why =
+            "no schedule fits in 10000000000 bytes: zero-offload needs at least 29512237056 bytes (the lowest peak)";
+        assert_eq!(infeasible_summary(why), "infeasible: needs 29.5 GB");
+        let why = "no schedule fits in 10000000000 bytes: OffMate's MILP has no solution: some step does not fit";
+        assert_eq!(infeasible_summary(why), "infeasible: some step does not fit");
     }
 }
