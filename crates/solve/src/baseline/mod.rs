@@ -28,7 +28,7 @@ mod solver_tests;
 use pebble_schedule::{ForwardMode, Op, Schedule};
 use pebble_sim::{SimError, SimReport};
 
-use crate::{Problem, SolveError, SolveOptions};
+use crate::{Prepared, Problem, SolveError, SolveOptions};
 
 pub(crate) fn fwd(stage: usize, mode: ForwardMode) -> Op {
     Op::Forward { stage, mode }
@@ -53,60 +53,101 @@ pub(crate) fn same_time(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-300)
 }
 
-/// Among `candidates`, the fastest whose simulated peak fits `budget` (ties: the lower
-/// peak, then the earlier candidate). If none fits, `Infeasible` naming the lowest peak;
-/// except that a candidate the simulator rejects (a solver bug) is returned as is when
-/// nothing fits, so that [`crate::plan`] reports it.
+/// A fixed policy's candidate schedules, each simulated once without a budget (its
+/// makespan and peak, or the simulator's rejection); [`Candidates::pick`] (and so
+/// [`Prepared::solve`]) then chooses at any budget: the fastest that fits (ties: the lower
+/// peak, then the earlier candidate). If none fits, [`SolveError::Infeasible`] whose
+/// reason reads "`solver` needs at least `P` bytes …", `P` the lowest peak, the minimum
+/// budget; a candidate the simulator rejects (a solver bug) is returned as is when nothing
+/// fits, so that [`crate::plan`] reports it.
+pub struct Candidates {
+    solver: &'static str,
+    scored: Vec<(Schedule, Option<(f64, u64)>)>,
+}
+
+impl Candidates {
+    /// Simulates each of `schedules` on `problem` (no budget).
+    pub fn score(
+        solver: &'static str,
+        problem: Problem<'_>,
+        options: &SolveOptions,
+        schedules: impl IntoIterator<Item = Schedule>,
+    ) -> Candidates {
+        let scored = schedules
+            .into_iter()
+            .map(|s| {
+                let score = simulate_unbounded(problem, &s, options).ok().map(|r| (r.makespan, r.peak_bytes));
+                (s, score)
+            })
+            .collect();
+        Candidates { solver, scored }
+    }
+
+    /// The lowest simulated peak among the candidates: the least budget at which one fits.
+    pub fn min_budget(&self) -> Option<u64> {
+        self.scored.iter().filter_map(|(_, s)| s.map(|(_, p)| p)).min()
+    }
+
+    /// The fastest candidate within `budget` (see the type's docs).
+    pub fn pick(&self, budget: u64) -> Result<&Schedule, SolveError> {
+        let mut best: Option<(&Schedule, f64, u64)> = None;
+        for (s, score) in &self.scored {
+            let Some((t, p)) = *score else { continue };
+            if p > budget {
+                continue;
+            }
+            let better = match best {
+                None => true,
+                Some((_, bt, bp)) => {
+                    if same_time(t, bt) {
+                        p < bp
+                    } else {
+                        t < bt
+                    }
+                }
+            };
+            if better {
+                best = Some((s, t, p));
+            }
+        }
+        if let Some((s, _, _)) = best {
+            return Ok(s);
+        }
+        if let Some((s, _)) = self.scored.iter().find(|(_, score)| score.is_none()) {
+            return Ok(s);
+        }
+        let reason = match (self.min_budget(), self.scored.len()) {
+            (Some(p), 1) => format!("{} needs at least {p} bytes", self.solver),
+            (Some(p), n) => {
+                format!("{} needs at least {p} bytes (the lowest peak among its {n} schedules)", self.solver)
+            }
+            (None, _) => format!("{} has no schedule for this problem", self.solver),
+        };
+        Err(SolveError::Infeasible { budget, reason })
+    }
+}
+
+impl Prepared for Candidates {
+    fn solver(&self) -> &'static str {
+        self.solver
+    }
+
+    fn solve(&self, budget: u64) -> Result<Schedule, SolveError> {
+        self.pick(budget).cloned()
+    }
+}
+
+/// Among `candidates`, the fastest whose simulated peak fits `budget`: [`Candidates`]
+/// scored and picked at once.
 pub(crate) fn fastest_fitting(
     problem: Problem<'_>,
     budget: u64,
     options: &SolveOptions,
-    what: &str,
+    solver: &'static str,
     candidates: impl IntoIterator<Item = Schedule>,
 ) -> Result<Schedule, SolveError> {
-    let mut best: Option<(Schedule, f64, u64)> = None;
-    let mut lowest_peak: Option<u64> = None;
-    let mut invalid: Option<Schedule> = None;
-    let mut count = 0usize;
-    for schedule in candidates {
-        count += 1;
-        let report = match simulate_unbounded(problem, &schedule, options) {
-            Ok(r) => r,
-            Err(_) => {
-                invalid.get_or_insert(schedule);
-                continue;
-            }
-        };
-        lowest_peak = Some(lowest_peak.map_or(report.peak_bytes, |p| p.min(report.peak_bytes)));
-        if report.peak_bytes > budget {
-            continue;
-        }
-        let better = match &best {
-            None => true,
-            Some((_, t, p)) => {
-                if same_time(report.makespan, *t) {
-                    report.peak_bytes < *p
-                } else {
-                    report.makespan < *t
-                }
-            }
-        };
-        if better {
-            best = Some((schedule, report.makespan, report.peak_bytes));
-        }
-    }
-    if let Some((s, _, _)) = best {
-        return Ok(s);
-    }
-    if let Some(s) = invalid {
-        return Ok(s);
-    }
-    let reason = match (lowest_peak, count) {
-        (Some(p), 1) => format!("{what} needs {p} bytes"),
-        (Some(p), n) => format!("the lowest peak among {n} {what} schedules is {p} bytes"),
-        (None, _) => format!("{what} has no schedule for this problem"),
-    };
-    Err(SolveError::Infeasible { budget, reason })
+    let scored = Candidates::score(solver, problem, options, candidates);
+    scored.pick(budget).cloned()
 }
 
 /// Plain autograd on a chain: `F0all … F(L−1)all, B_L, B(L−1) … B0`.

@@ -27,7 +27,8 @@
 use pebble_graph::Chain;
 use pebble_schedule::{Op, Schedule, Tensor, View};
 
-use super::zero::{require_optimizer_fields, Activations, Candidates};
+use super::zero::{require_optimizer_fields, Activations};
+use super::Candidates;
 use crate::{Prepared, Problem, SolveError, SolveOptions, Solver};
 
 /// One period of paged Adam with the stages in `paged` paging their state:
@@ -105,7 +106,7 @@ impl Solver for PagedAdam {
     ) -> Result<Box<dyn Prepared + 'a>, SolveError> {
         let chain = problem.chain_for(self.name())?;
         require_optimizer_fields(chain, self.name())?;
-        Ok(Box::new(Candidates::score(self.name(), self.name(), chain, options, paged_adam_schedules(chain))))
+        Ok(Box::new(Candidates::score(self.name(), Problem::Chain(chain), options, paged_adam_schedules(chain))))
     }
 }
 

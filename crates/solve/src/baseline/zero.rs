@@ -10,13 +10,14 @@
 //! weight's reader, gets a CPU update of a zero-size gradient, so that its weights keep
 //! an up-to-date host copy).
 //!
-//! The shared machinery ([`Activations`], [`Candidates`], [`require_optimizer_fields`]) is also
-//! what `paged-adam` (see [`super::paged_adam`]) uses.
+//! The shared machinery ([`Activations`], [`require_optimizer_fields`], and
+//! [`Candidates`], which every fixed baseline uses) is also what `paged-adam` (see
+//! [`super::paged_adam`]) uses.
 
 use pebble_graph::Chain;
 use pebble_schedule::{Op, Schedule, Tensor, View};
 
-use super::{same_time, segmented_ops, simulate_unbounded, store_all_ops};
+use super::{segmented_ops, store_all_ops, Candidates};
 use crate::{Prepared, Problem, SolveError, SolveOptions, Solver};
 
 /// How a practice baseline keeps activations for the backward.
@@ -162,86 +163,6 @@ pub fn zero_infinity_ops(chain: &Chain, act: Activations) -> Vec<Op> {
     ops
 }
 
-/// A fixed policy's candidate schedules, each simulated once without a budget (its
-/// makespan and peak, or the simulator's rejection); [`Prepared::solve`] then picks at
-/// any budget, as `fastest_fitting` would: the fastest that fits (ties: the
-/// lower peak, then the earlier candidate). If none fits, [`SolveError::Infeasible`]
-/// whose reason reads "`what` needs at least `P` bytes …", `P` the lowest peak, the
-/// minimum budget; a candidate the simulator rejects (a solver bug) is returned as is
-/// when nothing fits, so that [`crate::plan`] reports it.
-pub struct Candidates {
-    solver: &'static str,
-    what: String,
-    scored: Vec<(Schedule, Option<(f64, u64)>)>,
-}
-
-impl Candidates {
-    /// Simulates each of `schedules` on `chain` (no budget).
-    pub fn score(
-        solver: &'static str,
-        what: impl Into<String>,
-        chain: &Chain,
-        options: &SolveOptions,
-        schedules: impl IntoIterator<Item = Schedule>,
-    ) -> Candidates {
-        let scored = schedules
-            .into_iter()
-            .map(|s| {
-                let score =
-                    simulate_unbounded(Problem::Chain(chain), &s, options).ok().map(|r| (r.makespan, r.peak_bytes));
-                (s, score)
-            })
-            .collect();
-        Candidates { solver, what: what.into(), scored }
-    }
-
-    /// The lowest simulated peak among the candidates: the least budget at which one fits.
-    pub fn min_budget(&self) -> Option<u64> {
-        self.scored.iter().filter_map(|(_, s)| s.map(|(_, p)| p)).min()
-    }
-}
-
-impl Prepared for Candidates {
-    fn solver(&self) -> &'static str {
-        self.solver
-    }
-
-    fn solve(&self, budget: u64) -> Result<Schedule, SolveError> {
-        let mut best: Option<(&Schedule, f64, u64)> = None;
-        for (s, score) in &self.scored {
-            let Some((t, p)) = *score else { continue };
-            if p > budget {
-                continue;
-            }
-            let better = match best {
-                None => true,
-                Some((_, bt, bp)) => {
-                    if same_time(t, bt) {
-                        p < bp
-                    } else {
-                        t < bt
-                    }
-                }
-            };
-            if better {
-                best = Some((s, t, p));
-            }
-        }
-        if let Some((s, _, _)) = best {
-            return Ok(s.clone());
-        }
-        if let Some((s, _)) = self.scored.iter().find(|(_, score)| score.is_none()) {
-            return Ok(s.clone());
-        }
-        let n = self.scored.len();
-        let reason = match self.min_budget() {
-            Some(p) => format!("{} needs at least {p} bytes (the lowest peak among its {n} schedules)", self.what),
-            None => format!("{} has no schedule for this problem", self.what),
-        };
-        Err(SolveError::Infeasible { budget, reason })
-    }
-}
-
 /// Prepares a chain policy: checks the chain names `w`, `g` and `o`, then scores the
 /// periodic schedules `build` makes for each activation strategy.
 fn prepare_policy<'a>(
@@ -253,7 +174,7 @@ fn prepare_policy<'a>(
     let chain = problem.chain_for(solver)?;
     require_optimizer_fields(chain, solver)?;
     let schedules = Activations::BOTH.map(|act| Schedule::new(View::Chain, build(chain, act)).repeated());
-    Ok(Box::new(Candidates::score(solver, solver, chain, options, schedules)))
+    Ok(Box::new(Candidates::score(solver, Problem::Chain(chain), options, schedules)))
 }
 
 /// `zero-offload`: DeepSpeed's ZeRO-Offload (Ren et al., "ZeRO-Offload: Democratizing
