@@ -1,5 +1,5 @@
 use pebble_ilp::offmate::{offmate_plan, offmate_schedule, OffmateOptions};
-use pebble_schedule::{ForwardMode, Op, Schedule, View};
+use pebble_schedule::{Schedule, View};
 use pebble_sim::{simulate_chain, SimConfig};
 use pebble_zoo::{build, ModelOptions, Profile};
 
@@ -13,8 +13,7 @@ fn main() {
     let m = build(model, &opts).unwrap();
     let c = &m.chain;
     let l = c.len();
-    let mut ops: Vec<Op> = (0..l).map(|i| Op::Forward { stage: i, mode: ForwardMode::KeepAll }).collect();
-    ops.extend((0..=l).rev().map(|i| Op::Backward { stage: i }));
+    let ops = pebble_solve::baseline::store_all_ops(l);
     let all = Schedule::new(View::Chain, ops).repeated();
     let machine = profile.machine;
     let r = simulate_chain(c, &all, &SimConfig::on(machine)).unwrap();

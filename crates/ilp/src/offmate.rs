@@ -54,6 +54,7 @@
 use pebble_graph::Chain;
 use pebble_schedule::{ForwardMode, Op, Schedule, Tensor, View};
 use pebble_sim::Machine;
+use pebble_solve::baseline::zero::require_optimizer_fields;
 use pebble_solve::{Problem, SolveError, SolveOptions, Solver};
 
 use crate::milp::{Lin, Milp, Outcome};
@@ -141,18 +142,9 @@ struct Groups<'c> {
 }
 
 fn groups<'c>(chain: &'c Chain, solver: &'static str) -> Result<Groups<'c>, SolveError> {
-    let missing = |field: &str| SolveError::Unsupported {
-        solver,
-        why: format!(
-            "the chain has no `{field}` (weights `w`, weight gradients `g` and optimizer states `o` per stage; \
-             zoo models have them)"
-        ),
-    };
-    Ok(Groups {
-        w: chain.w.as_deref().ok_or_else(|| missing("w"))?,
-        g: chain.g.as_deref().ok_or_else(|| missing("g"))?,
-        o: chain.o.as_deref().ok_or_else(|| missing("o"))?,
-    })
+    require_optimizer_fields(chain, solver)?;
+    let field = |v: &'c Option<Vec<u64>>| v.as_deref().unwrap_or_default();
+    Ok(Groups { w: field(&chain.w), g: field(&chain.g), o: field(&chain.o) })
 }
 
 /// Step indices: `F_i` is step `i`, `B_i` step `2L − 1 − i`.
@@ -203,7 +195,6 @@ fn allowed(option: BlockOption, i: usize, l: usize, opts: &OffmateOptions) -> bo
 /// compute allocates (see [`own_memory`]).
 fn held(chain: &Chain, steps: Steps, i: usize, option: BlockOption, t: usize) -> u64 {
     let (j, backward) = steps.block(t);
-    let l = steps.l;
     let (x, xbar) = (&chain.x, &chain.xbar);
     if !backward {
         if i >= j {
@@ -221,7 +212,6 @@ fn held(chain: &Chain, steps: Steps, i: usize, option: BlockOption, t: usize) ->
     if i >= j {
         return 0;
     }
-    let _ = l;
     match option {
         BlockOption::Keep => xbar[i + 1],
         BlockOption::Recompute => x[i + 1],
@@ -548,23 +538,13 @@ fn whole(fractions: &[f64]) -> Vec<bool> {
     fractions.iter().map(|&f| f >= 1.0 - 1e-6).collect()
 }
 
-/// Ops issued at the start of each step (before its compute), and the compute itself.
-struct Program {
-    before: Vec<Vec<Op>>,
-}
-
-impl Program {
-    fn push(&mut self, t: usize, op: Op) {
-        self.before[t].push(op);
-    }
-}
-
-/// The transfers of one weight or state whose residency per step is `present`, used at
-/// the `uses` steps, updated in place on the device by the step `update` (its host copy is
-/// stale from then until an offload), starting after `first` (the step after the update,
-/// or after the CPU update's drop for a CPU-updated stage with `host_valid` true).
+/// The transfers and frees of one weight or state, into `before[t]` (the ops issued at
+/// the start of step `t`, before its compute): its residency per step is `present`, it is
+/// read at the `uses` steps and updated in place on the device by the step `update` (its
+/// host copy is stale from then until an offload, unless `host_valid`: a CPU-updated
+/// stage's weights, whose host copy the CPU keeps current).
 fn place_transfers(
-    prog: &mut Program,
+    before: &mut [Vec<Op>],
     steps: Steps,
     tensor: Tensor,
     present: &[bool],
@@ -586,23 +566,23 @@ fn place_transfers(
             q += 1;
         }
         if host_valid {
-            prog.push(at(p), Op::Free { tensor });
+            before[at(p)].push(Op::Free { tensor });
         } else {
             // Offload during the step before the absence; during the step after the update
             // if that is the absence itself (the update must come first).
             let issue = if p >= 2 { at(p - 1) } else { at(p) };
-            prog.push(issue, Op::Offload { tensor, fraction: 1.0 });
+            before[issue].push(Op::Offload { tensor, fraction: 1.0 });
             if issue != at(p) && uses.contains(&issue) {
                 // Read while it leaves: an upload, dropped once the read is done.
-                prog.push(at(p), Op::Free { tensor });
+                before[at(p)].push(Op::Free { tensor });
             }
             host_valid = true;
         }
         if q < n {
-            prog.push(at(q - 1), Op::Prefetch { tensor, fraction: 1.0 });
+            before[at(q - 1)].push(Op::Prefetch { tensor, fraction: 1.0 });
         } else {
             // Away until the update step: back during the step before it.
-            prog.push(at(n - 1), Op::Prefetch { tensor, fraction: 1.0 });
+            before[at(n - 1)].push(Op::Prefetch { tensor, fraction: 1.0 });
         }
         p = q;
     }
@@ -613,50 +593,44 @@ pub fn offmate_schedule(chain: &Chain, plan: &OffmatePlan) -> Schedule {
     let l = chain.len();
     let steps = Steps { l };
     let n = steps.n();
-    let mut prog = Program { before: vec![Vec::new(); n] };
+    let mut before: Vec<Vec<Op>> = vec![Vec::new(); n];
     for i in 0..l {
         let (f, b) = (steps.fwd(i), steps.bwd(i));
         if plan.options[i] == BlockOption::Offload {
-            prog.push(steps.fwd(i + 1), Op::Offload { tensor: Tensor::Saved(i + 1), fraction: 1.0 });
-            prog.push(steps.bwd(i + 2), Op::Prefetch { tensor: Tensor::Saved(i + 1), fraction: 1.0 });
+            before[steps.fwd(i + 1)].push(Op::Offload { tensor: Tensor::Saved(i + 1), fraction: 1.0 });
+            before[steps.bwd(i + 2)].push(Op::Prefetch { tensor: Tensor::Saved(i + 1), fraction: 1.0 });
         }
         let after_b = steps.after(b, 1);
         let mut present = whole(&plan.weights[i]);
         if plan.cpu[i] {
-            prog.push(after_b, Op::Offload { tensor: Tensor::WeightGrad(i), fraction: 1.0 });
-            prog.push(after_b, Op::CpuUpdate { stage: i });
-            prog.push(after_b, Op::Free { tensor: Tensor::Weight(i) });
+            before[after_b].push(Op::Offload { tensor: Tensor::WeightGrad(i), fraction: 1.0 });
+            before[after_b].push(Op::CpuUpdate { stage: i });
+            before[after_b].push(Op::Free { tensor: Tensor::Weight(i) });
             // Away from the drop to the first step the MILP brings it back in.
             let back = (1..n).find(|&p| present[steps.after(b, p)]).unwrap_or(n - 1);
-            for p in 1..back {
-                present[steps.after(b, p)] = false;
-            }
             let tensor = Tensor::Weight(i);
-            prog.push(steps.after(b, back - 1), Op::Prefetch { tensor, fraction: 1.0 });
+            before[steps.after(b, back - 1)].push(Op::Prefetch { tensor, fraction: 1.0 });
             // Later absences (between F_i and B_i): the host copy is current.
-            let mut rest = present.clone();
-            for p in 0..=back {
-                rest[steps.after(b, p)] = true;
+            for p in 1..back {
+                present[steps.after(b, p)] = true;
             }
-            place_transfers(&mut prog, steps, tensor, &rest, &[f, b], b, true);
+            place_transfers(&mut before, steps, tensor, &present, &[f, b], b, true);
         } else {
-            prog.push(after_b, Op::Free { tensor: Tensor::WeightGrad(i) });
-            place_transfers(&mut prog, steps, Tensor::Weight(i), &present, &[f, b], b, false);
+            before[after_b].push(Op::Free { tensor: Tensor::WeightGrad(i) });
+            place_transfers(&mut before, steps, Tensor::Weight(i), &present, &[f, b], b, false);
             let states = whole(&plan.states[i]);
-            place_transfers(&mut prog, steps, Tensor::OptState(i), &states, &[b], b, false);
+            place_transfers(&mut before, steps, Tensor::OptState(i), &states, &[b], b, false);
         }
-        let _ = f;
     }
     let mut ops = Vec::new();
-    for t in 0..n {
+    for (t, mut step_ops) in before.into_iter().enumerate() {
         // Frees first (they make room), then offloads, then prefetches.
-        let mut before = std::mem::take(&mut prog.before[t]);
-        before.sort_by_key(|op| match op {
+        step_ops.sort_by_key(|op| match op {
             Op::Free { .. } => 0,
             Op::Offload { .. } | Op::CpuUpdate { .. } => 1,
             _ => 2,
         });
-        ops.extend(before);
+        ops.extend(step_ops);
         let (j, backward) = steps.block(t);
         let o = plan.options[j];
         if !backward {

@@ -5,7 +5,7 @@
 
 use pebble_graph::Chain;
 use pebble_ilp::offmate::{offmate_schedule, BlockOption, Offmate, OffmateOptions, OffmatePlan};
-use pebble_schedule::{ForwardMode, Op, Schedule, View};
+use pebble_schedule::{Op, Schedule, View};
 use pebble_sim::{simulate_chain, Machine, SimConfig};
 use pebble_solve::{SolveError, SolveOptions};
 use pebble_testkit::{random_chain, Rng};
@@ -23,8 +23,7 @@ fn trained_chain(rng: &mut Rng, l: usize, weight: (u64, u64)) -> Chain {
 
 fn store_all(c: &Chain) -> Schedule {
     let l = c.len();
-    let mut ops: Vec<Op> = (0..l).map(|i| Op::Forward { stage: i, mode: ForwardMode::KeepAll }).collect();
-    ops.extend((0..=l).rev().map(|i| Op::Backward { stage: i }));
+    let ops = pebble_solve::baseline::store_all_ops(l);
     Schedule::new(View::Chain, ops).repeated()
 }
 

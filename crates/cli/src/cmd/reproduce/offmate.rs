@@ -28,7 +28,7 @@ use std::time::Instant;
 use anyhow::anyhow;
 use pebble_graph::Chain;
 use pebble_ilp::offmate::{Offmate, OffmateOptions};
-use pebble_schedule::{ForwardMode, Op, Schedule, View};
+use pebble_schedule::{Schedule, View};
 use pebble_sim::{simulate_chain, SimConfig};
 use pebble_solve::{PlanError, Problem, SolveError, SolveOptions};
 use serde_json::{json, Value};
@@ -121,8 +121,7 @@ fn chain_of(task: &Task, profile: &str) -> anyhow::Result<Chain> {
 /// Store-all with no memory limit, one step after another.
 fn unconstrained(chain: &Chain, options: &SolveOptions) -> anyhow::Result<Cell> {
     let l = chain.len();
-    let mut ops: Vec<Op> = (0..l).map(|i| Op::Forward { stage: i, mode: ForwardMode::KeepAll }).collect();
-    ops.extend((0..=l).rev().map(|i| Op::Backward { stage: i }));
+    let ops = pebble_solve::baseline::store_all_ops(l);
     let r = simulate_chain(chain, &Schedule::new(View::Chain, ops).repeated(), &options.sim_config())?;
     Ok(Cell::Ran { seconds: r.makespan, peak: r.peak_bytes, host_peak: r.peak_host_bytes, solve_seconds: 0.0 })
 }
