@@ -2,8 +2,10 @@
 
 use std::process::ExitCode;
 
-use pebble_sim::SimConfig;
-use pebble_solve::{PlanError, SolveError};
+use pebble_machine::Machine;
+use pebble_sim::{SimConfig, SimReport};
+use pebble_solve::budget::Budget;
+use pebble_solve::{PlanError, SolveError, SolveOptions};
 use serde_json::json;
 
 use super::{budget_json, check_timeline, overhead, percent_of, resolve_budget, solve_options, timeline_bars};
@@ -15,6 +17,26 @@ use crate::source::{find_solver, view_name, write_file, Source, Subject};
 
 /// The batch sizes `--batch auto` tries, in turn, until one does not fit.
 const AUTO_BATCHES: [usize; 14] = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64];
+
+/// What a plan on one subject starts from: the solve options on the machine, store-all's
+/// simulation (the reference of percentages and overheads), the static bytes, and the
+/// budget resolved against them (the one memory model of every command).
+struct Setup {
+    options: SolveOptions,
+    store_all: SimReport,
+    static_bytes: u64,
+    resolved: Budget,
+}
+
+impl Setup {
+    fn new(args: &PlanArgs, source: &Source, machine: &Machine, subject: &Subject) -> anyhow::Result<Setup> {
+        let options = solve_options(&args.solve, machine);
+        let store_all = subject.store_all(&options.machine)?;
+        let static_bytes = source.param_state_bytes(subject);
+        let resolved = resolve_budget(&args.budget, store_all.peak_bytes, static_bytes, machine)?;
+        Ok(Setup { options, store_all, static_bytes, resolved })
+    }
+}
 
 pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     if let Some(bound) = pebble_solve::bound::bound(&args.solver) {
@@ -31,14 +53,11 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     let (source, machine) = Source::load(&args.source, &args.opts)?;
     let subject = source.view_for(solver)?;
     let units = source.units();
-    let options = solve_options(&args.solve, &machine);
     let problem = subject.problem();
-    let store_all = subject.store_all(&options.machine)?;
-    let static_bytes = source.param_state_bytes(&subject);
-    let activation_peak = store_all.peak_bytes.saturating_sub(static_bytes);
     // `--budget` counts everything resident; `--activation-budget` all but static memory.
     // Solvers plan in what the executor's reserve leaves of it.
-    let resolved = resolve_budget(&args.budget, store_all.peak_bytes, static_bytes, &machine)?;
+    let Setup { options, store_all, static_bytes, resolved } = Setup::new(args, &source, &machine, &subject)?;
+    let activation_peak = store_all.peak_bytes.saturating_sub(static_bytes);
     let budget = resolved.total_bytes;
     let mut report = json!({
         "solver": solver.name(),
@@ -230,10 +249,7 @@ fn run_bound(args: &PlanArgs, bound: &pebble_solve::bound::Bound) -> anyhow::Res
     let subject = source.view(pebble_schedule::View::Chain)?;
     let Subject::Chain(chain) = &subject else { unreachable!("asked for the chain view") };
     let units = source.units();
-    let options = solve_options(&args.solve, &machine);
-    let store_all = subject.store_all(&options.machine)?;
-    let static_bytes = source.param_state_bytes(&subject);
-    let resolved = resolve_budget(&args.budget, store_all.peak_bytes, static_bytes, &machine)?;
+    let Setup { options, store_all, static_bytes, resolved } = Setup::new(args, &source, &machine, &subject)?;
     let mut report = json!({
         "solver": bound.name,
         "bound": true,
@@ -321,10 +337,7 @@ fn auto_batch(args: &PlanArgs) -> anyhow::Result<usize> {
             Err(_) => break,
         };
         let subject = source.view_for(solver)?;
-        let options = solve_options(&args.solve, &machine);
-        let store_all = subject.store_all(&options.machine)?;
-        let static_bytes = source.param_state_bytes(&subject);
-        let resolved = resolve_budget(&args.budget, store_all.peak_bytes, static_bytes, &machine)?;
+        let Setup { options, resolved, .. } = Setup::new(args, &source, &machine, &subject)?;
         bar.inc(1);
         match pebble_solve::plan(solver, subject.problem(), resolved.planned_bytes, &options) {
             Ok(plan) => {
