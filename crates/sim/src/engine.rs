@@ -387,8 +387,7 @@ impl<'s> Engine<'s> {
     /// holds up to date), keeping the host copy: at the compute cursor, but not before
     /// the tensor's transfers (and the reads holding an offloaded copy) end.
     pub fn drop_device(&mut self, op: usize, id: usize) -> Result<(), SimError> {
-        let s = &self.t[id];
-        if s.host_frac < 1.0 - EPS {
+        if !self.on_host(id) {
             return Err(self.invalid(
                 op,
                 format!(
@@ -397,6 +396,7 @@ impl<'s> Engine<'s> {
                 ),
             ));
         }
+        let s = &self.t[id];
         if s.dev_frac <= EPS && s.pending.is_empty() {
             return Err(self.invalid(op, format!("{:?} is not on the device", self.names[id])));
         }

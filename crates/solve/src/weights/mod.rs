@@ -16,8 +16,8 @@ mod solvers;
 
 pub use solvers::{L2l, WeightOffload, WeightOffloadNoReuse};
 
-/// The names of the weight-offloading solvers and bound: their plans move weights, which
-/// other solvers keep on the device.
+/// The names of the weight-offloading paper's solvers and bound. (OffMate and the practice
+/// baselines move weights too, but are not in this list.)
 pub const SOLVERS: [&str; 4] = ["weight-offload", "weight-offload-noreuse", "l2l", "weight-offload-bound"];
 
 use pebble_graph::Chain;
