@@ -17,7 +17,10 @@ use crate::{Chain, ComputeKind, DataKind, GraphError, TrainingGraph};
 /// * `xbar[i+1]`: what block `i`'s forward produces that a backward reads, plus `x[i+1]`.
 /// * `ftmp`, `btmp`: the block's internal peak above the chain model's own accounting,
 ///   found by replaying the block's nodes in order.
-/// * `w[i]`: the parameters block `i` reads. Inputs that no block reads (labels) and
+/// * `w[i]`, `g[i]`, `o[i]`: the parameters only block `i` reads, their gradients and
+///   optimizer states. A parameter several blocks read (a tied embedding) is named by
+///   none: it stays resident with its gradient and state, in `static_bytes`, so that
+///   what the chain names is counted once. Inputs that no block reads (labels) and
 ///   static data go to `static_bytes`.
 pub fn to_chain(g: &TrainingGraph) -> Result<Chain, GraphError> {
     g.validate()?;
@@ -117,25 +120,17 @@ pub fn to_chain(g: &TrainingGraph) -> Result<Chain, GraphError> {
     }
     for (c, node) in g.compute.iter().enumerate() {
         match node.kind {
-            ComputeKind::Forward => {
-                let s = stage_of(c, "forward")?;
-                chain.ftime[s] += node.time;
-                let w = chain.w.as_mut().expect("set above");
-                for &d in &node.inputs {
-                    if g.data[d].kind == DataKind::Parameter {
-                        w[s] += g.data[d].size;
-                    }
-                }
-            }
+            ComputeKind::Forward => chain.ftime[stage_of(c, "forward")?] += node.time,
             ComputeKind::Backward => chain.btime[stage_of(c, "backward")?] += node.time,
             ComputeKind::Loss => chain.btime[l] += node.time,
         }
     }
-    // Weight gradients and optimizer states: a parameter's belong to the one stage that
-    // reads it. A parameter that several stages read (tied weights) keeps its gradient and
-    // state unnamed, in `static_bytes`: `w` counts it at each reader, and naming its
-    // gradient and state too would count the copy beyond what is resident. The zoo names
-    // a parameter's gradient `{param}.grad` and its states `{param}.{optimizer}`.
+    // Weights, their gradients and optimizer states: a parameter's belong to the one stage
+    // that reads it. A parameter that several stages read (tied weights) stays unnamed, in
+    // `static_bytes`, with its gradient and state: named at each reader, it would be
+    // counted once per reader where it is resident once, or not at all where one reader's
+    // copy is away and another's is not. The zoo names a parameter's gradient
+    // `{param}.grad` and its states `{param}.{optimizer}`.
     let mut readers = vec![Vec::<usize>::new(); nd];
     for (c, node) in g.compute.iter().enumerate() {
         if node.kind == ComputeKind::Forward {
@@ -149,6 +144,11 @@ pub fn to_chain(g: &TrainingGraph) -> Result<Chain, GraphError> {
     }
     let stage_of_param: std::collections::HashMap<&str, usize> =
         (0..nd).filter(|&d| readers[d].len() == 1).map(|d| (g.data[d].name.as_str(), readers[d][0])).collect();
+    for (d, node) in g.data.iter().enumerate() {
+        if let (DataKind::Parameter, [s]) = (node.kind, &readers[d][..]) {
+            chain.w.as_mut().expect("set above")[*s] += node.size;
+        }
+    }
     for node in &g.data {
         let slot = match node.kind {
             DataKind::ParamGrad => chain.g.as_mut(),

@@ -115,15 +115,17 @@ impl<B: AutodiffBackend> Session<B> {
         let inner: Vec<Option<FloatTensor<B>>> = params.iter().map(|p| B::grad(p, &grads).map(B::from_inner)).collect();
         drop(grads);
         sync::<B>(&self.device)?;
-        let seconds = start.elapsed().as_secs_f64();
         let peak_bytes = self.measured_peak(before, resident);
-        let loss = read_floats::<B>(B::float_detach(loss))?.first().copied().unwrap_or(f32::NAN);
         drop(params);
         let detached: Vec<Option<FloatTensor<B>>> = inner.into_iter().map(|g| g.map(B::float_detach)).collect();
         self.update(detached);
         for p in self.statics.params.iter_mut().flatten() {
             *p = B::float_detach(p.clone());
         }
+        // The whole step, the update included, as `Session::step` times it.
+        sync::<B>(&self.device)?;
+        let seconds = start.elapsed().as_secs_f64();
+        let loss = read_floats::<B>(B::float_detach(loss))?.first().copied().unwrap_or(f32::NAN);
         self.steps += 1;
         let host_peak_bytes = memory::counting().then_some(0);
         Ok(StepReport { loss, seconds, peak_bytes, host_peak_bytes, transfers: Default::default() })

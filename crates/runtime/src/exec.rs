@@ -36,10 +36,10 @@
 //!
 //! # Weights, their gradients and optimizer states (chain schedules)
 //!
-//! The chain's static tensors of stage `i` are `Weight(i)` (the parameters stage `i`
-//! reads, [`Program::weights`]), `WeightGrad(i)` and `OptState(i)` (the gradients and
-//! optimizer states of the parameters only stage `i` reads, [`Program::owned`]; a tied
-//! parameter's stay resident). A schedule that names them ([`placement::names_statics`])
+//! The chain's static tensors of stage `i` are `Weight(i)`, `WeightGrad(i)` and
+//! `OptState(i)`: the parameters only stage `i` reads ([`Program::weights`]), their
+//! gradients and their optimizer states. A tied parameter, read by several stages, stays
+//! resident with its gradient and state, as the chain leaves it unnamed. A schedule that names them ([`placement::names_statics`])
 //! runs with the simulator's semantics ([`crate::placement`]):
 //!
 //! * `B_i` updates the parameters it is the last to contribute gradients to (those whose
@@ -52,10 +52,8 @@
 //!   (reading it is an error) until freed and prefetched again.
 //! * An offload of a weight or state read again before its next move is an upload: the
 //!   device copy stays until a free. A free of either drops the device copy only.
-//! * Parameters live in one slot each: a tied parameter is on the device while any of
-//!   its stages' weights is, and a prefetch takes each parameter from its up-to-date
-//!   copy (the device's, or the host copy made after its last update), so that a tied
-//!   parameter read by a later stage sees its update by an earlier one.
+//! * Parameters live in one slot each, and a prefetch takes each from its up-to-date
+//!   copy (the device's, or the host copy made after its last update).
 //! * What a step leaves on the host and the device ([`Statics`]) is where the next step
 //!   starts: a periodic schedule runs one period per step, each tensor where the period's
 //!   ops leave it ([`placement::starts`]); [`Statics::arrange`] puts them there before the
@@ -248,7 +246,7 @@ impl<B: Backend> Statics<B> {
             }
             if want.state.host && self.hosts[i][STATE].is_none() {
                 let mut parts: Parts<B, Part> = Vec::new();
-                for &q in &p.owned[i] {
+                for &q in &p.weights[i] {
                     if let Some(slot) = self.moments.get(q) {
                         let (m, v) = slot.clone().ok_or_else(|| lost_state(i))?;
                         parts.push((Part::M(q), Value::Float(m)));
@@ -259,7 +257,7 @@ impl<B: Backend> Statics<B> {
                 moved = true;
             }
             if want.grad.host && self.hosts[i][WGRAD].is_none() {
-                let zeros = p.owned[i]
+                let zeros = p.weights[i]
                     .iter()
                     .map(|&q| {
                         let shape = p.net.params[q].shape.clone();
@@ -302,7 +300,7 @@ impl<B: Backend> Statics<B> {
                 if self.hosts[i][STATE].is_none() {
                     return Err(lost_state(i));
                 }
-                for &q in &p.owned[i] {
+                for &q in &p.weights[i] {
                     if let Some(slot) = self.moments.get_mut(q) {
                         *slot = None;
                     }
@@ -332,8 +330,9 @@ impl<B: Backend> Statics<B> {
             }
         }
         for q in 0..self.params.len() {
-            let kept = p.readers[q].iter().any(|&s| s < l && self.device[s][WEIGHT]);
-            if !kept && self.params[q].is_some() && !p.readers[q].is_empty() {
+            // A parameter no stage owns (tied, or read by none) stays on the device.
+            let kept = p.owned_by(q).is_none_or(|s| self.device[s][WEIGHT]);
+            if !kept && self.params[q].is_some() {
                 if self.fresh_part(q).is_none() {
                     return Err(lost(q));
                 }
@@ -367,7 +366,7 @@ fn static_sizes(p: &Program, moments: u64) -> Vec<[u64; 3]> {
     let bytes = |q: usize| p.net.bytes(&p.net.params[q].shape, Elem::Float);
     (0..p.len())
         .map(|i| {
-            let owned: u64 = p.owned[i].iter().map(|&q| bytes(q)).sum();
+            let owned: u64 = p.weights[i].iter().map(|&q| bytes(q)).sum();
             [p.weights[i].iter().map(|&q| bytes(q)).sum(), owned, moments * owned]
         })
         .collect()
@@ -495,27 +494,14 @@ fn at_op(e: RuntimeError, k: usize, op: &Op) -> RuntimeError {
 /// copies of their gradients, weights and moments, in place and without temporaries:
 /// [`optim::apply_slices`], the backend's arithmetic element by element (on the CPU
 /// backend, the device's update bit for bit). Without `update` (a step that updates
-/// nothing) the copies are left as they are. A tied parameter of the stage, updated on
-/// the device (its gradient and state stay there), is copied into the weights' host copy
-/// from `tied`, its device copy, so that the copy the CPU leaves is up to date.
+/// nothing) the copies are left as they are.
 fn host_update<B: Backend>(
     update: Option<Update>,
     owned: &[usize],
-    tied: Vec<(usize, FloatTensor<B>)>,
     grads: HostParts<Part>,
     mut weights: HostParts<Part>,
     mut state: HostParts<Part>,
 ) -> Result<(HostParts<Part>, HostParts<Part>), RuntimeError> {
-    for (q, t) in tied {
-        if let Some((_, value)) = weights.iter_mut().find(|(k, _)| *k == Part::Param(q)) {
-            // The stale part goes before the current one is read, read through a second
-            // handle (a copy); the device handle is let go as device memory.
-            *value = HostValue::Float(burn_backend::TensorData::new(Vec::<f32>::new(), [0]));
-            *value = HostValue::read::<B>(Value::Float(t.clone()))?;
-        }
-        let _device = memory::device_scope();
-        drop(t);
-    }
     let Some(u) = update else { return Ok((weights, state)) };
     let bad = |e: burn_backend::DataError| RuntimeError::Readback(format!("{e:?}"));
     let mut g: HashMap<usize, burn_backend::TensorData> = HashMap::new();
@@ -844,10 +830,8 @@ impl<B: Backend> Runner<'_, B> {
         for q in 0..self.params.len() {
             if self.stale[q] {
                 self.params[q] = None;
-                for &s in &self.p.readers[q] {
-                    if s < l {
-                        stat.dev[s][WEIGHT] = false;
-                    }
+                if let Some(s) = self.p.owned_by(q) {
+                    stat.dev[s][WEIGHT] = false;
                 }
             }
         }
@@ -899,7 +883,7 @@ impl<B: Backend> Runner<'_, B> {
                     if let Some(i) = new_grad {
                         st.dev[i][WGRAD] = true;
                         run.track[ids.wgrad(i)].dev = run.sizes[ids.wgrad(i)];
-                        for &q in &self.p.owned[i] {
+                        for &q in &self.p.weights[i] {
                             let shape = self.p.net.params[q].shape.clone();
                             self.grads[q] = Some(B::float_zeros(shape.into(), self.device, FloatDType::F32));
                         }
@@ -1004,12 +988,12 @@ impl<B: Backend> Runner<'_, B> {
                 }
             }
             WGRAD => {
-                for &q in &self.p.owned[i] {
+                for &q in &self.p.weights[i] {
                     parts.push((Part::Grad(q), Value::Float(self.grads[q].clone().ok_or_else(missing)?)));
                 }
             }
             _ => {
-                for &q in &self.p.owned[i] {
+                for &q in &self.p.weights[i] {
                     if q < self.moments.len() {
                         let (m, v) = self.moments[q].clone().ok_or_else(missing)?;
                         parts.push((Part::M(q), Value::Float(m)));
@@ -1035,8 +1019,7 @@ impl<B: Backend> Runner<'_, B> {
         match kind {
             WEIGHT => {
                 for &q in &self.p.weights[i] {
-                    let kept = self.p.readers[q].iter().any(|&s| s != i && st.dev[s][WEIGHT]);
-                    if kept || self.params[q].is_none() {
+                    if self.params[q].is_none() {
                         continue;
                     }
                     if !self.stale[q] && st.fresh[q].is_none() {
@@ -1053,9 +1036,9 @@ impl<B: Backend> Runner<'_, B> {
                     self.stale[q] = false;
                 }
             }
-            WGRAD => self.p.owned[i].iter().for_each(|&q| self.grads[q] = None),
+            WGRAD => self.p.weights[i].iter().for_each(|&q| self.grads[q] = None),
             _ => {
-                for &q in &self.p.owned[i] {
+                for &q in &self.p.weights[i] {
                     if let Some(slot) = self.moments.get_mut(q) {
                         *slot = None;
                     }
@@ -1195,8 +1178,8 @@ impl<B: Backend> Runner<'_, B> {
 
     /// After `B_i` (of a schedule that names the static tensors): the optimizer step of
     /// the parameters whose last gradient contribution it made, on the device unless the
-    /// host CPU updates the stage (a tied parameter, whose gradient and state stay on
-    /// the device, is updated here either way); the host copies of the stage's weights
+    /// host CPU updates the stage (a tied parameter, resident with its gradient and
+    /// state, is updated here either way); the host copies of the stage's weights
     /// and state are then stale.
     fn after_backward(
         &mut self,
@@ -1292,27 +1275,11 @@ impl<B: Backend> Runner<'_, B> {
             };
             Some(job)
         };
-        let owned = self.p.owned[i].clone();
+        let owned = self.p.weights[i].clone();
         let update = self.step.update;
-        // A tied parameter this stage updated on the device goes into the new host copy.
-        let mut tied = Vec::new();
-        for &q in &self.p.weights[i] {
-            if self.p.update_stage[q] == Some(i) && self.p.owned_by(q).is_none() {
-                match &self.params[q] {
-                    Some(t) if !self.stale[q] => tied.push((q, t.clone())),
-                    _ => {
-                        let name = &self.p.net.params[q].name;
-                        return Err(sched_err(k, op, format!("tied parameter `{name}` is not on the device")));
-                    }
-                }
-            }
-        }
-        for &(q, _) in &tied {
-            st.fresh[q] = Some(weight);
-        }
-        let arithmetic: HostUpdate<Part> = Box::new(move |g, w, s| host_update::<B>(update, &owned, tied, g, w, s));
+        let arithmetic: HostUpdate<Part> = Box::new(move |g, w, s| host_update::<B>(update, &owned, g, w, s));
         run.xfer.cpu_update(k, &op.to_string(), (grad, weight, state), arithmetic)?;
-        for &q in &self.p.owned[i] {
+        for &q in &self.p.weights[i] {
             if self.params[q].is_some() {
                 self.stale[q] = true;
             }

@@ -16,6 +16,7 @@ use pebble_zoo::ops::Saved;
 use pebble_zoo::{Elem, Network, OpCosts, OpKind};
 
 use crate::ops::{self, OpCtx};
+use crate::optim::{self, OptimizerKind};
 use crate::rng::SplitMix;
 use crate::value::sync;
 use crate::{memory, RuntimeError, Value};
@@ -178,4 +179,72 @@ pub fn profile<B: Backend>(net: &Network, device: &B::Device, seed: u64) -> Resu
         seen.insert(key, (forward[o], backward[o]));
     }
     Ok(Profile { forward, backward })
+}
+
+/// The optimizer's speed, in bytes of gradient updated per second.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OptimizerRates {
+    /// On the device: the update fused into a stage's backward, [`optim::apply`].
+    pub device: f64,
+    /// On the host CPU: the update of an offloaded stage, [`optim::apply_slices`].
+    pub host: f64,
+}
+
+/// Measures one optimizer step over every parameter of `net`, as the executor runs it:
+/// on `device` (each parameter through [`optim::apply`], its operands fresh so that the
+/// backend updates in place as it does in a step) and on the host CPU (through
+/// [`optim::apply_slices`] on host slices). Median of [`REPEATS`] after a warm-up.
+pub fn optimizer_rates<B: Backend>(
+    net: &Network,
+    optimizer: OptimizerKind,
+    device: &B::Device,
+    seed: u64,
+) -> Result<OptimizerRates, RuntimeError> {
+    let mut rng = SplitMix(seed ^ 0x0B71);
+    let adam = matches!(optimizer, OptimizerKind::AdamW { .. });
+    let mut draw = |n: usize, scale: f32| -> Vec<f32> { (0..n).map(|_| scale * (2.0 * rng.unit() - 1.0)).collect() };
+    // Each parameter's (weights, gradient, first moment, second moment).
+    let operands: Vec<(Vec<usize>, [Vec<f32>; 4])> = net
+        .params
+        .iter()
+        .map(|p| {
+            let n: usize = p.shape.iter().product();
+            let v: Vec<f32> = draw(n, 1e-4).into_iter().map(f32::abs).collect();
+            (p.shape.clone(), [draw(n, 1.0), draw(n, 1e-2), draw(n, 1e-3), v])
+        })
+        .collect();
+    let bytes: f64 = operands.iter().map(|(_, [w, ..])| (w.len() * std::mem::size_of::<f32>()) as f64).sum();
+    if bytes == 0.0 {
+        return Ok(OptimizerRates { device: f64::INFINITY, host: f64::INFINITY });
+    }
+    let tensor = |shape: &[usize], v: &[f32]| B::float_from_data(TensorData::new(v.to_vec(), shape.to_vec()), device);
+    let mut on_device = Vec::with_capacity(REPEATS + 1);
+    let mut on_host = Vec::with_capacity(REPEATS + 1);
+    for _ in 0..=REPEATS {
+        let fresh: Vec<_> = operands
+            .iter()
+            .map(|(shape, [w, g, m, v])| {
+                (tensor(shape, w), tensor(shape, g), adam.then(|| (tensor(shape, m), tensor(shape, v))))
+            })
+            .collect();
+        sync::<B>(device)?;
+        let start = Instant::now();
+        let updated: Vec<_> = fresh.into_iter().map(|(w, g, mv)| optim::apply::<B>(optimizer, 1, w, g, mv)).collect();
+        sync::<B>(device)?;
+        on_device.push(start.elapsed().as_secs_f64());
+        drop(updated);
+        let mut host: Vec<[Vec<f32>; 4]> = operands.iter().map(|(_, o)| o.clone()).collect();
+        let start = Instant::now();
+        for [w, g, m, v] in &mut host {
+            optim::apply_slices(optimizer, 1, w, g, adam.then_some((&mut m[..], &mut v[..])));
+        }
+        on_host.push(start.elapsed().as_secs_f64());
+    }
+    // The first of each is the warm-up.
+    let median = |mut t: Vec<f64>| {
+        t.remove(0);
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    };
+    Ok(OptimizerRates { device: bytes / median(on_device), host: bytes / median(on_host) })
 }

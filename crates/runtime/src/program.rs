@@ -55,13 +55,11 @@ pub struct Program {
     pub static_inputs: Vec<TensorId>,
     /// The stage each op runs in.
     pub stage_of: Vec<usize>,
-    /// `weights[i]`: the parameters stage `i` reads (the chain's `Weight(i)`), each once,
-    /// in order; a parameter several stages read (a tied embedding) is in each of them.
+    /// `weights[i]`: the parameters only stage `i` reads (the chain's `Weight(i)`, whose
+    /// gradients and optimizer states are its `WeightGrad(i)` and `OptState(i)`), in
+    /// order. A parameter several stages read (a tied embedding) is in none: it stays
+    /// resident with its gradient and state, as the chain leaves them unnamed.
     pub weights: Vec<Vec<usize>>,
-    /// `owned[i]`: the parameters only stage `i` reads, whose gradients and optimizer
-    /// states are the chain's `WeightGrad(i)` and `OptState(i)`. The others (tied) keep
-    /// theirs resident for the whole step, as the chain leaves them unnamed.
-    pub owned: Vec<Vec<usize>>,
     /// The stage whose backward updates each parameter under the fused update: the first
     /// stage that reads it, whose backward adds the last contribution to its gradient
     /// (`None` for a parameter no op reads).
@@ -175,31 +173,25 @@ impl Program {
             stage.last_use = last;
         }
         // The parameters of each stage, and who updates them.
-        let mut weights: Vec<Vec<usize>> = vec![Vec::new(); l];
         let mut reader_stages: Vec<Vec<usize>> = vec![Vec::new(); net.params.len()];
         for (o, op) in net.ops.iter().enumerate() {
-            let s = stage_of[o];
             for &p in &op.params {
-                if s < l && !weights[s].contains(&p) {
-                    weights[s].push(p);
-                }
-                if !reader_stages[p].contains(&s) {
-                    reader_stages[p].push(s);
+                if !reader_stages[p].contains(&stage_of[o]) {
+                    reader_stages[p].push(stage_of[o]);
                 }
             }
         }
-        weights.iter_mut().for_each(|w| w.sort_unstable());
-        let mut owned: Vec<Vec<usize>> = vec![Vec::new(); l];
+        let mut weights: Vec<Vec<usize>> = vec![Vec::new(); l];
         for (p, readers) in reader_stages.iter().enumerate() {
             if let [s] = readers[..] {
                 if s < l {
-                    owned[s].push(p);
+                    weights[s].push(p);
                 }
             }
         }
         reader_stages.iter_mut().for_each(|r| r.sort_unstable());
         let update_stage = reader_stages.iter().map(|r| r.first().copied()).collect();
-        Program { net, stages, boundary, static_inputs, stage_of, weights, owned, update_stage, readers: reader_stages }
+        Program { net, stages, boundary, static_inputs, stage_of, weights, update_stage, readers: reader_stages }
     }
 
     /// Number of chain stages `L`.

@@ -26,9 +26,9 @@ use pebble_schedule::placement::{self, StageStart};
 pub struct StepReport {
     /// The loss before the update.
     pub loss: f32,
-    /// Wall-clock seconds of the forward and backward (the schedule), synchronized: with
-    /// the optimizer steps of a schedule that names the static tensors (fused into its
-    /// backwards or on the host CPU), without the end-of-step update of the others.
+    /// Wall-clock seconds of the whole step, synchronized: the schedule and the optimizer
+    /// step (fused into its backwards or on the host CPU for a schedule that names the
+    /// static tensors, the end-of-step update for the others).
     pub seconds: f64,
     /// Peak device bytes during the schedule: live heap above what was live at its start,
     /// plus the tensors resident then, host copies excepted (`None` where nothing counts
@@ -237,14 +237,16 @@ impl<B: Backend> Session<B> {
         let start = Instant::now();
         let out = self.run(schedule, update)?;
         sync::<B>(&self.device)?;
-        let seconds = start.elapsed().as_secs_f64();
+        // The peaks are the schedule's (the end-of-step update's temporaries are not).
         let peak_bytes = self.measured_peak(before, resident);
         let host_peak_bytes = memory::counting().then(|| memory::host_peak().saturating_sub(host_other));
         self.host_held = memory::host_live().saturating_sub(host_other);
-        let loss = read_floats::<B>(out.loss)?.first().copied().unwrap_or(f32::NAN);
         if !fused {
             self.update(out.grads);
+            sync::<B>(&self.device)?;
         }
+        let seconds = start.elapsed().as_secs_f64();
+        let loss = read_floats::<B>(out.loss)?.first().copied().unwrap_or(f32::NAN);
         self.steps += 1;
         Ok(StepReport { loss, seconds, peak_bytes, host_peak_bytes, transfers: out.transfers })
     }

@@ -19,7 +19,7 @@ use crate::TrainError;
 pub struct Contender {
     /// What ran.
     pub name: String,
-    /// Median step seconds (forward and backward), the first step excluded.
+    /// Median step seconds (forward, backward and update), the first step excluded.
     pub step_seconds: f64,
     /// The largest measured peak over the steps (`null` where nothing counts).
     pub measured_peak_bytes: Option<u64>,

@@ -73,9 +73,9 @@ pub struct TrainReport {
     pub static_bytes: u64,
     /// The loss of each step, before its update.
     pub losses: Vec<f32>,
-    /// Wall-clock seconds of each step's forward and backward (with the optimizer steps
-    /// a schedule that moves weights runs inside its backwards and on the host CPU; the
-    /// others update after the step, outside this time).
+    /// Wall-clock seconds of each step: forward, backward and the optimizer step (inside
+    /// the backwards and on the host CPU for a schedule that moves weights, at the end for
+    /// the others).
     pub step_seconds: Vec<f64>,
     /// The largest peak of live bytes over the steps, after one unmeasured warm-up pass
     /// (`null` where nothing counts them); host copies of offloaded tensors excepted.
@@ -111,6 +111,12 @@ pub struct TrainReport {
     pub solve_seconds: f64,
     /// Seconds the profiler took (0 with analytic costs).
     pub profile_seconds: f64,
+    /// The device's optimizer speed planned with, bytes of gradient per second: measured
+    /// with profiled costs, the profile's otherwise (`null`: the update is not timed).
+    pub device_optimizer_rate: Option<f64>,
+    /// The host CPU's optimizer speed planned with: measured with profiled costs, the
+    /// profile's otherwise.
+    pub host_optimizer_rate: f64,
 }
 
 /// A model lowered for one backend, with the costs the planner will use.
@@ -209,11 +215,23 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     options.optimizer = config.optimizer.planner();
     let overhead = options.profile.machine.runtime;
     let mut profile_seconds = 0.0;
+    let mut solve = config.solve.clone();
     let lowered = match config.costs {
         Costs::Analytic => lower::<B>(&config.model, &options, None)?,
         Costs::Profiled => {
             let start = Instant::now();
             let lowered = lower_profiled::<B>(&config.model, &options, config.seed, &device)?;
+            // The optimizer step is profiled too: on the device (the update the
+            // simulator charges to each backward) and on the host CPU (its updates of
+            // offloaded stages).
+            let rates = pebble_runtime::profile::optimizer_rates::<B>(
+                &lowered.network,
+                config.optimizer,
+                &device,
+                config.seed,
+            )?;
+            solve.machine.gpu_optimizer_rate = Some(rates.device);
+            solve.machine.cpu_optimizer_rate = rates.host;
             profile_seconds = start.elapsed().as_secs_f64();
             lowered
         }
@@ -224,12 +242,12 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
         View::Graph => Problem::Graph(&lowered.graph),
     };
     let store_all_schedule = pebble_solve::baseline::store_all::store_all_schedule(problem);
-    let store_all = pebble_solve::simulate(problem, &store_all_schedule, &config.solve.sim_config())
+    let store_all = pebble_solve::simulate(problem, &store_all_schedule, &solve.sim_config())
         .map_err(TrainError::StoreAll)?;
     let static_bytes = lowered.graph.static_bytes();
     // Percentages are of what store-all needs to run: its simulated peak plus the reserve.
     let budget = config.budget.resolve(store_all.peak_bytes, static_bytes, &overhead);
-    let plan = plan_within(solver, problem, &budget, &config.solve, &overhead)?;
+    let plan = plan_within(solver, problem, &budget, &solve, &overhead)?;
     let params = lowered.network.param_count();
     let mut session = Session::<B>::new(lowered.network, lowered.index, config.optimizer, config.seed, device);
     // Transfers go at the speed of the machine planned for, and the device pool holds the
@@ -240,7 +258,7 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     // Likewise the host's copies, at the simulated host peak: an offload waits for the
     // host CPU's updates the simulator has done by then.
     let host_cap = (plan.report.peak_host_bytes > 0).then_some(plan.report.peak_host_bytes);
-    session.set_transfers(TransferOptions { host_cap, ..transfer_options(&config.solve.machine, Some(cap)) });
+    session.set_transfers(TransferOptions { host_cap, ..transfer_options(&solve.machine, Some(cap)) });
     session.set_temporaries(StageTemporaries::of(&lowered.chain));
     // One unmeasured pass first, without an update (the losses stay those of the steps):
     // what the backend allocates once and keeps (kernel caches, thread pools) is not the
@@ -299,5 +317,7 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
         schedule_ops: plan.schedule.ops.len(),
         solve_seconds: plan.solve_seconds,
         profile_seconds,
+        device_optimizer_rate: solve.machine.gpu_optimizer_rate,
+        host_optimizer_rate: solve.machine.cpu_optimizer_rate,
     })
 }

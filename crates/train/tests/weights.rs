@@ -11,6 +11,8 @@ use std::sync::Mutex;
 
 use burn_flex::{Flex, FlexDevice};
 use pebble_graph::units::BudgetSpec;
+// Registers the MILP solvers (`offmate`).
+use pebble_ilp as _;
 use pebble_runtime::memory::CountingAlloc;
 use pebble_runtime::{OptimizerKind, Session, StageTemporaries, TransferOptions};
 use pebble_schedule::{Op, Schedule, Tensor, View};
@@ -179,44 +181,51 @@ fn cpu_updates_train_as_store_all_does() {
 }
 
 /// `pebble train`'s library call on profiled costs (the planner's temporaries measured,
-/// as in the memory test): weight offloading and the host CPU's update train the MLP as
-/// store-all does, within the budget, at the simulated device and host peaks.
+/// as in the memory test): weight offloading, OffMate and the host CPU's update train the
+/// MLP and the GPT (whose tied embedding stays resident) as store-all does, within the
+/// budget, at the simulated device and host peaks.
 #[test]
 fn train_holds_weight_moving_plans_to_their_budget_and_simulated_peaks() {
     let _turn = lock();
-    let config = |solver: &str, percent: f64| TrainConfig {
-        model: "mlp".into(),
-        solve: SolveOptions { machine: mlp().profile.machine, ..SolveOptions::default() },
-        options: mlp(),
-        budget: BudgetRequest::Total(BudgetSpec::Percent(percent)),
-        solver: solver.into(),
-        steps: 3,
-        seed: 3,
-        optimizer: ADAM,
-        costs: Costs::Profiled,
-    };
-    let store_all = train::<Flex>(&config("store-all", 100.0), FlexDevice).expect("store-all");
-    for (solver, percent) in [("weight-offload", 94.0), ("l2l", 93.0), ("zero-offload", 100.0)] {
-        let r = train::<Flex>(&config(solver, percent), FlexDevice).unwrap_or_else(|e| panic!("{solver}: {e}"));
-        let (device, host) = (r.measured_peak_bytes.expect("counting"), r.measured_host_peak_bytes.expect("counting"));
-        println!(
-            "{solver} at {percent}%: device {device} (simulated {}, budget {}), host {host} (simulated {}); \
-             step {:?} s (simulated {} s)",
-            r.predicted_peak_bytes, r.budget_bytes, r.predicted_host_peak_bytes, r.step_seconds, r.predicted_time
-        );
-        assert_eq!(r.losses, store_all.losses, "{solver}: the losses differ");
-        assert!(r.predicted_host_peak_bytes > 0, "{solver} moved nothing at {percent}%");
-        assert!(device <= r.budget_bytes, "{solver}: device peak {device} above the budget {}", r.budget_bytes);
-        let off = |measured: u64, simulated: u64| (measured as f64 / simulated as f64 - 1.0).abs();
-        assert!(
-            off(device, r.predicted_peak_bytes) <= 0.02,
-            "{solver}: device {device}, simulated {}",
-            r.predicted_peak_bytes
-        );
-        assert!(
-            off(host, r.predicted_host_peak_bytes) <= 0.05,
-            "{solver}: host {host}, simulated {}",
-            r.predicted_host_peak_bytes
-        );
+    let runs: [(&str, ModelOptions, &[(&str, f64)]); 2] = [
+        ("mlp", mlp(), &[("offmate", 95.0), ("weight-offload", 94.0), ("l2l", 93.0), ("zero-offload", 100.0)]),
+        ("gpt", tiny_gpt(), &[("weight-offload", 95.0), ("zero-infinity", 80.0), ("offmate", 80.0)]),
+    ];
+    for (model, options, solvers) in runs {
+        let config = |solver: &str, percent: f64| TrainConfig {
+            model: model.into(),
+            solve: SolveOptions { machine: options.profile.machine, ..SolveOptions::default() },
+            options: options.clone(),
+            budget: BudgetRequest::Total(BudgetSpec::Percent(percent)),
+            solver: solver.into(),
+            steps: 3,
+            seed: 3,
+            optimizer: ADAM,
+            costs: Costs::Profiled,
+        };
+        let store_all = train::<Flex>(&config("store-all", 100.0), FlexDevice).expect("store-all");
+        for &(solver, percent) in solvers {
+            let what = format!("{model} {solver} at {percent}%");
+            let r = train::<Flex>(&config(solver, percent), FlexDevice).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let (device, host) =
+                (r.measured_peak_bytes.expect("counting"), r.measured_host_peak_bytes.expect("counting"));
+            println!(
+                "{what}: device {device} (simulated {}, budget {}), host {host} (simulated {}); \
+                 step {:?} s (simulated {} s)",
+                r.predicted_peak_bytes, r.budget_bytes, r.predicted_host_peak_bytes, r.step_seconds, r.predicted_time
+            );
+            assert_eq!(r.losses, store_all.losses, "{what}: the losses differ");
+            assert!(r.predicted_host_peak_bytes > 0, "{what}: moved nothing");
+            assert!(device <= r.budget_bytes, "{what}: device peak {device} above the budget {}", r.budget_bytes);
+            let off = |measured: u64, simulated: u64| (measured as f64 / simulated as f64 - 1.0).abs();
+            // Within 2%, or 40 KB of the runtime's own on the GPT of 2 MB.
+            let close = off(device, r.predicted_peak_bytes) <= 0.02 || device.abs_diff(r.predicted_peak_bytes) <= 40_000;
+            assert!(close, "{what}: device {device}, simulated {}", r.predicted_peak_bytes);
+            assert!(
+                off(host, r.predicted_host_peak_bytes) <= 0.05,
+                "{what}: host {host}, simulated {}",
+                r.predicted_host_peak_bytes
+            );
+        }
     }
 }

@@ -250,7 +250,7 @@ impl WeightChain {
 /// GB of intermediate activations per layer recomputed"), the weight update is fused into
 /// the backward (its gradient `δw_i`, `|w_i|` bytes, is the backward's temporary), and
 /// the weights are all the static memory (plain SGD: no optimizer state, no resident
-/// gradient).
+/// gradient, but for a tied parameter's, which stays resident with it).
 pub fn paper_setting(chain: &Chain) -> Result<Chain, SolveError> {
     let Some(w) = chain.w.clone() else {
         let why = "weight offloading needs the chain's weights `w`".into();
@@ -263,7 +263,11 @@ pub fn paper_setting(chain: &Chain) -> Result<Chain, SolveError> {
         c.btime[s] = chain.btime[s] + chain.ftime[s];
         c.btmp[s] = chain.btmp[s].max(chain.ftmp[s]) + saved + ws;
     }
-    c.static_bytes = w.iter().sum();
+    // The weights, and what the chain leaves unnamed (a tied embedding and its gradient,
+    // which the two stages that read it accumulate).
+    let named = |v: &Option<Vec<u64>>| v.as_ref().map_or(0, |v| v.iter().sum::<u64>());
+    let unnamed = chain.static_bytes.saturating_sub(named(&chain.w) + named(&chain.g) + named(&chain.o));
+    c.static_bytes = w.iter().sum::<u64>() + unnamed;
     // No resident gradient, no state: nothing else to name.
     (c.g, c.o) = (None, None);
     Ok(c)
