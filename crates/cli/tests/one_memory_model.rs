@@ -95,7 +95,9 @@ fn plan_feasible_means_train_runs_with_the_same_peak() {
     std::fs::remove_dir_all(&dir).ok();
     // The check ran: most solvers found a plan somewhere, and the chain and graph families
     // are both in.
-    for must in ["store-all", "rotor", "sequential", "rockmate", "hiremate", "checkmate", "dtr", "weight-offload", "offmate"] {
+    for must in
+        ["store-all", "rotor", "sequential", "rockmate", "hiremate", "checkmate", "dtr", "weight-offload", "offmate"]
+    {
         assert!(covered.contains(must), "{must} was never feasible: covered {covered:?}");
     }
     assert!(trained >= 50, "only {trained} plan/train pairs ran");

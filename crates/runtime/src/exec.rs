@@ -495,7 +495,7 @@ fn at_op(e: RuntimeError, k: usize, op: &Op) -> RuntimeError {
 /// [`optim::apply_slices`], the backend's arithmetic element by element (on the CPU
 /// backend, the device's update bit for bit). Without `update` (a step that updates
 /// nothing) the copies are left as they are.
-fn host_update<B: Backend>(
+fn host_update(
     update: Option<Update>,
     owned: &[usize],
     grads: HostParts<Part>,
@@ -1277,7 +1277,7 @@ impl<B: Backend> Runner<'_, B> {
         };
         let owned = self.p.weights[i].clone();
         let update = self.step.update;
-        let arithmetic: HostUpdate<Part> = Box::new(move |g, w, s| host_update::<B>(update, &owned, g, w, s));
+        let arithmetic: HostUpdate<Part> = Box::new(move |g, w, s| host_update(update, &owned, g, w, s));
         run.xfer.cpu_update(k, &op.to_string(), (grad, weight, state), arithmetic)?;
         for &q in &self.p.weights[i] {
             if self.params[q].is_some() {

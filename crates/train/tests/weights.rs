@@ -187,7 +187,9 @@ fn cpu_updates_train_as_store_all_does() {
 #[test]
 fn train_holds_weight_moving_plans_to_their_budget_and_simulated_peaks() {
     let _turn = lock();
-    let runs: [(&str, ModelOptions, &[(&str, f64)]); 2] = [
+    // (model, its options, (solver, budget in percent) to run).
+    type Runs<'a> = [(&'a str, ModelOptions, &'a [(&'a str, f64)]); 2];
+    let runs: Runs = [
         ("mlp", mlp(), &[("offmate", 95.0), ("weight-offload", 94.0), ("l2l", 93.0), ("zero-offload", 100.0)]),
         ("gpt", tiny_gpt(), &[("weight-offload", 95.0), ("zero-infinity", 80.0), ("offmate", 80.0)]),
     ];
@@ -219,7 +221,8 @@ fn train_holds_weight_moving_plans_to_their_budget_and_simulated_peaks() {
             assert!(device <= r.budget_bytes, "{what}: device peak {device} above the budget {}", r.budget_bytes);
             let off = |measured: u64, simulated: u64| (measured as f64 / simulated as f64 - 1.0).abs();
             // Within 2%, or 40 KB of the runtime's own on the GPT of 2 MB.
-            let close = off(device, r.predicted_peak_bytes) <= 0.02 || device.abs_diff(r.predicted_peak_bytes) <= 40_000;
+            let close =
+                off(device, r.predicted_peak_bytes) <= 0.02 || device.abs_diff(r.predicted_peak_bytes) <= 40_000;
             assert!(close, "{what}: device {device}, simulated {}", r.predicted_peak_bytes);
             // At most 5% above the simulated host peak, and not far below: the host peak
             // follows the run's timing (a host CPU that keeps up with the gradients holds
