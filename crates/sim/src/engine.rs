@@ -782,12 +782,21 @@ impl<'s> Engine<'s> {
         let s = &mut self.t[id];
         let mut when = time.max(s.busy_until);
         let mut floor = floor;
-        let mut bytes = s.dev_bytes;
-        for p in s.pending.drain(..) {
+        let bytes = s.dev_bytes;
+        let last_alloc = s.last_alloc;
+        let pending: Vec<Pending> = s.pending.drain(..).collect();
+        for p in &pending {
             when = when.max(p.time);
             floor = floor.max(p.floor);
-            bytes += p.bytes;
         }
+        // An offload's device bytes go when its transfer (and the reads holding them) end,
+        // however late the free comes.
+        for p in pending.into_iter().filter(|p| p.bytes > 0) {
+            let class = Self::class(p.time, last_alloc, p.floor);
+            self.dev.push(Ev { time: p.time, key: key(class, p.op, RELEASE), delta: -(p.bytes as i128) });
+            self.horizon = self.horizon.max(p.time);
+        }
+        let s = &mut self.t[id];
         if bytes > 0 {
             let class = Self::class(when, s.last_alloc, floor);
             self.dev.push(Ev { time: when, key: key(class, op, RELEASE), delta: -(bytes as i128) });

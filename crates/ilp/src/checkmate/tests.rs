@@ -104,7 +104,7 @@ fn valid_monotone_and_store_all_at_its_peak() {
     }
 }
 
-/// (d): no graph solver in the registry does better at any budget.
+/// (d): no graph solver in the registry does better at any budget by recomputation alone.
 #[test]
 fn no_worse_than_the_other_graph_solvers() {
     let opts = options();
@@ -120,6 +120,12 @@ fn no_worse_than_the_other_graph_solvers() {
             let mine = plan(checkmate(), problem, budget, &opts).unwrap_or_else(|e| panic!("{name} at {budget}: {e}"));
             for other in &others {
                 if let Ok(p) = plan(*other, problem, budget, &opts) {
+                    // Checkmate only recomputes: a schedule that also uses the host (DELTA's
+                    // offloads) is not in its space.
+                    let moves = p.schedule.ops.iter().any(|op| matches!(op, Op::Offload { .. } | Op::Prefetch { .. }));
+                    if moves {
+                        continue;
+                    }
                     compared += 1;
                     assert!(
                         mine.report.makespan <= p.report.makespan * (1.0 + GAP),

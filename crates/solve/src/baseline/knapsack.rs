@@ -12,8 +12,8 @@
 use pebble_graph::{ComputeKind, DataKind, TrainingGraph};
 use pebble_schedule::{Schedule, View};
 
-use super::dtr::drop_and_recompute;
 use super::fastest_fitting;
+use crate::policy::replay::drop_and_recompute;
 use crate::{Problem, SolveError, SolveOptions, Solver};
 
 /// Memory units of the knapsack's dynamic program.

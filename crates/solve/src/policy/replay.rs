@@ -1,0 +1,543 @@
+//! A policy run offline on a training graph: the program in its eager order (every
+//! forward, the loss, every backward), device memory counted as the simulator counts it,
+//! and each release the [`Policy`] decides written down as schedule ops. The result is
+//! an ordinary graph schedule, which the simulator times and checks like any other.
+//!
+//! * Only activations and saved tensors are released (gradients cannot be recomputed;
+//!   inputs and static data stay).
+//! * A tensor that no later node of the eager order reads is freed at once (a reference
+//!   count reaching zero); if a recomputation needs it after all, it is recomputed like
+//!   an evicted one.
+//! * An evicted tensor read again is recomputed by its forward, whose own missing inputs
+//!   are recomputed first, recursively. A saved tensor is recomputed by rerunning its
+//!   forward with grad, after freeing that forward's resident outputs (the simulator does
+//!   not let a node produce a resident tensor twice), and its forward's saved tensors are
+//!   evicted together; an activation alone by rerunning its forward without grad.
+//! * An offloaded tensor read again is recomputed too, as DELTA does for a tensor that
+//!   can be (its Algorithm 1), unless the prefetcher has brought it back: before each
+//!   backward node, it reloads the offloaded tensors read soonest, at most the policy's
+//!   cap of them waiting for their use, while device memory stays under the threshold.
+//!   The paper's queue is FIFO by offload time; the backward reads in reverse, so the
+//!   soonest next read comes first here.
+//! * Releases start at the policy's threshold in the forward pass, and only on an
+//!   overflow in the backward (DELTA's Assumption 2 has none there, but its Algorithm 1
+//!   releases whenever memory is not enough, without which the step cannot go on).
+//! * Staleness and recomputation costs are in seconds of the graph's compute times; the
+//!   clock advances by each node's time, transfers not counted (they overlap).
+
+use pebble_graph::{ComputeKind, DataKind, TrainingGraph};
+use pebble_schedule::{Op, Schedule, Tensor, View};
+
+use super::{pick, Candidate, Policy, Release};
+use crate::SolveError;
+
+fn fixed(kind: DataKind) -> bool {
+    kind == DataKind::Input || kind.is_static()
+}
+
+fn releasable(kind: DataKind) -> bool {
+    matches!(kind, DataKind::Activation | DataKind::Saved)
+}
+
+/// What a run of the policy did, beside the schedule that records it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Tensors evicted.
+    pub evictions: usize,
+    /// Tensors offloaded.
+    pub offloads: usize,
+    /// Offloaded tensors reloaded by the prefetcher.
+    pub reloads: usize,
+    /// Forward nodes rerun to recompute what was released.
+    pub recomputes: usize,
+}
+
+/// A run's schedule and what it did.
+#[derive(Debug, Clone)]
+pub struct Replayed {
+    /// The graph schedule: compute nodes, frees, offloads and reloads in order.
+    pub schedule: Schedule,
+    /// Its counts.
+    pub counts: Counts,
+}
+
+struct Replay<'a> {
+    g: &'a TrainingGraph,
+    policy: Option<&'a dyn Policy>,
+    budget: u64,
+    /// Device bytes at which releases start.
+    threshold: u64,
+    resident: Vec<bool>,
+    /// Released by the policy (evicted or offloaded) and not brought back since.
+    released: Vec<bool>,
+    /// A host copy exists (offloaded).
+    on_host: Vec<bool>,
+    /// Reloaded by the prefetcher and not read since.
+    prefetched: Vec<bool>,
+    /// Bytes of the resident non-fixed data plus all fixed data.
+    mem: u64,
+    /// Seconds of compute run so far, and when each data node was last touched.
+    clock: f64,
+    last_touch: Vec<f64>,
+    /// The eager-order nodes that read each data node, in order.
+    reads: Vec<Vec<usize>>,
+    /// The forward node that produces each activation or saved tensor.
+    producer: Vec<Option<usize>>,
+    /// Producers of each data node, and how many have run since it was allocated.
+    nprod: Vec<u32>,
+    count: Vec<u32>,
+    /// Data that must stay while the current chain of recomputations runs.
+    pinned: Vec<u32>,
+    /// The eager-order node running now (recomputations run inside it).
+    now: usize,
+    backward: bool,
+    /// Tensors dropped after the forward pass (the knapsack's choice; none for a policy).
+    dropped: Vec<bool>,
+    ops: Vec<Op>,
+    counts: Counts,
+}
+
+impl Replay<'_> {
+    fn infeasible(&self, why: String) -> SolveError {
+        SolveError::Infeasible { budget: self.budget, reason: why }
+    }
+
+    /// `c_r(d)`: its forward's time, plus that of every released tensor connected to it
+    /// through released tensors (the ones it needs to be recomputed, and those that would
+    /// need it): DTR's evicted neighbourhood.
+    fn recompute_cost(&self, d: usize) -> f64 {
+        let time = |x: usize| self.producer[x].map_or(0.0, |p| self.g.compute[p].time);
+        let mut seen = vec![d];
+        let mut stack = vec![d];
+        let mut cost = time(d);
+        while let Some(x) = stack.pop() {
+            let parents = self.producer[x].map(|p| &self.g.compute[p].inputs[..]).unwrap_or(&[]);
+            let children = self.reads[x].iter().map(|&c| &self.g.compute[c]).filter(|c| c.kind == ComputeKind::Forward);
+            let near: Vec<usize> =
+                parents.iter().copied().chain(children.flat_map(|c| c.outputs.iter().copied())).collect();
+            for y in near {
+                if self.released[y] && !self.resident[y] && !seen.contains(&y) {
+                    seen.push(y);
+                    stack.push(y);
+                    cost += time(y);
+                }
+            }
+        }
+        cost
+    }
+
+    fn candidate(&self, d: usize) -> Candidate {
+        Candidate {
+            bytes: self.g.data[d].size,
+            recompute: self.recompute_cost(d),
+            staleness: self.clock - self.last_touch[d],
+            evict_pinned: self.producer[d].is_none(),
+            offload_pinned: false,
+        }
+    }
+
+    /// Releases the tensor the policy picks; false if it picks none.
+    fn release_one(&mut self, policy: &dyn Policy) -> bool {
+        let mut ids = Vec::new();
+        let mut candidates = Vec::new();
+        for (d, data) in self.g.data.iter().enumerate() {
+            if !self.resident[d] || self.pinned[d] > 0 || !releasable(data.kind) {
+                continue;
+            }
+            if data.kind == DataKind::Saved && self.siblings(d).any(|s| self.pinned[s] > 0) {
+                continue; // its forward's saved tensors come back together, or not at all
+            }
+            ids.push(d);
+            candidates.push(self.candidate(d));
+        }
+        let Some(i) = pick(policy, &candidates) else { return false };
+        let d = ids[i];
+        match policy.direct(&candidates[i]) {
+            Release::Evict => {
+                if self.g.data[d].kind == DataKind::Saved {
+                    let siblings: Vec<usize> = self.siblings(d).collect();
+                    for s in siblings {
+                        self.free(s);
+                        self.released[s] = true;
+                        self.counts.evictions += 1;
+                    }
+                }
+                self.free(d);
+                self.counts.evictions += 1;
+            }
+            Release::Offload => {
+                self.ops.push(Op::Offload { tensor: Tensor::Data(d), fraction: 1.0 });
+                self.resident[d] = false;
+                self.mem -= self.g.data[d].size;
+                self.on_host[d] = true;
+                self.counts.offloads += 1;
+            }
+        }
+        self.released[d] = true;
+        self.prefetched[d] = false;
+        true
+    }
+
+    /// The other resident saved tensors of `d`'s forward.
+    fn siblings(&self, d: usize) -> impl Iterator<Item = usize> + '_ {
+        let outs = self.producer[d].map(|p| &self.g.compute[p].outputs[..]).unwrap_or(&[]);
+        outs.iter().copied().filter(move |&s| s != d && self.resident[s] && self.g.data[s].kind == DataKind::Saved)
+    }
+
+    /// Frees `d`'s device copy and any host copy.
+    fn free(&mut self, d: usize) {
+        if self.resident[d] || self.on_host[d] {
+            if self.resident[d] {
+                self.mem -= self.g.data[d].size;
+            }
+            self.resident[d] = false;
+            self.on_host[d] = false;
+            self.prefetched[d] = false;
+            self.count[d] = 0;
+            self.ops.push(Op::Free { tensor: Tensor::Data(d) });
+        }
+    }
+
+    /// Releases until `need` more bytes fit under the threshold (the budget in the
+    /// backward), or nothing is left to release; an error if they do not fit the budget.
+    fn make_room(&mut self, need: u64, name: &str) -> Result<(), SolveError> {
+        if let Some(policy) = self.policy {
+            let target = if self.backward { self.budget } else { self.threshold };
+            while self.mem + need > target {
+                if !self.release_one(policy) {
+                    break;
+                }
+            }
+        }
+        if self.policy.is_some() && self.mem + need > self.budget {
+            return Err(self.infeasible(format!(
+                "`{name}` needs {need} bytes with {} resident and nothing left to release",
+                self.mem
+            )));
+        }
+        Ok(())
+    }
+
+    /// The next eager-order node after the current one that reads `d`.
+    fn next_read(&self, d: usize) -> Option<usize> {
+        self.reads[d].iter().copied().find(|&c| c > self.now)
+    }
+
+    /// DELTA's prefetcher: reloads offloaded tensors, soonest read first, while fewer than
+    /// the cap wait for their use and memory stays under the threshold.
+    fn prefetch(&mut self) {
+        let Some(policy) = self.policy else { return };
+        let cap = policy.prefetch_cap();
+        loop {
+            let waiting = self.prefetched.iter().filter(|&&p| p).count();
+            if waiting >= cap {
+                return;
+            }
+            let next = (0..self.g.data.len())
+                .filter(|&d| self.on_host[d] && !self.resident[d])
+                .filter_map(|d| self.next_read(d).map(|c| (c, d)))
+                .min();
+            let Some((_, d)) = next else { return };
+            let size = self.g.data[d].size;
+            if self.mem + size > self.threshold {
+                return;
+            }
+            self.ops.push(Op::Prefetch { tensor: Tensor::Data(d), fraction: 1.0 });
+            self.resident[d] = true;
+            self.released[d] = false;
+            self.prefetched[d] = true;
+            self.mem += size;
+            self.counts.reloads += 1;
+        }
+    }
+
+    /// Runs compute node `c` (after making its inputs resident), releasing as needed.
+    fn run(&mut self, c: usize, no_grad: bool, depth: usize) -> Result<(), SolveError> {
+        if depth > self.g.compute.len() {
+            return Err(self.infeasible("recomputation does not terminate".into()));
+        }
+        let node = &self.g.compute[c];
+        for &d in &node.inputs {
+            self.pinned[d] += 1;
+        }
+        for &d in &node.inputs {
+            if !self.resident[d] {
+                let Some(p) = self.producer[d] else {
+                    return Err(
+                        self.infeasible(format!("`{}` is gone and no forward can recompute it", self.g.data[d].name))
+                    );
+                };
+                let saved = self.g.data[d].kind == DataKind::Saved;
+                if saved {
+                    // Rerun with grad: its resident outputs must go first.
+                    let outs = self.g.compute[p].outputs.clone();
+                    for o in outs {
+                        if self.pinned[o] == 0 {
+                            self.free(o);
+                        }
+                    }
+                }
+                self.counts.recomputes += 1;
+                self.run(p, !saved, depth + 1)?;
+            }
+        }
+        let node = &self.g.compute[c];
+        let mut allocs = Vec::new();
+        for &d in &node.outputs {
+            let kind = self.g.data[d].kind;
+            if (no_grad && kind == DataKind::Saved) || kind.is_static() || allocs.contains(&d) {
+                continue;
+            }
+            if self.resident[d] {
+                if self.nprod[d] > 1 && self.count[d] < self.nprod[d] {
+                    continue; // accumulates
+                }
+                return Err(self.infeasible(format!("`{}` would be produced twice", self.g.data[d].name)));
+            }
+            allocs.push(d);
+        }
+        let need: u64 = allocs.iter().map(|&d| self.g.data[d].size).sum::<u64>() + node.tmp;
+        for &d in &node.outputs {
+            self.pinned[d] += 1;
+        }
+        let name = node.name.clone();
+        self.make_room(need, &name)?;
+        let node = &self.g.compute[c];
+        self.ops.push(Op::Compute { node: c, no_grad });
+        self.clock += node.time;
+        for &d in &allocs {
+            self.resident[d] = true;
+            self.released[d] = false;
+            self.mem += self.g.data[d].size;
+            self.count[d] = 1;
+        }
+        for &d in &node.outputs {
+            if self.resident[d] && !allocs.contains(&d) && !self.g.data[d].kind.is_static() {
+                self.count[d] += 1;
+            }
+        }
+        for &d in node.inputs.iter().chain(&node.outputs) {
+            self.last_touch[d] = self.clock;
+            self.prefetched[d] = false;
+        }
+        for &d in node.inputs.iter().chain(&node.outputs) {
+            self.pinned[d] -= 1;
+        }
+        // Inside a recomputation, a dropped input has served its purpose.
+        if depth > 0 {
+            for &d in &self.g.compute[c].inputs {
+                if self.dropped[d] && releasable(self.g.data[d].kind) && self.pinned[d] == 0 {
+                    self.free(d);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `policy` run on `g` under `budget`, or `Infeasible` when releasing cannot make room.
+pub fn replay(g: &TrainingGraph, budget: u64, policy: &dyn Policy) -> Result<Replayed, SolveError> {
+    run(g, budget, Some(policy), None)
+}
+
+/// The eager order with every tensor of `dropped` freed after its last forward reader
+/// and recomputed (recursively) before the backward reads it; no policy, so the
+/// simulator decides whether the result fits.
+pub(crate) fn drop_and_recompute(g: &TrainingGraph, dropped: &[bool]) -> Result<Schedule, SolveError> {
+    run(g, u64::MAX, None, Some(dropped)).map(|r| r.schedule)
+}
+
+fn run(
+    g: &TrainingGraph,
+    budget: u64,
+    policy: Option<&dyn Policy>,
+    dropped: Option<&[bool]>,
+) -> Result<Replayed, SolveError> {
+    let nd = g.data.len();
+    let mut reads: Vec<Vec<usize>> = vec![Vec::new(); nd];
+    let mut producer = vec![None; nd];
+    let mut nprod = vec![0u32; nd];
+    for (c, node) in g.compute.iter().enumerate() {
+        for &d in &node.inputs {
+            reads[d].push(c);
+        }
+        for &d in &node.outputs {
+            nprod[d] += 1;
+            if node.kind == ComputeKind::Forward {
+                producer[d] = Some(c);
+            }
+        }
+    }
+    let mut resident = vec![false; nd];
+    let mut mem = 0;
+    for (d, data) in g.data.iter().enumerate() {
+        if fixed(data.kind) {
+            resident[d] = true;
+            mem += data.size;
+        }
+    }
+    let mut r = Replay {
+        g,
+        policy,
+        budget,
+        threshold: policy.map_or(budget, |p| p.threshold(budget)),
+        resident,
+        released: vec![false; nd],
+        on_host: vec![false; nd],
+        prefetched: vec![false; nd],
+        mem,
+        clock: 0.0,
+        last_touch: vec![0.0; nd],
+        reads,
+        producer,
+        nprod,
+        count: vec![0; nd],
+        pinned: vec![0; nd],
+        now: 0,
+        backward: false,
+        dropped: dropped.map_or_else(|| vec![false; nd], |x| x.to_vec()),
+        ops: Vec::new(),
+        counts: Counts::default(),
+    };
+    // Last forward reader of each data node (for the dropped ones).
+    let mut last_forward_read: Vec<Option<usize>> = vec![None; nd];
+    for (c, node) in g.compute.iter().enumerate() {
+        if node.kind == ComputeKind::Forward {
+            for &d in &node.inputs {
+                last_forward_read[d] = Some(c);
+            }
+        }
+    }
+    if r.mem > budget {
+        return Err(r.infeasible(format!("inputs and static data alone take {} bytes", r.mem)));
+    }
+    for c in 0..g.compute.len() {
+        r.now = c;
+        r.backward = g.compute[c].kind != ComputeKind::Forward;
+        if r.backward {
+            r.prefetch();
+        }
+        r.run(c, false, 0)?;
+        // Free what the eager order no longer reads (gradients nobody reads stay: they
+        // are outputs of the step). Every resident tensor, not only this node's:
+        // recomputations leave their intermediates behind.
+        for d in 0..nd {
+            if !r.resident[d] && !r.on_host[d] {
+                continue;
+            }
+            let kind = g.data[d].kind;
+            let done = r.reads[d].last().is_none_or(|&l| l <= c);
+            let freeable = releasable(kind) || (kind == DataKind::Gradient && !r.reads[d].is_empty());
+            let complete = r.count[d] >= r.nprod[d];
+            if freeable && done && (kind != DataKind::Gradient || complete) {
+                r.free(d);
+            }
+            // A dropped tensor goes once the forward pass is done with it; in the backward,
+            // right after the node it was recomputed for (it is recomputed again if needed).
+            let forward = g.compute[c].kind == ComputeKind::Forward;
+            let drop = dropped.is_some_and(|x| x[d]) && releasable(kind);
+            if drop && r.resident[d] && (!forward || last_forward_read[d].is_none_or(|l| l <= c)) && r.pinned[d] == 0 {
+                r.free(d);
+            }
+        }
+    }
+    Ok(Replayed { schedule: Schedule::new(View::Graph, r.ops), counts: r.counts })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::baseline::store_all::graph_store_all;
+    use crate::policy::{policy, Dtr, NAMES};
+    use pebble_testkit::tiny_graph;
+
+    fn sim(g: &TrainingGraph, s: &Schedule, budget: Option<u64>) -> pebble_sim::SimReport {
+        let config = pebble_sim::SimConfig { budget, ..pebble_sim::SimConfig::default() };
+        pebble_sim::simulate_graph(g, s, &config).unwrap_or_else(|e| panic!("the simulator refuses: {e}"))
+    }
+
+    fn zoo() -> Vec<(&'static str, TrainingGraph)> {
+        let small = |name, options| pebble_zoo::build(name, &options).expect("model").graph;
+        vec![
+            ("mlp", small("mlp", pebble_zoo::ModelOptions { batch: Some(4), layers: Some(4), ..Default::default() })),
+            (
+                "gpt",
+                small(
+                    "gpt",
+                    pebble_zoo::ModelOptions {
+                        batch: Some(1),
+                        seq: Some(16),
+                        layers: Some(3),
+                        width: Some(16),
+                        heads: Some(2),
+                        ..Default::default()
+                    },
+                ),
+            ),
+            (
+                "resnet",
+                small(
+                    "resnet",
+                    pebble_zoo::ModelOptions {
+                        batch: Some(1),
+                        image: Some(32),
+                        layers: Some(1),
+                        width: Some(4),
+                        ..Default::default()
+                    },
+                ),
+            ),
+        ]
+    }
+
+    #[test]
+    fn with_room_to_spare_dtr_is_store_all() {
+        let g = tiny_graph();
+        let store_all = sim(&g, &graph_store_all(&g), None);
+        let r = replay(&g, store_all.peak_bytes, &Dtr).expect("fits");
+        let s = sim(&g, &r.schedule, Some(store_all.peak_bytes));
+        assert_eq!(s.makespan, store_all.makespan);
+        assert_eq!(r.counts, Counts::default());
+    }
+
+    /// Every policy's schedule on the zoo's small models passes the simulator within the
+    /// budget, never beats store-all's time, and keeps at most the prefetcher's cap of
+    /// reloaded tensors waiting for their use.
+    #[test]
+    fn on_zoo_models_every_policy_fits_its_budget() {
+        let machine = pebble_sim::Machine::default();
+        for (name, g) in zoo() {
+            let top = sim(&g, &graph_store_all(&g), None);
+            let fixed: u64 = g.data.iter().filter(|d| fixed(d.kind)).map(|d| d.size).sum();
+            for policy_name in NAMES {
+                let p = policy(policy_name, machine.d2h.bandwidth).unwrap();
+                let mut feasible = 0;
+                for k in 1..=10 {
+                    // Budgets spread over the activation memory, above inputs and static data.
+                    let budget = fixed + (top.peak_bytes - fixed) * k / 10;
+                    let Ok(r) = replay(&g, budget, p.as_ref()) else { continue };
+                    let what = format!("{name} {policy_name} at {k}/10");
+                    let config = pebble_sim::SimConfig { budget: Some(budget), ..pebble_sim::SimConfig::default() };
+                    let s = pebble_sim::simulate_graph(&g, &r.schedule, &config).unwrap_or_else(|e| {
+                        let ops: Vec<String> = r.schedule.ops.iter().map(|o| o.to_string()).collect();
+                        panic!("{what}: {e}\n{}", ops.join(" "))
+                    });
+                    assert!(s.peak_bytes <= budget, "{what}: peak {} over {budget}", s.peak_bytes);
+                    assert!(s.makespan >= top.makespan * (1.0 - 1e-9), "{what}: faster than store-all");
+                    let mut waiting: Vec<usize> = Vec::new();
+                    for op in &r.schedule.ops {
+                        match *op {
+                            Op::Prefetch { tensor: Tensor::Data(d), .. } => waiting.push(d),
+                            Op::Compute { node, .. } => waiting.retain(|d| !g.compute[node].inputs.contains(d)),
+                            Op::Free { tensor: Tensor::Data(d) } => waiting.retain(|&x| x != d),
+                            _ => {}
+                        }
+                        assert!(waiting.len() <= p.prefetch_cap(), "{what}: {} reloads waiting", waiting.len());
+                    }
+                    feasible += 1;
+                }
+                assert!(feasible >= 2, "{name} {policy_name}: fits only {feasible} of 10 budgets");
+            }
+        }
+    }
+}
