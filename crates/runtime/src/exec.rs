@@ -59,7 +59,8 @@
 //!   ops leave it ([`placement::starts`]); [`Statics::arrange`] puts them there before the
 //!   first step.
 //!
-//! Graph schedules do not move tensors yet: their transfers are refused.
+//! Graph schedules move whole data nodes: an offload takes the device copy to the host
+//! (let go when the copy is done), a prefetch brings it back, waited for by its reader.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -437,7 +438,7 @@ pub fn run_with<B: Backend>(
     };
     let result = match schedule.view {
         View::Chain => runner.chain(schedule, options, statics),
-        View::Graph => runner.graph(index, schedule).map(|()| TransferReport::default()),
+        View::Graph => runner.graph(index, schedule, options),
     };
     statics.params = std::mem::take(&mut runner.params);
     statics.moments = std::mem::take(&mut runner.moments);
@@ -1387,7 +1388,60 @@ impl<B: Backend> Runner<'_, B> {
         Ok(())
     }
 
-    fn graph(&mut self, index: &GraphIndex, schedule: &Schedule) -> Result<(), RuntimeError> {
+    /// Runs a graph schedule; its offloads and prefetches of data nodes go on the transfer
+    /// threads (the link at `options`' speeds), each offload's device copy let go when its
+    /// copy is done, as the simulator releases it.
+    fn graph(
+        &mut self,
+        index: &GraphIndex,
+        schedule: &Schedule,
+        options: &TransferOptions,
+    ) -> Result<TransferReport, RuntimeError> {
+        let moves = schedule.ops.iter().any(|op| matches!(op, Op::Offload { .. } | Op::Prefetch { .. }));
+        if !moves {
+            return self.graph_ops(index, schedule, None).map(|()| TransferReport::default());
+        }
+        let device = self.device;
+        // The device pool is the chain schedules' (their tensors' declared sizes): a graph
+        // schedule's memory is what the allocator counts.
+        let options = TransferOptions { device_cap: None, host_cap: None, ..*options };
+        let (result, finished) = std::thread::scope(|scope| {
+            let mut xfer = Transfers::<B, usize>::new(scope, device, options, 0, HashMap::new());
+            let result = self.graph_ops(index, schedule, Some(&mut xfer));
+            let ok = result.is_ok();
+            (result, xfer.finish(ok))
+        });
+        result?;
+        let (report, left) = finished?;
+        let _host = memory::host_scope();
+        drop(left);
+        Ok(report)
+    }
+
+    /// The data nodes compute node `node` (op `o`, its backward if `is_backward`) reads.
+    fn graph_reads(&self, index: &GraphIndex, node: usize, o: usize, is_backward: bool) -> Vec<usize> {
+        let op = &self.p.net.ops[o];
+        if node == index.loss || !is_backward {
+            return op.inputs.iter().map(|&t| index.tensor[t]).collect();
+        }
+        let mut reads = vec![index.grad[op.output]];
+        for item in &op.decl.saved {
+            match item {
+                Saved::Input(j) => reads.push(index.tensor[op.inputs[*j]]),
+                Saved::Output => reads.push(index.tensor[op.output]),
+                Saved::Extra { .. } => {}
+            }
+        }
+        reads.extend(index.extras[o].iter().copied());
+        reads
+    }
+
+    fn graph_ops(
+        &mut self,
+        index: &GraphIndex,
+        schedule: &Schedule,
+        mut xfer: Option<&mut Transfers<'_, '_, B, usize>>,
+    ) -> Result<(), RuntimeError> {
         let net = &self.p.net;
         let mut data: Vec<Option<Value<B>>> = (0..index.data).map(|_| None).collect();
         // Inputs of the step are resident from the start.
@@ -1407,7 +1461,26 @@ impl<B: Backend> Runner<'_, B> {
             }
         }
         let loss_op = net.ops.len() - 1;
+        // The offload holding each data node's host copy, and its prefetch in flight.
+        let mut host_job: Vec<Option<(usize, u64)>> = vec![None; index.data];
+        let mut prefetch_job: Vec<Option<usize>> = vec![None; index.data];
         for (k, sop) in schedule.ops.iter().enumerate() {
+            match *sop {
+                Op::Compute { node, .. } if xfer.is_some() => {
+                    let (o, is_backward) = match node_op.get(&node) {
+                        Some(&found) => found,
+                        None if node == index.loss => (loss_op, false),
+                        None => return Err(sched_err(k, sop, format!("compute node {node} is not in the graph"))),
+                    };
+                    for d in self.graph_reads(index, node, o, is_backward) {
+                        if let Some(job) = prefetch_job.get_mut(d).and_then(Option::take) {
+                            let x = xfer.as_deref_mut().expect("checked");
+                            data[d] = x.wait_prefetch(job)?.into_iter().next().map(|(_, v)| v);
+                        }
+                    }
+                }
+                _ => {}
+            }
             match *sop {
                 Op::Compute { node, no_grad } => {
                     if node == index.loss {
@@ -1482,11 +1555,39 @@ impl<B: Backend> Runner<'_, B> {
                 }
                 Op::Free { tensor: Tensor::Data(d) } => {
                     if d < data.len() {
+                        if let (Some(job), Some(x)) = (prefetch_job[d].take(), xfer.as_deref_mut()) {
+                            drop(x.wait_prefetch(job)?);
+                        }
+                        if let (Some((job, _)), Some(x)) = (host_job[d].take(), xfer.as_deref_mut()) {
+                            x.drop_host(job);
+                        }
                         data[d] = None;
                     }
                 }
+                Op::Offload { tensor: Tensor::Data(d), fraction } if fraction >= 1.0 && d < data.len() => {
+                    let x = xfer.as_deref_mut().expect("a schedule with transfers has them");
+                    let value =
+                        data[d].take().ok_or_else(|| sched_err(k, sop, "offloads a data node not on the device"))?;
+                    if let Some((old, _)) = host_job[d].take() {
+                        x.drop_host(old);
+                    }
+                    let bytes = value.bytes();
+                    x.offload(k, &sop.to_string(), vec![(d, value)], bytes, true)?;
+                    host_job[d] = Some((k, bytes));
+                }
+                Op::Prefetch { tensor: Tensor::Data(d), fraction } if fraction >= 1.0 && d < data.len() => {
+                    let x = xfer.as_deref_mut().expect("a schedule with transfers has them");
+                    let Some((job, bytes)) = host_job[d] else {
+                        return Err(sched_err(k, sop, "prefetches a data node with no host copy"));
+                    };
+                    if data[d].is_some() || prefetch_job[d].is_some() {
+                        return Err(sched_err(k, sop, "prefetches a data node already on the device"));
+                    }
+                    x.prefetch(k, &sop.to_string(), vec![(job, None)], bytes)?;
+                    prefetch_job[d] = Some(k);
+                }
                 Op::Offload { .. } | Op::Prefetch { .. } => {
-                    return Err(sched_err(k, sop, "the executor moves tensors in chain schedules only"));
+                    return Err(sched_err(k, sop, "a graph schedule moves whole data nodes"));
                 }
                 _ => return Err(sched_err(k, sop, "not a graph op (compute or free)")),
             }

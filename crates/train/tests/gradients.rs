@@ -52,8 +52,8 @@ fn check(model: &str, options: ModelOptions, ilp: &[&str]) {
     );
     let options = SolveOptions::default();
     let sim = options.sim_config();
-    // Graph schedules with recomputation (DTR's evictions): same numbers.
-    let dtr = pebble_solve::solver("dtr").expect("registered");
+    // Graph schedules with recomputation (DTR's evictions) and offloads (DELTA's): the
+    // same numbers.
     let graph_peak =
         pebble_solve::simulate(Problem::Graph(&graph), &graph_store_all, &sim).expect("store-all").peak_bytes;
     let fixed: u64 = graph
@@ -63,13 +63,23 @@ fn check(model: &str, options: ModelOptions, ilp: &[&str]) {
         .map(|d| d.size)
         .sum();
     let mut recomputed = false;
-    for k in 1..10 {
-        let budget = fixed + (graph_peak - fixed) * k / 10;
-        let Ok(plan) = pebble_solve::plan(dtr, Problem::Graph(&graph), budget, &options) else { continue };
-        recomputed |= plan.schedule.ops.iter().filter(|op| matches!(op, pebble_schedule::Op::Compute { .. })).count()
-            > graph.compute.len();
-        assert!(grads_of(&mut session, &plan.schedule) == reference, "{model} dtr at {budget}: gradients differ");
+    let mut offloaded = false;
+    for name in ["dtr", "delta", "lru", "largest"] {
+        let policy = pebble_solve::solver(name).expect("registered");
+        for k in 1..10 {
+            let budget = fixed + (graph_peak - fixed) * k / 10;
+            let Ok(plan) = pebble_solve::plan(policy, Problem::Graph(&graph), budget, &options) else { continue };
+            let ops = &plan.schedule.ops;
+            recomputed |=
+                ops.iter().filter(|op| matches!(op, pebble_schedule::Op::Compute { .. })).count() > graph.compute.len();
+            offloaded |= ops.iter().any(|op| matches!(op, pebble_schedule::Op::Offload { .. }));
+            assert!(
+                grads_of(&mut session, &plan.schedule) == reference,
+                "{model} {name} at {budget}: gradients differ"
+            );
+        }
     }
+    assert!(offloaded, "{model}: no budget made DELTA offload");
     assert!(recomputed, "{model}: no budget made DTR recompute");
     // The ILP solvers' schedules (recomputation, forwards without grad that a later
     // grad-mode forward of the same node redoes): the tightest of 60%, 70%, 80% of the

@@ -43,8 +43,9 @@ impl Solver for Replayed {
 }
 
 inventory::submit!(crate::Registration(&Replayed("dtr")));
-// `delta`, `lru` and `largest` join once the executor runs a graph schedule's transfers
-// (issue 13): `pebble train` must run what `pebble plan` finds.
+inventory::submit!(crate::Registration(&Replayed("delta")));
+inventory::submit!(crate::Registration(&Replayed("lru")));
+inventory::submit!(crate::Registration(&Replayed("largest")));
 
 /// DTR's schedule for `g` under `budget`, or `Infeasible` when eviction cannot make room.
 pub fn dtr_schedule(g: &TrainingGraph, budget: u64) -> Result<Schedule, SolveError> {
