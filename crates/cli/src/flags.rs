@@ -33,6 +33,8 @@ pub enum Command {
     Simulate(SimulateArgs),
     /// Trade-off of time overhead against memory for several solvers.
     Sweep(SweepArgs),
+    /// The largest batch that fits a device memory, under a solver or a run-time policy.
+    Maxbatch(MaxbatchArgs),
     /// Train a zoo model for real under a memory budget: plan, run, measure.
     Train(TrainArgs),
     /// Measure each op's time and temporary memory on a device; write the graph or chain.
@@ -439,6 +441,36 @@ pub struct SimulateArgs {
     pub json: bool,
     #[command(flatten)]
     pub timeline: TimelineArgs,
+}
+
+/// `pebble maxbatch`.
+#[derive(Debug, Clone, Args)]
+#[group(id = "planner", required = true, multiple = false, args = ["solver", "policy"])]
+pub struct MaxbatchArgs {
+    /// A zoo model (see `pebble models`).
+    #[arg(long, value_name = "NAME")]
+    pub model: String,
+    #[command(flatten)]
+    pub opts: ModelOpts,
+    /// Device memory for everything resident, static memory included: `80GB`, `16GiB` or
+    /// plain bytes (not a percentage: store-all's peak grows with the batch).
+    #[arg(long, value_name = "SIZE", value_parser = budget_value)]
+    pub memory: BudgetSpec,
+    /// A solver (see `pebble plan --help`).
+    #[arg(long, value_name = "NAME")]
+    pub solver: Option<String>,
+    /// A run-time policy (`delta`, `dtr`, `lru`, `largest`), replayed in the simulator on
+    /// the training graph.
+    #[arg(long, value_name = "NAME")]
+    pub policy: Option<String>,
+    #[command(flatten)]
+    pub solve: SolveArgs,
+    /// The largest batch tried.
+    #[arg(long, value_name = "N", default_value_t = 1 << 16)]
+    pub max: usize,
+    /// Print one JSON object instead of a summary.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `pebble sweep`.

@@ -63,6 +63,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Plan(args) => cmd::plan::run(args),
         Command::Simulate(args) => cmd::simulate::run(args),
         Command::Sweep(args) => cmd::sweep::run(args),
+        Command::Maxbatch(args) => cmd::maxbatch::run(args),
         Command::Train(args) => cmd::train::run(args),
         Command::Profile(args) => cmd::profile::run(args),
         Command::Bench(args) => cmd::bench::run(args),

@@ -17,6 +17,20 @@ pub fn bar(len: u64, what: &str) -> ProgressBar {
     styled(ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr()), what)
 }
 
+/// A spinner labelled `what`, for a search of unknown length (its message says where it
+/// is); hidden unless standard error is a terminal.
+pub fn spinner(what: &str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template(&format!("{{spinner}} {what} {{msg}} {{elapsed}}")) {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}
+
 fn styled(bar: ProgressBar, what: &str) -> ProgressBar {
     let template = format!("{{spinner}} {what} {{pos}}/{{len}} {{wide_bar}} {{elapsed}}");
     if let Ok(style) = ProgressStyle::with_template(&template) {

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod graph;
 pub mod info;
+pub mod maxbatch;
 pub mod models;
 pub mod plan;
 pub mod profile;

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::{budget_json, check_timeline, overhead, percent_of, resolve_budget, solve_options, timeline_bars};
 use crate::error::{bad, Infeasible};
-use crate::flags::{BatchArg, PlanArgs};
+use crate::flags::{BatchArg, BudgetArgs, PlanArgs, SolveArgs};
 use crate::out;
 use crate::plot;
 use crate::source::{find_solver, view_name, write_file, Source, Subject};
@@ -21,19 +21,24 @@ const AUTO_BATCHES: [usize; 14] = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 
 /// What a plan on one subject starts from: the solve options on the machine, store-all's
 /// simulation (the reference of percentages and overheads), the static bytes, and the
 /// budget resolved against them (the one memory model of every command).
-struct Setup {
-    options: SolveOptions,
-    store_all: SimReport,
-    static_bytes: u64,
-    resolved: Budget,
+pub(crate) struct Setup {
+    pub(crate) options: SolveOptions,
+    pub(crate) store_all: SimReport,
+    pub(crate) static_bytes: u64,
+    pub(crate) resolved: Budget,
 }
 
 impl Setup {
-    fn new(args: &PlanArgs, source: &Source, machine: &Machine, subject: &Subject) -> anyhow::Result<Setup> {
-        let options = solve_options(&args.solve, machine);
+    pub(crate) fn new(
+        (solve, budget): (&SolveArgs, &BudgetArgs),
+        source: &Source,
+        machine: &Machine,
+        subject: &Subject,
+    ) -> anyhow::Result<Setup> {
+        let options = solve_options(solve, machine);
         let store_all = subject.store_all(&options.machine)?;
         let static_bytes = source.param_state_bytes(subject);
-        let resolved = resolve_budget(&args.budget, store_all.peak_bytes, static_bytes, machine)?;
+        let resolved = resolve_budget(budget, store_all.peak_bytes, static_bytes, machine)?;
         Ok(Setup { options, store_all, static_bytes, resolved })
     }
 }
@@ -56,7 +61,8 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     let problem = subject.problem();
     // `--budget` counts everything resident; `--activation-budget` all but static memory.
     // Solvers plan in what the executor's reserve leaves of it.
-    let Setup { options, store_all, static_bytes, resolved } = Setup::new(args, &source, &machine, &subject)?;
+    let Setup { options, store_all, static_bytes, resolved } =
+        Setup::new((&args.solve, &args.budget), &source, &machine, &subject)?;
     let activation_peak = store_all.peak_bytes.saturating_sub(static_bytes);
     let budget = resolved.total_bytes;
     let mut report = json!({
@@ -249,7 +255,8 @@ fn run_bound(args: &PlanArgs, bound: &pebble_solve::bound::Bound) -> anyhow::Res
     let subject = source.view(pebble_schedule::View::Chain)?;
     let Subject::Chain(chain) = &subject else { unreachable!("asked for the chain view") };
     let units = source.units();
-    let Setup { options, store_all, static_bytes, resolved } = Setup::new(args, &source, &machine, &subject)?;
+    let Setup { options, store_all, static_bytes, resolved } =
+        Setup::new((&args.solve, &args.budget), &source, &machine, &subject)?;
     let mut report = json!({
         "solver": bound.name,
         "bound": true,
@@ -337,7 +344,7 @@ fn auto_batch(args: &PlanArgs) -> anyhow::Result<usize> {
             Err(_) => break,
         };
         let subject = source.view_for(solver)?;
-        let Setup { options, resolved, .. } = Setup::new(args, &source, &machine, &subject)?;
+        let Setup { options, resolved, .. } = Setup::new((&args.solve, &args.budget), &source, &machine, &subject)?;
         bar.inc(1);
         match pebble_solve::plan(solver, subject.problem(), resolved.planned_bytes, &options) {
             Ok(plan) => {

@@ -1,0 +1,61 @@
+//! `pebble maxbatch` (issue 13): the largest batch that fits, for solvers and run-time
+//! policies alike, checked against `pebble plan` at that batch and the next.
+
+mod common;
+
+use common::{ok, pebble};
+
+const MEMORY: &str = "60MB";
+
+fn max_batch(planner: (&str, &str)) -> (u64, serde_json::Value) {
+    let run = ok(&["maxbatch", "--model", "mlp", "--layers", "3", "--memory", MEMORY, planner.0, planner.1, "--json"]);
+    let report = run.json();
+    (report["max_batch"].as_u64().expect("max_batch"), report)
+}
+
+/// Whether `plan` finds a schedule of `solver` at `batch` within the memory.
+fn plan_fits(solver: &str, batch: u64) -> bool {
+    let batch = batch.to_string();
+    let args = ["plan", "--model", "mlp", "--layers", "3", "--batch", &batch, "--budget", MEMORY, "--solver", solver];
+    let run = pebble(&args);
+    assert!(run.code == 0 || run.code == 1, "plan {solver} at {batch}: {}", run.stderr);
+    run.code == 0
+}
+
+#[test]
+fn the_largest_batch_fits_and_the_next_does_not() {
+    for (flag, name) in [("--solver", "store-all"), ("--solver", "rotor"), ("--policy", "dtr"), ("--policy", "delta")] {
+        let (b, report) = max_batch((flag, name));
+        assert!(b >= 2, "{name}: batch {b}");
+        assert!(plan_fits(name, b), "{name}: plan does not fit its max batch {b}");
+        assert!(!plan_fits(name, b + 1), "{name}: plan fits {} too", b + 1);
+        // Store-all's is the reference of the growth, and every other planner reaches it.
+        let store_all = report["store_all_max_batch"].as_u64().expect("store-all fits some batch");
+        assert!(b >= store_all, "{name}: {b} below store-all's {store_all}");
+        let growth = report["growth"].as_f64().unwrap();
+        assert!((growth - b as f64 / store_all as f64).abs() < 1e-12);
+        if name == "store-all" {
+            assert_eq!(b, store_all);
+        }
+    }
+}
+
+#[test]
+fn bad_requests_name_their_flag() {
+    let base = ["maxbatch", "--model", "mlp"];
+    for (extra, needle) in [
+        (&["--memory", "50%", "--solver", "rotor"][..], "--memory"),
+        (&["--memory", "1GB", "--policy", "fifo"][..], "--policy"),
+        (&["--memory", "1GB", "--solver", "nope"][..], "--solver"),
+        (&["--memory", "1GB", "--solver", "rotor", "--max", "0"][..], "--max"),
+    ] {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        let run = pebble(&args);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(needle), "{args:?}: {}", run.stderr);
+    }
+    // Too little memory for any batch is a verdict, not an error.
+    let run = pebble(&["maxbatch", "--model", "mlp", "--memory", "1KB", "--solver", "rotor"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("not even 1") || run.stdout.contains("not even 1"), "{}", run.stderr);
+}
