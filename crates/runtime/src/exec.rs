@@ -383,6 +383,18 @@ pub struct StepOutput<B: Backend> {
     pub transfers: TransferReport,
 }
 
+/// The executor of one graph op, as a [`Drive`] is handed it.
+pub type Exec<'a> = dyn FnMut(&Op) -> Result<(), RuntimeError> + 'a;
+
+/// What runs a graph step op by op: given the executor of one op, it hands over the
+/// step's ops in order (a schedule's, or a run-time policy's as it decides them).
+pub type Drive<'a> = dyn FnMut(&mut Exec<'_>) -> Result<(), RuntimeError> + 'a;
+
+/// A [`Drive`] that hands over `schedule`'s ops.
+pub fn drive_schedule(schedule: &Schedule) -> impl FnMut(&mut Exec<'_>) -> Result<(), RuntimeError> + '_ {
+    move |exec| schedule.ops.iter().try_for_each(&mut *exec)
+}
+
 /// Runs one training step of `schedule` on `program`, on `device`, with unthrottled
 /// transfers and no cap on the device pool.
 pub fn run<B: Backend>(
@@ -408,13 +420,44 @@ pub fn run_with<B: Backend>(
     device: &B::Device,
     options: &TransferOptions,
 ) -> Result<StepOutput<B>, RuntimeError> {
-    if schedule.view == View::Graph && !statics.all_on_device() {
+    match schedule.view {
+        View::Chain => {
+            execute(program, step, statics, device, |runner, statics| runner.chain(schedule, options, statics))
+        }
+        View::Graph => run_driven(program, index, &mut drive_schedule(schedule), step, statics, device, options),
+    }
+}
+
+/// Runs one training step of graph ops that `drive` hands over one at a time (a run-time
+/// policy deciding as the step goes), on `device`, transfers over the links of `options`.
+pub fn run_driven<B: Backend>(
+    program: &Program,
+    index: &GraphIndex,
+    drive: &mut Drive<'_>,
+    step: &StepInputs<'_, B>,
+    statics: &mut Statics<B>,
+    device: &B::Device,
+    options: &TransferOptions,
+) -> Result<StepOutput<B>, RuntimeError> {
+    if !statics.all_on_device() {
         return Err(RuntimeError::Schedule {
             index: 0,
             op: "the step's start".into(),
             why: "a graph schedule needs every parameter and optimizer state on the device".into(),
         });
     }
+    execute(program, step, statics, device, |runner, _| runner.graph(index, drive, options))
+}
+
+/// One step's frame around `body`: the parameter gradients, the runner on `statics`'
+/// parameters and state, and what the step leaves.
+fn execute<B: Backend>(
+    program: &Program,
+    step: &StepInputs<'_, B>,
+    statics: &mut Statics<B>,
+    device: &B::Device,
+    body: impl FnOnce(&mut Runner<'_, B>, &mut Statics<B>) -> Result<TransferReport, RuntimeError>,
+) -> Result<StepOutput<B>, RuntimeError> {
     // Parameter gradients are resident for the whole step, as the planners count them
     // (gradient-accumulation accounting, Zhao §1.1): zeroed at the start, accumulated into.
     // A stage's whose gradient starts the step elsewhere (a period that offloads it) is
@@ -436,10 +479,7 @@ pub fn run_with<B: Backend>(
         grads,
         loss: None,
     };
-    let result = match schedule.view {
-        View::Chain => runner.chain(schedule, options, statics),
-        View::Graph => runner.graph(index, schedule, options),
-    };
+    let result = body(&mut runner, statics);
     statics.params = std::mem::take(&mut runner.params);
     statics.moments = std::mem::take(&mut runner.moments);
     let transfers = result?;
@@ -1388,26 +1428,22 @@ impl<B: Backend> Runner<'_, B> {
         Ok(())
     }
 
-    /// Runs a graph schedule; its offloads and prefetches of data nodes go on the transfer
-    /// threads (the link at `options`' speeds), each offload's device copy let go when its
-    /// copy is done, as the simulator releases it.
+    /// Runs the graph ops `drive` hands over; offloads and prefetches of data nodes go on
+    /// the transfer threads (the link at `options`' speeds, started on the first), each
+    /// offload's device copy let go when its copy is done, as the simulator releases it.
     fn graph(
         &mut self,
         index: &GraphIndex,
-        schedule: &Schedule,
+        drive: &mut Drive<'_>,
         options: &TransferOptions,
     ) -> Result<TransferReport, RuntimeError> {
-        let moves = schedule.ops.iter().any(|op| matches!(op, Op::Offload { .. } | Op::Prefetch { .. }));
-        if !moves {
-            return self.graph_ops(index, schedule, None).map(|()| TransferReport::default());
-        }
         let device = self.device;
         // The device pool is the chain schedules' (their tensors' declared sizes): a graph
         // schedule's memory is what the allocator counts.
         let options = TransferOptions { device_cap: None, host_cap: None, ..*options };
         let (result, finished) = std::thread::scope(|scope| {
             let mut xfer = Transfers::<B, usize>::new(scope, device, options, 0, HashMap::new());
-            let result = self.graph_ops(index, schedule, Some(&mut xfer));
+            let result = self.graph_ops(index, drive, Some(&mut xfer));
             let ok = result.is_ok();
             (result, xfer.finish(ok))
         });
@@ -1436,10 +1472,12 @@ impl<B: Backend> Runner<'_, B> {
         reads
     }
 
+    /// Runs the graph ops `drive` hands to the executor it is given, in order, each as
+    /// soon as it is handed over: a schedule's ops, or a run-time policy's decisions.
     fn graph_ops(
         &mut self,
         index: &GraphIndex,
-        schedule: &Schedule,
+        drive: &mut Drive<'_>,
         mut xfer: Option<&mut Transfers<'_, '_, B, usize>>,
     ) -> Result<(), RuntimeError> {
         let net = &self.p.net;
@@ -1464,7 +1502,12 @@ impl<B: Backend> Runner<'_, B> {
         // The offload holding each data node's host copy, and its prefetch in flight.
         let mut host_job: Vec<Option<(usize, u64)>> = vec![None; index.data];
         let mut prefetch_job: Vec<Option<usize>> = vec![None; index.data];
-        for (k, sop) in schedule.ops.iter().enumerate() {
+        let mut k = 0;
+        let mut exec = |sop: &Op| -> Result<(), RuntimeError> {
+            let k = {
+                k += 1;
+                k - 1
+            };
             match *sop {
                 Op::Compute { node, .. } if xfer.is_some() => {
                     let (o, is_backward) = match node_op.get(&node) {
@@ -1498,7 +1541,7 @@ impl<B: Backend> Runner<'_, B> {
                                 self.graph_grad(index, &mut data, op.inputs[j], g)?;
                             }
                         }
-                        continue;
+                        return Ok(());
                     }
                     let Some(&(o, is_backward)) = node_op.get(&node) else {
                         return Err(sched_err(k, sop, format!("compute node {node} is not in the graph")));
@@ -1591,8 +1634,10 @@ impl<B: Backend> Runner<'_, B> {
                 }
                 _ => return Err(sched_err(k, sop, "not a graph op (compute or free)")),
             }
-        }
-        Ok(())
+
+            Ok(())
+        };
+        drive(&mut exec)
     }
 }
 

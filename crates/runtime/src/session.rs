@@ -228,14 +228,42 @@ impl<B: Backend> Session<B> {
     /// end otherwise. Both run the same arithmetic on the same values.
     pub fn step(&mut self, schedule: &Schedule) -> Result<StepReport, RuntimeError> {
         self.prepare(schedule)?;
+        let fused = schedule.view == View::Chain && placement::names_statics(schedule);
+        self.timed_step(fused, |session, update| session.run(schedule, update))
+    }
+
+    /// One training step of graph ops `drive` hands over as it decides them (a run-time
+    /// policy), then the end-of-step update: the parameters and states on the device, as
+    /// for any graph schedule.
+    pub fn step_driven(&mut self, drive: &mut exec::Drive<'_>) -> Result<StepReport, RuntimeError> {
+        self.prepare(&Schedule::new(View::Graph, Vec::new()))?;
+        self.timed_step(false, |session, _| {
+            let step = StepInputs {
+                inputs: &session.inputs,
+                seed: session.step_seed(),
+                temporaries: &session.temporaries,
+                update: None,
+            };
+            let (program, index, device, transfers) =
+                (&session.program, &session.index, &session.device, &session.transfers);
+            exec::run_driven(program, index, drive, &step, &mut session.statics, device, transfers)
+        })
+    }
+
+    /// Runs one step with `run`, timed and measured; the update fused into it if `fused`,
+    /// at its end otherwise.
+    fn timed_step(
+        &mut self,
+        fused: bool,
+        run: impl FnOnce(&mut Self, Option<Update>) -> Result<exec::StepOutput<B>, RuntimeError>,
+    ) -> Result<StepReport, RuntimeError> {
         sync::<B>(&self.device)?;
         let resident = self.resident_bytes();
         let before = memory::start_step();
         let host_other = memory::host_live().saturating_sub(self.host_held);
-        let fused = schedule.view == View::Chain && placement::names_statics(schedule);
         let update = fused.then_some(Update { optimizer: self.optimizer, t: self.steps as i32 + 1 });
         let start = Instant::now();
-        let out = self.run(schedule, update)?;
+        let out = run(self, update)?;
         sync::<B>(&self.device)?;
         // The peaks are the schedule's (the end-of-step update's temporaries are not).
         let peak_bytes = self.measured_peak(before, resident);

@@ -95,9 +95,25 @@ struct Replay<'a> {
     dropped: Vec<bool>,
     ops: Vec<Op>,
     counts: Counts,
+    /// Where each op goes as it is decided (an executor running the step), until it
+    /// answers `false`.
+    sink: Option<&'a mut Sink<'a>>,
 }
 
+/// What takes each op as a replay decides it: `true` to go on.
+pub type Sink<'a> = dyn FnMut(&Op) -> bool + 'a;
+
 impl Replay<'_> {
+    /// Records `op` and hands it to the sink, if it still takes ops.
+    fn emit(&mut self, op: Op) {
+        if let Some(sink) = self.sink.as_mut() {
+            if !sink(&op) {
+                self.sink = None;
+            }
+        }
+        self.ops.push(op);
+    }
+
     fn infeasible(&self, why: String) -> SolveError {
         SolveError::Infeasible { budget: self.budget, reason: why }
     }
@@ -144,7 +160,7 @@ impl Replay<'_> {
             if !self.resident[d] || self.pinned[d] > 0 || !releasable(data.kind) {
                 continue;
             }
-            if data.kind == DataKind::Saved && self.siblings(d).any(|s| self.pinned[s] > 0) {
+            if data.kind == DataKind::Saved && self.siblings(d).into_iter().any(|s| self.pinned[s] > 0) {
                 continue; // its forward's saved tensors come back together, or not at all
             }
             ids.push(d);
@@ -155,7 +171,7 @@ impl Replay<'_> {
         match policy.direct(&candidates[i]) {
             Release::Evict => {
                 if self.g.data[d].kind == DataKind::Saved {
-                    let siblings: Vec<usize> = self.siblings(d).collect();
+                    let siblings = self.siblings(d);
                     for s in siblings {
                         self.free(s);
                         self.released[s] = true;
@@ -166,7 +182,7 @@ impl Replay<'_> {
                 self.counts.evictions += 1;
             }
             Release::Offload => {
-                self.ops.push(Op::Offload { tensor: Tensor::Data(d), fraction: 1.0 });
+                self.emit(Op::Offload { tensor: Tensor::Data(d), fraction: 1.0 });
                 self.resident[d] = false;
                 self.mem -= self.g.data[d].size;
                 self.on_host[d] = true;
@@ -179,9 +195,9 @@ impl Replay<'_> {
     }
 
     /// The other resident saved tensors of `d`'s forward.
-    fn siblings(&self, d: usize) -> impl Iterator<Item = usize> + '_ {
+    fn siblings(&self, d: usize) -> Vec<usize> {
         let outs = self.producer[d].map(|p| &self.g.compute[p].outputs[..]).unwrap_or(&[]);
-        outs.iter().copied().filter(move |&s| s != d && self.resident[s] && self.g.data[s].kind == DataKind::Saved)
+        outs.iter().copied().filter(|&s| s != d && self.resident[s] && self.g.data[s].kind == DataKind::Saved).collect()
     }
 
     /// Frees `d`'s device copy and any host copy.
@@ -194,7 +210,7 @@ impl Replay<'_> {
             self.on_host[d] = false;
             self.prefetched[d] = false;
             self.count[d] = 0;
-            self.ops.push(Op::Free { tensor: Tensor::Data(d) });
+            self.emit(Op::Free { tensor: Tensor::Data(d) });
         }
     }
 
@@ -242,7 +258,7 @@ impl Replay<'_> {
             if self.mem + size > self.threshold {
                 return;
             }
-            self.ops.push(Op::Prefetch { tensor: Tensor::Data(d), fraction: 1.0 });
+            self.emit(Op::Prefetch { tensor: Tensor::Data(d), fraction: 1.0 });
             self.resident[d] = true;
             self.released[d] = false;
             self.prefetched[d] = true;
@@ -303,7 +319,7 @@ impl Replay<'_> {
         let name = node.name.clone();
         self.make_room(need, &name)?;
         let node = &self.g.compute[c];
-        self.ops.push(Op::Compute { node: c, no_grad });
+        self.emit(Op::Compute { node: c, no_grad });
         self.clock += node.time;
         for &d in &allocs {
             self.resident[d] = true;
@@ -337,21 +353,34 @@ impl Replay<'_> {
 
 /// `policy` run on `g` under `budget`, or `Infeasible` when releasing cannot make room.
 pub fn replay(g: &TrainingGraph, budget: u64, policy: &dyn Policy) -> Result<Replayed, SolveError> {
-    run(g, budget, Some(policy), None)
+    run(g, budget, Some(policy), None, None)
+}
+
+/// [`replay`], each op handed to `sink` as soon as it is decided: an executor running the
+/// step as the policy goes (once `sink` answers `false`, it gets no more ops). The
+/// decisions are the same as offline: they depend on the graph's costs and sizes only.
+pub fn replay_into<'a>(
+    g: &'a TrainingGraph,
+    budget: u64,
+    policy: &'a dyn Policy,
+    sink: &'a mut Sink<'a>,
+) -> Result<Replayed, SolveError> {
+    run(g, budget, Some(policy), None, Some(sink))
 }
 
 /// The eager order with every tensor of `dropped` freed after its last forward reader
 /// and recomputed (recursively) before the backward reads it; no policy, so the
 /// simulator decides whether the result fits.
 pub(crate) fn drop_and_recompute(g: &TrainingGraph, dropped: &[bool]) -> Result<Schedule, SolveError> {
-    run(g, u64::MAX, None, Some(dropped)).map(|r| r.schedule)
+    run(g, u64::MAX, None, Some(dropped), None).map(|r| r.schedule)
 }
 
-fn run(
-    g: &TrainingGraph,
+fn run<'a>(
+    g: &'a TrainingGraph,
     budget: u64,
-    policy: Option<&dyn Policy>,
+    policy: Option<&'a dyn Policy>,
     dropped: Option<&[bool]>,
+    sink: Option<&'a mut Sink<'a>>,
 ) -> Result<Replayed, SolveError> {
     let nd = g.data.len();
     let mut reads: Vec<Vec<usize>> = vec![Vec::new(); nd];
@@ -398,6 +427,7 @@ fn run(
         dropped: dropped.map_or_else(|| vec![false; nd], |x| x.to_vec()),
         ops: Vec::new(),
         counts: Counts::default(),
+        sink,
     };
     // Last forward reader of each data node (for the dropped ones).
     let mut last_forward_read: Vec<Option<usize>> = vec![None; nd];
