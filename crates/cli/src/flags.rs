@@ -564,6 +564,7 @@ pub enum CostsArg {
 
 /// `pebble train`.
 #[derive(Debug, Clone, Args)]
+#[group(id = "train_planner", required = true, multiple = false, args = ["solver", "policy"])]
 pub struct TrainArgs {
     #[command(flatten)]
     pub model: RunModelOpts,
@@ -571,7 +572,12 @@ pub struct TrainArgs {
     pub budget: BudgetArgs,
     /// The solver (see `pebble plan --help`).
     #[arg(long, value_name = "NAME")]
-    pub solver: String,
+    pub solver: Option<String>,
+    /// A run-time policy (`delta`, `dtr`, `lru`, `largest`) that decides inside each step,
+    /// with no plan: each op runs as soon as the policy decides it, and what ran is logged
+    /// and simulated.
+    #[arg(long, value_name = "NAME")]
+    pub policy: Option<String>,
     /// Training steps.
     #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub steps: u32,

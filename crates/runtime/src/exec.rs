@@ -1609,6 +1609,10 @@ impl<B: Backend> Runner<'_, B> {
                 }
                 Op::Offload { tensor: Tensor::Data(d), fraction } if fraction >= 1.0 && d < data.len() => {
                     let x = xfer.as_deref_mut().expect("a schedule with transfers has them");
+                    // A reload still in flight lands first: the offload takes what arrives.
+                    if let Some(job) = prefetch_job[d].take() {
+                        data[d] = x.wait_prefetch(job)?.into_iter().next().map(|(_, v)| v);
+                    }
                     let value =
                         data[d].take().ok_or_else(|| sched_err(k, sop, "offloads a data node not on the device"))?;
                     if let Some((old, _)) = host_job[d].take() {

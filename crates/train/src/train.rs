@@ -5,9 +5,12 @@ use std::time::Instant;
 
 use pebble_graph::{partition, Chain, TrainingGraph};
 use pebble_machine::{Link, Machine, Profile, RuntimeOverhead};
-use pebble_runtime::{Backend, LinkSpeed, OptimizerKind, Session, StageTemporaries, TransferOptions};
+use pebble_runtime::exec::Exec;
+use pebble_runtime::{Backend, LinkSpeed, OptimizerKind, RuntimeError, Session, StageTemporaries, TransferOptions};
 use pebble_schedule::View;
 use pebble_solve::budget::{total_for, Budget, BudgetRequest};
+use pebble_solve::policy::replay::{replay_into, Replayed};
+use pebble_solve::policy::Policy;
 use pebble_solve::{PlanError, Problem, SolveError, SolveOptions, Solver};
 use pebble_zoo::{ModelOptions, Network, OpCosts, ZooError};
 use serde::Serialize;
@@ -35,6 +38,10 @@ pub struct TrainConfig {
     pub budget: BudgetRequest,
     /// The solver's name.
     pub solver: String,
+    /// `solver` names a run-time policy (`pebble_solve::policy::NAMES`) that decides
+    /// inside each step as it runs ([`drive_policy`]); the offline replay of the same
+    /// policy, whose decisions are the same, gives the prediction.
+    pub online: bool,
     /// Steps to run.
     pub steps: usize,
     /// Seed of parameters, data and dropout.
@@ -111,6 +118,8 @@ pub struct TrainReport {
     pub solve_seconds: f64,
     /// Seconds the profiler took (0 with analytic costs).
     pub profile_seconds: f64,
+    /// Whether a run-time policy decided inside each step (`--policy`) rather than a plan.
+    pub online: bool,
     /// The device's optimizer speed planned with, bytes of gradient per second: measured
     /// with profiled costs, the profile's otherwise (`null`: the update is not timed).
     pub device_optimizer_rate: Option<f64>,
@@ -208,6 +217,35 @@ pub fn transfer_options(machine: &Machine, cap: Option<u64>) -> TransferOptions 
     }
 }
 
+/// A [`Drive`](pebble_runtime::exec::Drive) that runs `policy` on `graph` under
+/// `budget`, each op executed as soon as the policy decides it; what it ran lands in
+/// `logged`.
+pub fn drive_policy<'a>(
+    graph: &'a TrainingGraph,
+    budget: u64,
+    policy: &'a dyn Policy,
+    logged: &'a mut Option<Replayed>,
+) -> impl FnMut(&mut Exec<'_>) -> Result<(), RuntimeError> + 'a {
+    move |exec| {
+        let mut failure = None;
+        let mut sink = |op: &pebble_schedule::Op| match exec(op) {
+            Ok(()) => true,
+            Err(e) => {
+                failure = Some(e);
+                false
+            }
+        };
+        let replayed = replay_into(graph, budget, policy, &mut sink);
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        let replayed =
+            replayed.map_err(|e| RuntimeError::Schedule { index: 0, op: policy.name().into(), why: e.to_string() })?;
+        *logged = Some(replayed);
+        Ok(())
+    }
+}
+
 /// Plans and runs `config` on `device`.
 pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<TrainReport, TrainError> {
     let solver = pebble_solve::solver(&config.solver)?;
@@ -271,8 +309,37 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     let (mut d2h_busy, mut h2d_busy, mut compute_stall) = (Vec::new(), Vec::new(), Vec::new());
     let mut measured: Option<u64> = None;
     let mut measured_host: Option<u64> = None;
+    let policy = if config.online {
+        let p = pebble_solve::policy::policy(&config.solver, solve.machine.d2h.bandwidth).map_err(|e| {
+            TrainError::Solver {
+                solver: config.solver.clone(),
+                error: SolveError::Unsupported { solver: "train", why: e.to_string() },
+            }
+        })?;
+        Some(p)
+    } else {
+        None
+    };
     for _ in 0..config.steps {
-        let r = session.step(&plan.schedule)?;
+        let r = match &policy {
+            Some(p) => {
+                let mut logged = None;
+                let report = {
+                    let mut drive = drive_policy(&lowered.graph, budget.planned_bytes, p.as_ref(), &mut logged);
+                    session.step_driven(&mut drive)?
+                };
+                let logged = logged.expect("a step that ran logged its ops");
+                if logged.schedule.ops != plan.schedule.ops {
+                    return Err(TrainError::Runtime(RuntimeError::Schedule {
+                        index: 0,
+                        op: config.solver.clone(),
+                        why: "the policy decided differently online than offline".into(),
+                    }));
+                }
+                report
+            }
+            None => session.step(&plan.schedule)?,
+        };
         losses.push(r.loss);
         step_seconds.push(r.seconds);
         d2h_busy.push(r.transfers.d2h_busy);
@@ -317,6 +384,7 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
         schedule_ops: plan.schedule.ops.len(),
         solve_seconds: plan.solve_seconds,
         profile_seconds,
+        online: config.online,
         device_optimizer_rate: solve.machine.gpu_optimizer_rate,
         host_optimizer_rate: solve.machine.cpu_optimizer_rate,
     })

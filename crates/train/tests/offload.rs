@@ -295,6 +295,7 @@ fn train_reports_measured_transfers_beside_simulated_ones() {
         options,
         budget: BudgetRequest::Total(BudgetSpec::Percent(95.0)),
         solver: "offload-dp".into(),
+        online: false,
         steps: 2,
         seed: 3,
         optimizer: OptimizerKind::Sgd { lr: 0.01 },

@@ -5,44 +5,15 @@
 //! ran are the offline replay's, which the simulator times and checks.
 
 use burn_flex::{Flex, FlexDevice};
-use pebble_runtime::exec::{Drive, Exec};
-use pebble_runtime::{OptimizerKind, RuntimeError, Session};
-use pebble_schedule::Op;
-use pebble_solve::policy::replay::{replay, replay_into, Replayed};
-use pebble_solve::policy::{policy, Policy, NAMES};
+use pebble_runtime::exec::Drive;
+use pebble_runtime::{OptimizerKind, Session};
+use pebble_solve::policy::replay::replay;
+use pebble_solve::policy::{policy, NAMES};
 use pebble_solve::{Problem, SolveOptions};
-use pebble_train::{lower, transfer_options};
+use pebble_train::{drive_policy, lower, transfer_options};
 use pebble_zoo::ModelOptions;
 
 const ADAM: OptimizerKind = OptimizerKind::AdamW { lr: 1e-2, weight_decay: 0.01 };
-
-/// A driver that runs `policy` on `graph` under `budget`, each op executed as decided;
-/// what the replay logged lands in `logged`.
-fn online<'a>(
-    graph: &'a pebble_graph::TrainingGraph,
-    budget: u64,
-    policy: &'a dyn Policy,
-    logged: &'a mut Option<Replayed>,
-) -> impl FnMut(&mut Exec<'_>) -> Result<(), RuntimeError> + 'a {
-    move |exec| {
-        let mut failure = None;
-        let mut sink = |op: &Op| match exec(op) {
-            Ok(()) => true,
-            Err(e) => {
-                failure = Some(e);
-                false
-            }
-        };
-        let replayed = replay_into(graph, budget, policy, &mut sink);
-        if let Some(e) = failure {
-            return Err(e);
-        }
-        let replayed =
-            replayed.map_err(|e| RuntimeError::Schedule { index: 0, op: policy.name().into(), why: e.to_string() })?;
-        *logged = Some(replayed);
-        Ok(())
-    }
-}
 
 /// Runs every policy on `model` at budgets between half and all of its activation
 /// memory; whether one offloaded.
@@ -76,7 +47,7 @@ fn check(model: &str, options: ModelOptions) -> bool {
             for _ in 0..3 {
                 let mut logged = None;
                 {
-                    let mut drive = online(&graph, budget, p.as_ref(), &mut logged);
+                    let mut drive = drive_policy(&graph, budget, p.as_ref(), &mut logged);
                     let drive: &mut Drive<'_> = &mut drive;
                     losses.push(s.step_driven(drive).unwrap_or_else(|e| panic!("{what}: {e}")).loss);
                 }

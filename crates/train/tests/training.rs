@@ -23,6 +23,7 @@ fn config(solver: &str, budget: Budget) -> TrainConfig {
         options,
         budget,
         solver: solver.into(),
+        online: false,
         steps: 50,
         seed: 11,
         optimizer: OptimizerKind::AdamW { lr: 3e-3, weight_decay: 0.01 },

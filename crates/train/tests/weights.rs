@@ -200,6 +200,7 @@ fn train_holds_weight_moving_plans_to_their_budget_and_simulated_peaks() {
             options: options.clone(),
             budget: BudgetRequest::Total(BudgetSpec::Percent(percent)),
             solver: solver.into(),
+            online: false,
             steps: 3,
             seed: 3,
             optimizer: ADAM,

@@ -50,7 +50,20 @@ pub fn lift(e: TrainError) -> anyhow::Error {
 }
 
 pub fn run(args: &TrainArgs) -> anyhow::Result<ExitCode> {
-    pebble_solve::solver(&args.solver).map_err(|e| bad(format!("--solver: {e}")))?;
+    let (name, online) = match (&args.solver, &args.policy) {
+        (Some(s), _) => {
+            pebble_solve::solver(s).map_err(|e| bad(format!("--solver: {e}")))?;
+            (s.clone(), false)
+        }
+        (None, Some(p)) => {
+            if !pebble_solve::policy::NAMES.contains(&p.as_str()) {
+                let known = pebble_solve::policy::NAMES.join(", ");
+                return Err(bad(format!("--policy: unknown policy `{p}` (known: {known})")));
+            }
+            (p.clone(), true)
+        }
+        (None, None) => return Err(bad("give --solver or --policy")),
+    };
     let budget = match (args.budget.budget, args.budget.activation_budget) {
         (Some(b), _) => BudgetRequest::Total(b),
         (None, Some(a)) => BudgetRequest::Activation(a),
@@ -64,7 +77,8 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<ExitCode> {
         model: args.model.model.clone(),
         options,
         budget,
-        solver: args.solver.clone(),
+        solver: name,
+        online,
         steps: args.steps as usize,
         seed: args.model.seed,
         optimizer: match args.optimizer {

@@ -157,7 +157,8 @@ impl Replay<'_> {
         let mut ids = Vec::new();
         let mut candidates = Vec::new();
         for (d, data) in self.g.data.iter().enumerate() {
-            if !self.resident[d] || self.pinned[d] > 0 || !releasable(data.kind) {
+            // A reload waiting for its reader is not released again (it would thrash).
+            if !self.resident[d] || self.pinned[d] > 0 || self.prefetched[d] || !releasable(data.kind) {
                 continue;
             }
             if data.kind == DataKind::Saved && self.siblings(d).into_iter().any(|s| self.pinned[s] > 0) {

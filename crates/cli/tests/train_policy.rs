@@ -1,0 +1,44 @@
+//! `pebble train --policy` (issue 13): a run-time policy decides inside each step, with no
+//! solver; the losses are store-all's, and bad requests name their flag.
+
+mod common;
+
+use common::{ok, pebble};
+
+const GPT: [&str; 12] =
+    ["--model", "gpt", "--layers", "2", "--width", "64", "--heads", "4", "--seq", "64", "--batch", "4"];
+
+fn train(extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["train"];
+    args.extend_from_slice(&GPT);
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--steps", "2", "--json"]);
+    ok(&args).json()
+}
+
+#[test]
+fn policies_train_online_as_store_all_does() {
+    let store_all = train(&["--solver", "store-all", "--budget", "100%"]);
+    assert_eq!(store_all["online"], false);
+    for (policy, budget) in [("dtr", "85%"), ("delta", "90%")] {
+        let run = train(&["--policy", policy, "--budget", budget]);
+        assert_eq!(run["online"], true, "{policy}");
+        assert_eq!(run["solver"], policy);
+        assert_eq!(run["view"], "graph");
+        assert_eq!(run["losses"], store_all["losses"], "{policy} at {budget}: the losses differ");
+        assert!(run["schedule_ops"].as_u64().unwrap() > 0);
+    }
+}
+
+#[test]
+fn a_policy_is_named_alone_and_known() {
+    let base = ["train", "--model", "mlp", "--budget", "90%", "--steps", "1"];
+    for (extra, needle) in
+        [(&["--policy", "fifo"][..], "--policy"), (&["--policy", "dtr", "--solver", "rotor"][..], "--solver")]
+    {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        let run = pebble(&args);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(needle), "{args:?}: {}", run.stderr);
+    }
+}
