@@ -20,6 +20,8 @@ fn train(extra: &[&str]) -> serde_json::Value {
 fn policies_train_online_as_store_all_does() {
     let store_all = train(&["--solver", "store-all", "--budget", "100%"]);
     assert_eq!(store_all["online"], false);
+    assert!(store_all["evictions"].is_null());
+    assert_eq!((store_all["offloads"].as_u64(), store_all["recomputes"].as_u64()), (Some(0), Some(0)));
     for (policy, budget) in [("dtr", "85%"), ("delta", "90%")] {
         let run = train(&["--policy", policy, "--budget", budget]);
         assert_eq!(run["online"], true, "{policy}");
@@ -27,6 +29,12 @@ fn policies_train_online_as_store_all_does() {
         assert_eq!(run["view"], "graph");
         assert_eq!(run["losses"], store_all["losses"], "{policy} at {budget}: the losses differ");
         assert!(run["schedule_ops"].as_u64().unwrap() > 0);
+        // What the policy did each step is counted: it released something, and what it
+        // evicted it recomputed.
+        let evictions = run["evictions"].as_u64().expect("a policy counts its evictions");
+        let offloads = run["offloads"].as_u64().unwrap();
+        assert!(evictions + offloads > 0, "{policy} at {budget} released nothing");
+        assert!(evictions == 0 || run["recomputes"].as_u64().unwrap() > 0, "{policy}: evicted, never recomputed");
     }
 }
 

@@ -120,6 +120,15 @@ pub struct TrainReport {
     pub profile_seconds: f64,
     /// Whether a run-time policy decided inside each step (`--policy`) rather than a plan.
     pub online: bool,
+    /// What the schedule that ran does in each step: offloads, reloads (prefetches) and
+    /// recomputations (compute ops beyond the first of each node or stage).
+    pub offloads: usize,
+    /// Reloads (prefetches) per step.
+    pub reloads: usize,
+    /// Recomputations per step.
+    pub recomputes: usize,
+    /// Evictions per step, for a run-time policy (`null` for a plan).
+    pub evictions: Option<usize>,
     /// The device's optimizer speed planned with, bytes of gradient per second: measured
     /// with profiled costs, the profile's otherwise (`null`: the update is not timed).
     pub device_optimizer_rate: Option<f64>,
@@ -246,6 +255,39 @@ pub fn drive_policy<'a>(
     }
 }
 
+/// What a schedule moves and recomputes in one step.
+struct Moves {
+    offloads: usize,
+    reloads: usize,
+    recomputes: usize,
+}
+
+impl Moves {
+    fn of(schedule: &pebble_schedule::Schedule) -> Moves {
+        use pebble_schedule::Op;
+        let count = |f: &dyn Fn(&Op) -> bool| schedule.ops.iter().filter(|op| f(op)).count();
+        // Each node (graph) or stage (chain) computed once is the step; more is recomputing.
+        let mut firsts = std::collections::HashSet::new();
+        let computes = schedule
+            .ops
+            .iter()
+            .filter_map(|op| match *op {
+                Op::Compute { node, .. } => Some(node),
+                Op::Forward { stage, .. } => Some(stage),
+                _ => None,
+            })
+            .inspect(|&k| {
+                firsts.insert(k);
+            })
+            .count();
+        Moves {
+            offloads: count(&|op| matches!(op, Op::Offload { .. })),
+            reloads: count(&|op| matches!(op, Op::Prefetch { .. })),
+            recomputes: computes - firsts.len(),
+        }
+    }
+}
+
 /// Plans and runs `config` on `device`.
 pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<TrainReport, TrainError> {
     let solver = pebble_solve::solver(&config.solver)?;
@@ -320,6 +362,7 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     } else {
         None
     };
+    let mut evictions = None;
     for _ in 0..config.steps {
         let r = match &policy {
             Some(p) => {
@@ -329,6 +372,7 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
                     session.step_driven(&mut drive)?
                 };
                 let logged = logged.expect("a step that ran logged its ops");
+                evictions = Some(logged.counts.evictions);
                 if logged.schedule.ops != plan.schedule.ops {
                     return Err(TrainError::Runtime(RuntimeError::Schedule {
                         index: 0,
@@ -352,6 +396,7 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
             measured_host = Some(measured_host.map_or(p, |m| m.max(p)));
         }
     }
+    let moves = Moves::of(&plan.schedule);
     Ok(TrainReport {
         model: config.model.clone(),
         solver: solver.name().to_string(),
@@ -385,6 +430,10 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
         solve_seconds: plan.solve_seconds,
         profile_seconds,
         online: config.online,
+        offloads: moves.offloads,
+        reloads: moves.reloads,
+        recomputes: moves.recomputes,
+        evictions,
         device_optimizer_rate: solve.machine.gpu_optimizer_rate,
         host_optimizer_rate: solve.machine.cpu_optimizer_rate,
     })

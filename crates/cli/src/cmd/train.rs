@@ -137,6 +137,13 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<ExitCode> {
             mib(report.predicted_host_peak_bytes),
         ));
     }
+    if report.offloads + report.reloads + report.recomputes + report.evictions.unwrap_or(0) > 0 {
+        let evicted = report.evictions.map_or(String::new(), |e| format!("{e} evictions, "));
+        text.push_str(&format!(
+            "moves     {evicted}{} offloads, {} reloads, {} recomputations a step\n",
+            report.offloads, report.reloads, report.recomputes
+        ));
+    }
     let first = report.losses.first().copied().unwrap_or(f32::NAN);
     let last = report.losses.last().copied().unwrap_or(f32::NAN);
     text.push_str(&format!("loss      {first:.4} → {last:.4}\n"));
