@@ -275,6 +275,8 @@ pub struct Timeline<'a> {
     pub units: Units,
     /// Compute ops and transfers.
     pub bars: Vec<Bar>,
+    /// The schedule's offloads, reloads and recomputations.
+    pub moves: pebble_schedule::Moves,
     /// The simulator's report (with its memory timeline).
     pub report: &'a SimReport,
     /// The budget line: the bytes the schedule was checked against, and its legend entry.
@@ -333,7 +335,7 @@ fn fitting_label(labels: &[String], width: i32) -> Option<&str> {
 }
 
 /// The figures line under the title.
-fn timeline_figures(report: &SimReport, units: Units) -> String {
+fn timeline_figures(report: &SimReport, moves: pebble_schedule::Moves, units: Units) -> String {
     let share = |busy: f64| {
         if report.makespan > 0.0 {
             format!("{} ({:.0}%)", units.time(busy), 100.0 * busy / report.makespan)
@@ -342,7 +344,8 @@ fn timeline_figures(report: &SimReport, units: Units) -> String {
         }
     };
     format!(
-        "makespan {} · compute stall {} · device→host busy {} · host→device busy {}{} · device peak {} · host peak {}",
+        "makespan {} · compute stall {} · device→host busy {} · host→device busy {}{} · device peak {} · host peak {} · \
+         {} offloads, {} reloads, {} recomputations",
         units.time(report.makespan),
         share(report.compute_stall),
         share(report.d2h_busy),
@@ -350,6 +353,9 @@ fn timeline_figures(report: &SimReport, units: Units) -> String {
         if report.cpu_busy > 0.0 { format!(" · CPU busy {}", share(report.cpu_busy)) } else { String::new() },
         units.size(report.peak_bytes),
         units.size(report.peak_host_bytes),
+        moves.offloads,
+        moves.reloads,
+        moves.recomputes,
     )
 }
 
@@ -399,7 +405,7 @@ pub fn render_timeline(chart: &Timeline<'_>) -> Result<String, String> {
         ))
         .map_err(|x| e(&x))?;
         head.draw(&Text::new(
-            timeline_figures(report, units),
+            timeline_figures(report, chart.moves, units),
             (width / 2, 42),
             ("sans-serif", 15).into_font().color(&BLACK.mix(0.75)).pos(centered),
         ))
@@ -612,7 +618,14 @@ mod tests {
         let report = pebble_solve::simulate(problem, &schedule, &config).expect("valid");
         let bars = crate::cmd::timeline_bars(problem, &schedule, &report.spans);
         assert_eq!(bars.len(), 6001);
-        let chart = Timeline { title: "t".into(), units: Units::Plain, bars, report: &report, budget: None };
+        let chart = Timeline {
+            title: "t".into(),
+            units: Units::Plain,
+            bars,
+            moves: Default::default(),
+            report: &report,
+            budget: None,
+        };
         let svg = render_timeline(&chart).expect("drawn");
         let rects = svg.matches("<rect").count();
         assert!(rects < 1500, "{rects} rectangles");

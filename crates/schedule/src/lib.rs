@@ -194,7 +194,36 @@ pub enum ScheduleError {
     Notation(String),
 }
 
+/// What a schedule moves and recomputes in one step.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Moves {
+    /// Offloads.
+    pub offloads: usize,
+    /// Reloads (prefetches).
+    pub reloads: usize,
+    /// Recomputations: compute ops beyond the first of each graph node or chain stage's
+    /// forward.
+    pub recomputes: usize,
+}
+
 impl Schedule {
+    /// Its offloads, reloads and recomputations.
+    pub fn moves(&self) -> Moves {
+        let mut firsts = std::collections::HashSet::new();
+        let mut moves = Moves::default();
+        for op in &self.ops {
+            match *op {
+                Op::Offload { .. } => moves.offloads += 1,
+                Op::Prefetch { .. } => moves.reloads += 1,
+                Op::Compute { node: k, .. } | Op::Forward { stage: k, .. } if !firsts.insert(k) => {
+                    moves.recomputes += 1;
+                }
+                _ => {}
+            }
+        }
+        moves
+    }
+
     /// A schedule of the given ops.
     pub fn new(view: View, ops: Vec<Op>) -> Schedule {
         Schedule { version: FORMAT_VERSION, view, solver: None, ops, periodic: false }
@@ -310,6 +339,26 @@ impl fmt::Display for Op {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn moves_count_offloads_reloads_and_forwards_run_again() {
+        let chain = Schedule::from_notation(View::Chain, "F0ck F1all L B1 F0all B0").unwrap();
+        assert_eq!(chain.moves(), Moves { offloads: 0, reloads: 0, recomputes: 1 });
+        let d = |i| Tensor::Data(i);
+        let graph = Schedule::new(
+            View::Graph,
+            vec![
+                Op::Compute { node: 0, no_grad: false },
+                Op::Offload { tensor: d(0), fraction: 1.0 },
+                Op::Compute { node: 1, no_grad: false },
+                Op::Compute { node: 0, no_grad: true },
+                Op::Prefetch { tensor: d(0), fraction: 1.0 },
+                Op::Compute { node: 0, no_grad: true },
+                Op::Compute { node: 2, no_grad: false },
+            ],
+        );
+        assert_eq!(graph.moves(), Moves { offloads: 1, reloads: 1, recomputes: 2 });
+    }
 
     #[test]
     fn json_round_trip() {

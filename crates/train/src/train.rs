@@ -255,39 +255,6 @@ pub fn drive_policy<'a>(
     }
 }
 
-/// What a schedule moves and recomputes in one step.
-struct Moves {
-    offloads: usize,
-    reloads: usize,
-    recomputes: usize,
-}
-
-impl Moves {
-    fn of(schedule: &pebble_schedule::Schedule) -> Moves {
-        use pebble_schedule::Op;
-        let count = |f: &dyn Fn(&Op) -> bool| schedule.ops.iter().filter(|op| f(op)).count();
-        // Each node (graph) or stage (chain) computed once is the step; more is recomputing.
-        let mut firsts = std::collections::HashSet::new();
-        let computes = schedule
-            .ops
-            .iter()
-            .filter_map(|op| match *op {
-                Op::Compute { node, .. } => Some(node),
-                Op::Forward { stage, .. } => Some(stage),
-                _ => None,
-            })
-            .inspect(|&k| {
-                firsts.insert(k);
-            })
-            .count();
-        Moves {
-            offloads: count(&|op| matches!(op, Op::Offload { .. })),
-            reloads: count(&|op| matches!(op, Op::Prefetch { .. })),
-            recomputes: computes - firsts.len(),
-        }
-    }
-}
-
 /// Plans and runs `config` on `device`.
 pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<TrainReport, TrainError> {
     let solver = pebble_solve::solver(&config.solver)?;
@@ -396,7 +363,7 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
             measured_host = Some(measured_host.map_or(p, |m| m.max(p)));
         }
     }
-    let moves = Moves::of(&plan.schedule);
+    let moves = plan.schedule.moves();
     Ok(TrainReport {
         model: config.model.clone(),
         solver: solver.name().to_string(),

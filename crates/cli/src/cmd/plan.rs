@@ -143,6 +143,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
             ),
             units,
             bars: timeline_bars(problem, &plan.schedule, &report.spans),
+            moves: plan.schedule.moves(),
             report: &report,
             budget: Some((resolved.planned_bytes, line.to_string())),
         };
@@ -177,6 +178,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
                 "offload_bound_time": bound,
                 "periodic": plan.schedule.periodic,
                 "periods_simulated": plan.report.periods,
+                "moves": plan.schedule.moves(),
             }),
         );
         out::print_json(&report)?;

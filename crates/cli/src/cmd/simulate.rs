@@ -70,6 +70,7 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
             title: format!("{} on {}, {budget_text}", schedule.solver.as_deref().unwrap_or("schedule"), source.label()),
             units,
             bars: timeline_bars(subject.problem(), &schedule, &report.spans),
+            moves: schedule.moves(),
             report: &report,
             budget: resolved.map(|b| {
                 let line = if b.reserve_bytes > 0 { "budget (the share solvers plan in)" } else { "budget" };
@@ -97,6 +98,7 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
             "ops": schedule.ops.len(),
             "periodic": schedule.periodic,
             "periods_simulated": report.periods,
+            "moves": schedule.moves(),
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
