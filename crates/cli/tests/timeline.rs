@@ -102,11 +102,12 @@ fn the_chart_of_an_offload_and_a_prefetch() {
     // The title: solver, model, budget.
     assert_eq!(t[0], "by-hand on chain off, budget 16", "{t:?}");
     // The figures: makespan, stall, link busy times, device and host peaks (β = 4: each
-    // transfer of a_1, 4 units, takes 1 of the makespan's 11).
+    // transfer of a_1, 4 units, takes 1 of the makespan's 11), and what the schedule moves
+    // and recomputes (F0 twice).
     assert_eq!(
         t[1],
         "makespan 11.00 · compute stall 0 (0%) · device→host busy 1.000 (9%) · host→device busy 1.000 (9%) · \
-         device peak 16 · host peak 4",
+         device peak 16 · host peak 4 · 1 offloads, 1 reloads, 1 recomputations",
     );
     // The three lanes, named once each beside their bars (the legend names the links too).
     for lane in ["compute", "device→host", "host→device"] {
