@@ -138,6 +138,12 @@ impl TrainingGraph {
         self.data.iter().filter(|d| d.kind.is_static()).map(|d| d.size).sum()
     }
 
+    /// Bytes resident from the step's start to its end whatever a schedule does: the
+    /// step's inputs and the static data (what no policy can release).
+    pub fn fixed_bytes(&self) -> u64 {
+        self.data.iter().filter(|d| d.kind.is_static() || d.kind == DataKind::Input).map(|d| d.size).sum()
+    }
+
     /// Bytes of parameters alone.
     pub fn param_bytes(&self) -> u64 {
         self.data.iter().filter(|d| d.kind == DataKind::Parameter).map(|d| d.size).sum()

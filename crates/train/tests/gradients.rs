@@ -56,12 +56,7 @@ fn check(model: &str, options: ModelOptions, ilp: &[&str]) {
     // same numbers.
     let graph_peak =
         pebble_solve::simulate(Problem::Graph(&graph), &graph_store_all, &sim).expect("store-all").peak_bytes;
-    let fixed: u64 = graph
-        .data
-        .iter()
-        .filter(|d| d.kind.is_static() || d.kind == pebble_graph::DataKind::Input)
-        .map(|d| d.size)
-        .sum();
+    let fixed = graph.fixed_bytes();
     let mut recomputed = false;
     let mut offloaded = false;
     for name in ["dtr", "delta", "lru", "largest"] {

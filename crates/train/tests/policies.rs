@@ -24,12 +24,7 @@ fn check(model: &str, options: ModelOptions) -> bool {
     let solve = SolveOptions { machine, ..SolveOptions::default() };
     let store_all = pebble_solve::baseline::store_all::store_all_schedule(Problem::Graph(&graph));
     let top = pebble_solve::simulate(Problem::Graph(&graph), &store_all, &solve.sim_config()).expect("store-all");
-    let fixed: u64 = graph
-        .data
-        .iter()
-        .filter(|d| d.kind.is_static() || d.kind == pebble_graph::DataKind::Input)
-        .map(|d| d.size)
-        .sum();
+    let fixed = graph.fixed_bytes();
     let session = || Session::<Flex>::new(lowered.network.clone(), lowered.index.clone(), ADAM, 3, FlexDevice);
     let mut reference = session();
     let want: Vec<f32> = (0..3).map(|_| reference.step(&store_all).expect("store-all").loss).collect();

@@ -539,7 +539,7 @@ mod tests {
         let machine = pebble_sim::Machine::default();
         for (name, g) in zoo() {
             let top = sim(&g, &graph_store_all(&g), None);
-            let fixed: u64 = g.data.iter().filter(|d| fixed(d.kind)).map(|d| d.size).sum();
+            let fixed = g.fixed_bytes();
             for policy_name in NAMES {
                 let p = policy(policy_name, machine.d2h.bandwidth).unwrap();
                 let mut feasible = 0;
