@@ -1443,7 +1443,7 @@ impl<B: Backend> Runner<'_, B> {
         let options = TransferOptions { device_cap: None, host_cap: None, ..*options };
         let (result, finished) = std::thread::scope(|scope| {
             let mut xfer = Transfers::<B, usize>::new(scope, device, options, 0, HashMap::new());
-            let result = self.graph_ops(index, drive, Some(&mut xfer));
+            let result = self.graph_ops(index, drive, &mut xfer);
             let ok = result.is_ok();
             (result, xfer.finish(ok))
         });
@@ -1478,7 +1478,7 @@ impl<B: Backend> Runner<'_, B> {
         &mut self,
         index: &GraphIndex,
         drive: &mut Drive<'_>,
-        mut xfer: Option<&mut Transfers<'_, '_, B, usize>>,
+        xfer: &mut Transfers<'_, '_, B, usize>,
     ) -> Result<(), RuntimeError> {
         let net = &self.p.net;
         let mut data: Vec<Option<Value<B>>> = (0..index.data).map(|_| None).collect();
@@ -1502,6 +1502,7 @@ impl<B: Backend> Runner<'_, B> {
         // The offload holding each data node's host copy, and its prefetch in flight.
         let mut host_job: Vec<Option<(usize, u64)>> = vec![None; index.data];
         let mut prefetch_job: Vec<Option<usize>> = vec![None; index.data];
+        let mut in_flight = 0usize;
         let mut k = 0;
         let mut exec = |sop: &Op| -> Result<(), RuntimeError> {
             let k = {
@@ -1509,7 +1510,8 @@ impl<B: Backend> Runner<'_, B> {
                 k - 1
             };
             match *sop {
-                Op::Compute { node, .. } if xfer.is_some() => {
+                // Reloads in flight that this node reads land first.
+                Op::Compute { node, .. } if in_flight > 0 => {
                     let (o, is_backward) = match node_op.get(&node) {
                         Some(&found) => found,
                         None if node == index.loss => (loss_op, false),
@@ -1517,8 +1519,8 @@ impl<B: Backend> Runner<'_, B> {
                     };
                     for d in self.graph_reads(index, node, o, is_backward) {
                         if let Some(job) = prefetch_job.get_mut(d).and_then(Option::take) {
-                            let x = xfer.as_deref_mut().expect("checked");
-                            data[d] = x.wait_prefetch(job)?.into_iter().next().map(|(_, v)| v);
+                            in_flight -= 1;
+                            data[d] = landed(xfer, job)?;
                         }
                     }
                 }
@@ -1598,40 +1600,41 @@ impl<B: Backend> Runner<'_, B> {
                 }
                 Op::Free { tensor: Tensor::Data(d) } => {
                     if d < data.len() {
-                        if let (Some(job), Some(x)) = (prefetch_job[d].take(), xfer.as_deref_mut()) {
-                            drop(x.wait_prefetch(job)?);
+                        if let Some(job) = prefetch_job[d].take() {
+                            in_flight -= 1;
+                            drop(landed(xfer, job)?);
                         }
-                        if let (Some((job, _)), Some(x)) = (host_job[d].take(), xfer.as_deref_mut()) {
-                            x.drop_host(job);
+                        if let Some((job, _)) = host_job[d].take() {
+                            xfer.drop_host(job);
                         }
                         data[d] = None;
                     }
                 }
                 Op::Offload { tensor: Tensor::Data(d), fraction } if fraction >= 1.0 && d < data.len() => {
-                    let x = xfer.as_deref_mut().expect("a schedule with transfers has them");
                     // A reload still in flight lands first: the offload takes what arrives.
                     if let Some(job) = prefetch_job[d].take() {
-                        data[d] = x.wait_prefetch(job)?.into_iter().next().map(|(_, v)| v);
+                        in_flight -= 1;
+                        data[d] = landed(xfer, job)?;
                     }
                     let value =
                         data[d].take().ok_or_else(|| sched_err(k, sop, "offloads a data node not on the device"))?;
                     if let Some((old, _)) = host_job[d].take() {
-                        x.drop_host(old);
+                        xfer.drop_host(old);
                     }
                     let bytes = value.bytes();
-                    x.offload(k, &sop.to_string(), vec![(d, value)], bytes, true)?;
+                    xfer.offload(k, &sop.to_string(), vec![(d, value)], bytes, true)?;
                     host_job[d] = Some((k, bytes));
                 }
                 Op::Prefetch { tensor: Tensor::Data(d), fraction } if fraction >= 1.0 && d < data.len() => {
-                    let x = xfer.as_deref_mut().expect("a schedule with transfers has them");
                     let Some((job, bytes)) = host_job[d] else {
                         return Err(sched_err(k, sop, "prefetches a data node with no host copy"));
                     };
                     if data[d].is_some() || prefetch_job[d].is_some() {
                         return Err(sched_err(k, sop, "prefetches a data node already on the device"));
                     }
-                    x.prefetch(k, &sop.to_string(), vec![(job, None)], bytes)?;
+                    xfer.prefetch(k, &sop.to_string(), vec![(job, None)], bytes)?;
                     prefetch_job[d] = Some(k);
+                    in_flight += 1;
                 }
                 Op::Offload { .. } | Op::Prefetch { .. } => {
                     return Err(sched_err(k, sop, "a graph schedule moves whole data nodes"));
@@ -1643,6 +1646,11 @@ impl<B: Backend> Runner<'_, B> {
         };
         drive(&mut exec)
     }
+}
+
+/// The data node prefetch `job` brings back, once it has landed.
+fn landed<B: Backend>(xfer: &mut Transfers<'_, '_, B, usize>, job: usize) -> Result<Option<Value<B>>, RuntimeError> {
+    Ok(xfer.wait_prefetch(job)?.into_iter().next().map(|(_, v)| v))
 }
 
 // -------------------------------------------------------------------- chain tensors

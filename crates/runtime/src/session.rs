@@ -187,8 +187,13 @@ impl<B: Backend> Session<B> {
             View::Chain => placement::starts(schedule, l),
             View::Graph => vec![StageStart::DEVICE; l],
         };
+        self.arrange(&starts)
+    }
+
+    /// Puts the parameters, gradients and states of each stage where `starts` says.
+    fn arrange(&mut self, starts: &[StageStart]) -> Result<(), RuntimeError> {
         let other = memory::host_live().saturating_sub(self.host_held);
-        let moved = self.statics.arrange(&self.program, &starts, &self.device)?;
+        let moved = self.statics.arrange(&self.program, starts, &self.device)?;
         self.host_held = memory::host_live().saturating_sub(other);
         self.arrangements += u64::from(moved);
         Ok(())
@@ -236,7 +241,7 @@ impl<B: Backend> Session<B> {
     /// policy), then the end-of-step update: the parameters and states on the device, as
     /// for any graph schedule.
     pub fn step_driven(&mut self, drive: &mut exec::Drive<'_>) -> Result<StepReport, RuntimeError> {
-        self.prepare(&Schedule::new(View::Graph, Vec::new()))?;
+        self.arrange(&vec![StageStart::DEVICE; self.program.len()])?;
         self.timed_step(false, |session, _| {
             let step = StepInputs {
                 inputs: &session.inputs,
