@@ -70,6 +70,19 @@ pub fn find_solver(name: &str, flag: &str) -> anyhow::Result<&'static dyn Solver
     pebble_solve::solver(name).map_err(|e| bad(format!("{flag}: {e}")))
 }
 
+/// The planner `--solver` or `--policy` names (clap lets one through), and whether it is
+/// a run-time policy.
+pub fn solver_or_policy<'a>(solver: &'a Option<String>, policy: &'a Option<String>) -> anyhow::Result<(&'a str, bool)> {
+    match (solver, policy) {
+        (Some(s), _) => find_solver(s, "--solver").map(|_| (s.as_str(), false)),
+        (None, Some(p)) => {
+            pebble_solve::policy::check_name(p).map_err(|e| bad(format!("--policy: {e}")))?;
+            Ok((p.as_str(), true))
+        }
+        (None, None) => Err(bad("give --solver or --policy")),
+    }
+}
+
 /// The profile `--profile` (or the old `--device`) names, looked up; `None` if not given.
 pub fn profile(opts: &ModelOpts) -> anyhow::Result<Option<Profile>> {
     let flag = if opts.profile.is_some() { "--profile" } else { "--device" };

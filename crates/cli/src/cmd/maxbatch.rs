@@ -17,7 +17,7 @@ use super::plan::Setup;
 use crate::error::{bad, Infeasible};
 use crate::flags::{BatchArg, BudgetArgs, MaxbatchArgs, SourceArgs};
 use crate::out;
-use crate::source::{find_solver, Source};
+use crate::source::{find_solver, solver_or_policy, Source};
 
 /// One batch tried: its step time if it fits.
 struct Tried {
@@ -91,18 +91,8 @@ pub fn run(args: &MaxbatchArgs) -> anyhow::Result<ExitCode> {
     if args.max == 0 {
         return Err(bad("--max: must be at least 1"));
     }
-    let (name, flag) = match (&args.solver, &args.policy) {
-        (Some(s), _) => (s.as_str(), "--solver"),
-        (None, Some(p)) => {
-            if !pebble_solve::policy::NAMES.contains(&p.as_str()) {
-                let known = pebble_solve::policy::NAMES.join(", ");
-                return Err(bad(format!("--policy: unknown policy `{p}` (known: {known})")));
-            }
-            (p.as_str(), "--policy")
-        }
-        (None, None) => return Err(bad("give --solver or --policy")),
-    };
-    let solver = find_solver(name, flag)?;
+    let (name, is_policy) = solver_or_policy(&args.solver, &args.policy)?;
+    let solver = find_solver(name, if is_policy { "--policy" } else { "--solver" })?;
     let store_all = find_solver("store-all", "--solver")?;
     let progress = crate::progress::spinner("largest batch");
     let mut search = Search { args, solver, tried: Vec::new(), progress: &progress };

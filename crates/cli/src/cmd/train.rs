@@ -10,6 +10,7 @@ use pebble_zoo::ModelOptions;
 use crate::error::{bad, Infeasible};
 use crate::flags::{CostsArg, DeviceArg, RunModelOpts, TrainArgs, TrainOptimizerArg};
 use crate::out;
+use crate::source::solver_or_policy;
 
 /// Where the executor's commands run (`--device`), and their zoo options, with the cost
 /// profile `--profile` names (or the old `--device PROFILE`) looked up.
@@ -50,20 +51,7 @@ pub fn lift(e: TrainError) -> anyhow::Error {
 }
 
 pub fn run(args: &TrainArgs) -> anyhow::Result<ExitCode> {
-    let (name, online) = match (&args.solver, &args.policy) {
-        (Some(s), _) => {
-            pebble_solve::solver(s).map_err(|e| bad(format!("--solver: {e}")))?;
-            (s.clone(), false)
-        }
-        (None, Some(p)) => {
-            if !pebble_solve::policy::NAMES.contains(&p.as_str()) {
-                let known = pebble_solve::policy::NAMES.join(", ");
-                return Err(bad(format!("--policy: unknown policy `{p}` (known: {known})")));
-            }
-            (p.clone(), true)
-        }
-        (None, None) => return Err(bad("give --solver or --policy")),
-    };
+    let (name, online) = solver_or_policy(&args.solver, &args.policy)?;
     let budget = match (args.budget.budget, args.budget.activation_budget) {
         (Some(b), _) => BudgetRequest::Total(b),
         (None, Some(a)) => BudgetRequest::Activation(a),
@@ -77,7 +65,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<ExitCode> {
         model: args.model.model.clone(),
         options,
         budget,
-        solver: name,
+        solver: name.to_string(),
         online,
         steps: args.steps as usize,
         seed: args.model.seed,

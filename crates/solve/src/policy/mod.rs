@@ -239,6 +239,15 @@ impl std::error::Error for UnknownPolicy {}
 /// Every policy's name.
 pub const NAMES: [&str; 4] = ["delta", "dtr", "largest", "lru"];
 
+/// Whether a policy is called `name`.
+pub fn check_name(name: &str) -> Result<(), UnknownPolicy> {
+    if NAMES.contains(&name) {
+        Ok(())
+    } else {
+        Err(UnknownPolicy { name: name.to_string() })
+    }
+}
+
 /// The policy called `name`, for a link of `nominal` bytes per second (DELTA's director
 /// and prefetcher use it).
 pub fn policy(name: &str, nominal: f64) -> Result<Box<dyn Policy>, UnknownPolicy> {
