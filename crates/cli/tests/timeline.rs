@@ -211,19 +211,11 @@ fn plan_draws_the_timeline_of_its_schedule() {
 fn optimizer_steps_on_the_host_get_a_lane_of_their_own() {
     let dir = Scratch::new("cpu-lane");
     let svg = dir.join("t.svg");
-    let run = ok(&[
-        "plan",
-        "--model",
-        "mlp",
-        "--batch",
-        "4",
-        "--budget",
-        "100%",
-        "--solver",
-        "zero-offload",
-        "--timeline",
-        s(&svg),
-    ]);
+    // `plan` of the batch-4 MLP at 100% with `solver`, its timeline to `svg`.
+    let plan = |solver: &str, svg: &Path| {
+        ok(&["plan", "--model", "mlp", "--batch", "4", "--budget", "100%", "--solver", solver, "--timeline", s(svg)])
+    };
+    let run = plan("zero-offload", &svg);
     assert!(run.stdout.contains("optimizer steps on the host CPU busy"), "{}", run.stdout);
     let t = texts(&std::fs::read_to_string(&svg).expect("written"));
     assert_eq!(count(&t, "host CPU"), 1, "{t:?}");
@@ -231,19 +223,7 @@ fn optimizer_steps_on_the_host_get_a_lane_of_their_own() {
     assert!(t.iter().any(|x| x.contains("CPU busy")), "the figures line gives its busy time: {t:?}");
     // A schedule without CPU steps keeps three lanes.
     let plain = dir.join("plain.svg");
-    ok(&[
-        "plan",
-        "--model",
-        "mlp",
-        "--batch",
-        "4",
-        "--budget",
-        "100%",
-        "--solver",
-        "store-all",
-        "--timeline",
-        s(&plain),
-    ]);
+    plan("store-all", &plain);
     let t = texts(&std::fs::read_to_string(&plain).expect("written"));
     assert_eq!(count(&t, "host CPU"), 0, "{t:?}");
 }
