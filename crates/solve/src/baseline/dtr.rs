@@ -23,12 +23,8 @@ impl Solver for Replayed {
     }
 
     fn description(&self) -> &'static str {
-        match self.0 {
-            "dtr" => "Dynamic Tensor Rematerialization: evict the least c_r/(m·s), c_r over the evicted neighbourhood (replayed offline)",
-            "delta" => "DELTA: from 75% of the budget release the least 1/(m·s); evict if c_r·b/m ≤ 1, else offload; prefetch (replayed offline)",
-            "lru" => "DELTA with its LRU filter (1/s), replayed offline",
-            _ => "DELTA with its largest-first filter (1/m), replayed offline",
-        }
+        // The policy's own words; the link speed does not change them.
+        policy::policy(self.0, 1.0).expect("a known policy").description()
     }
 
     fn views(&self) -> &'static [View] {
