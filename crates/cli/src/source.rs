@@ -297,6 +297,7 @@ pub fn view_name(view: View) -> &'static str {
     match view {
         View::Chain => "chain",
         View::Graph => "graph",
+        View::Pipeline => "pipeline",
     }
 }
 
@@ -388,6 +389,7 @@ impl Source {
                 .map_err(|e| bad(format!("--graph `{}`: no chain view: {e}", path.display()))),
             (Source::Model { model, .. }, View::Chain) => Ok(Subject::Chain(model.chain.clone())),
             (Source::Model { model, .. }, View::Graph) => Ok(Subject::Graph(model.graph.clone())),
+            (_, View::Pipeline) => Err(bad("a pipeline schedule runs under `pebble pipeline`".to_string())),
         }
     }
 

@@ -26,11 +26,13 @@ mod chain;
 pub mod cut;
 mod error;
 pub mod hpartition;
+mod layers;
 pub mod partition;
 mod training;
 pub mod units;
 
 pub use chain::Chain;
 pub use error::GraphError;
+pub use layers::Layers;
 pub use hpartition::{h_partition, identical_clusters, Cluster, HPartitionConfig, Hierarchy, Part};
 pub use training::{ComputeId, ComputeKind, ComputeNode, DataId, DataKind, DataNode, TrainingGraph};

@@ -425,6 +425,11 @@ pub fn run_with<B: Backend>(
             execute(program, step, statics, device, |runner, statics| runner.chain(schedule, options, statics))
         }
         View::Graph => run_driven(program, index, &mut drive_schedule(schedule), step, statics, device, options),
+        View::Pipeline => Err(RuntimeError::Unsupported {
+            op: "schedule".into(),
+            kind: "pipeline",
+            why: "a pipeline schedule runs on several devices: run it with `pebble pipeline`".into(),
+        }),
     }
 }
 
@@ -954,7 +959,9 @@ impl<B: Backend> Runner<'_, B> {
                     id if ids.is_static(id) => self.prefetch_static(k, op, id, run, st)?,
                     _ => run.prefetch(k, op, tensor)?,
                 },
-                Op::Compute { .. } => unreachable!("resolve refuses graph ops in chain schedules"),
+                Op::Compute { .. } | Op::Run { .. } | Op::Send { .. } => {
+                    unreachable!("resolve refuses graph and pipeline ops in chain schedules")
+                }
             }
         }
         // A prefetch still in flight (a period's last ops bring in what the next period
@@ -1998,6 +2005,9 @@ fn resolve(ops: &[Op], l: usize, periodic: bool) -> Result<Vec<Effect>, RuntimeE
                 }
             }
             Op::Compute { .. } => return Err(sched_err(k, op, "a graph op in a chain schedule")),
+            Op::Run { .. } | Op::Send { .. } => {
+                return Err(sched_err(k, op, "a pipeline op in a chain schedule (run it with `pebble pipeline`)"))
+            }
             Op::CpuUpdate { stage } => {
                 if stage >= l {
                     return Err(sched_err(k, op, format!("stage {stage} out of range (L = {l})")));

@@ -185,7 +185,7 @@ impl<B: Backend> Session<B> {
         let l = self.program.len();
         let starts = match schedule.view {
             View::Chain => placement::starts(schedule, l),
-            View::Graph => vec![StageStart::DEVICE; l],
+            View::Graph | View::Pipeline => vec![StageStart::DEVICE; l],
         };
         self.arrange(&starts)
     }

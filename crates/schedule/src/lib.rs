@@ -18,13 +18,21 @@
 
 use std::fmt;
 
+pub mod pipeline;
 pub mod placement;
+
+pub use pipeline::{Pass, PipeStage};
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-/// The current version of the JSON format.
-pub const FORMAT_VERSION: u32 = 1;
+/// The current version of the JSON format. Version 2 added the pipeline view (ops that
+/// carry a device and a micro-batch, sends, and the stages' placement); a version 1 file
+/// is a version 2 file without them, and still loads.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The oldest version of the JSON format this build reads.
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
 
 /// How a chain stage runs forward (Shilova, Table 2.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -117,6 +125,36 @@ pub enum Op {
         #[serde(default = "one")]
         fraction: f64,
     },
+    /// Pipeline: run one pass of a pipeline stage (a range of chain stages, see
+    /// [`Schedule::stages`]) for one micro-batch, on the stage's device.
+    Run {
+        /// The device, which must be the stage's.
+        device: usize,
+        /// The pipeline stage, an index into [`Schedule::stages`].
+        stage: usize,
+        /// The micro-batch. In a periodic schedule, the shift: period `j` runs micro-batch
+        /// `j·k + micro`, where `k` is [`Schedule::microbatches`].
+        micro: i64,
+        /// Forward, backward, or one half of a split backward.
+        pass: Pass,
+    },
+    /// Pipeline: send a stage's output to the next stage (`grad = false`: the activation
+    /// its `F` produced) or its input gradient to the previous one (`grad = true`: the
+    /// `δ` its `B` or `I` produced), over the link between the two devices. The link
+    /// carries one transfer at a time, both directions sharing it (Shilova, §4.x).
+    Send {
+        /// The sending device.
+        from: usize,
+        /// The receiving device.
+        to: usize,
+        /// The pipeline stage whose pass produced the tensor.
+        stage: usize,
+        /// The micro-batch (the shift, in a periodic schedule).
+        micro: i64,
+        /// The input gradient (backward), not the activation (forward).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        grad: bool,
+    },
 }
 
 fn one() -> f64 {
@@ -133,7 +171,12 @@ impl Op {
     pub fn tensor(&self) -> Option<Tensor> {
         match *self {
             Op::Offload { tensor, .. } | Op::Prefetch { tensor, .. } | Op::Free { tensor } => Some(tensor),
-            Op::Forward { .. } | Op::Backward { .. } | Op::Compute { .. } | Op::CpuUpdate { .. } => None,
+            Op::Forward { .. }
+            | Op::Backward { .. }
+            | Op::Compute { .. }
+            | Op::CpuUpdate { .. }
+            | Op::Run { .. }
+            | Op::Send { .. } => None,
         }
     }
 }
@@ -146,6 +189,8 @@ pub enum View {
     Chain,
     /// Ops name graph nodes.
     Graph,
+    /// Ops run pipeline stages on several devices ([`Op::Run`], [`Op::Send`]).
+    Pipeline,
 }
 
 /// A schedule: ops in program order, for one view.
@@ -166,6 +211,15 @@ pub struct Schedule {
     /// the step time. Absent (false) in every other schedule.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub periodic: bool,
+    /// Pipeline: the number of devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devices: Option<usize>,
+    /// Pipeline: the micro-batches one period (or one step, with a flush) processes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub microbatches: Option<usize>,
+    /// Pipeline: the stages, each a range of chain stages on one device, in chain order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<PipeStage>,
 }
 
 /// Why a schedule could not be read.
@@ -176,7 +230,9 @@ pub enum ScheduleError {
     #[error("malformed schedule: {0}")]
     Malformed(String),
     /// A version this build does not read.
-    #[error("field `version`: schedule format version {found} is not supported (this build reads {FORMAT_VERSION})")]
+    #[error(
+        "field `version`: schedule format version {found} is not supported (this build reads {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION})"
+    )]
     Version {
         /// The version found.
         found: u32,
@@ -188,6 +244,14 @@ pub enum ScheduleError {
         index: usize,
         /// The fraction.
         value: f64,
+    },
+    /// A pipeline schedule whose ops and stages disagree.
+    #[error("field `{field}`: {why}")]
+    Pipeline {
+        /// The field at fault, e.g. `ops[3].device`.
+        field: String,
+        /// What is wrong.
+        why: String,
     },
     /// A token of the paper notation that is not an op.
     #[error("`{0}` is not an op (expected e.g. F3ck, F2none, F4all, B5 or L)")]
@@ -226,7 +290,16 @@ impl Schedule {
 
     /// A schedule of the given ops.
     pub fn new(view: View, ops: Vec<Op>) -> Schedule {
-        Schedule { version: FORMAT_VERSION, view, solver: None, ops, periodic: false }
+        Schedule {
+            version: FORMAT_VERSION,
+            view,
+            solver: None,
+            ops,
+            periodic: false,
+            devices: None,
+            microbatches: None,
+            stages: Vec::new(),
+        }
     }
 
     /// Marks the ops as one period of a steady state (see [`Schedule::periodic`]).
@@ -249,7 +322,7 @@ impl Schedule {
             let inner = e.into_inner();
             ScheduleError::Malformed(if path == "." { inner.to_string() } else { format!("field `{path}`: {inner}") })
         })?;
-        if s.version != FORMAT_VERSION {
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&s.version) {
             return Err(ScheduleError::Version { found: s.version });
         }
         for (index, op) in s.ops.iter().enumerate() {
@@ -258,6 +331,9 @@ impl Schedule {
                     return Err(ScheduleError::Fraction { index, value: *fraction });
                 }
             }
+        }
+        if s.view == View::Pipeline {
+            pipeline::check(&s)?;
         }
         Ok(s)
     }
@@ -332,6 +408,10 @@ impl fmt::Display for Op {
             Op::Free { tensor } => write!(f, "[free {tensor:?}]"),
             Op::Offload { tensor, fraction } => write!(f, "[offload {tensor:?} {fraction}]"),
             Op::Prefetch { tensor, fraction } => write!(f, "[prefetch {tensor:?} {fraction}]"),
+            Op::Run { device, stage, micro, pass } => write!(f, "{pass:?}{stage}.{micro}@{device}"),
+            Op::Send { from, to, stage, micro, grad } => {
+                write!(f, "[send {}{stage}.{micro} {from}->{to}]", if *grad { "δ" } else { "a" })
+            }
         }
     }
 }

@@ -311,6 +311,7 @@ impl Stage<'_> {
                 eng.cpu_update(k, ids.wgrad(i), ids.weight(i), state, size as f64 / self.cpu_rate)
             }
             Op::Compute { .. } => Err(eng.invalid(k, "a graph op (compute node) in a chain schedule")),
+            Op::Run { .. } | Op::Send { .. } => Err(eng.invalid(k, "a pipeline op in a chain schedule")),
             Op::Free { tensor } => {
                 let id = resolve(ids, eng, k, tensor)?;
                 if matches!(tensor, Tensor::Weight(_) | Tensor::OptState(_)) {

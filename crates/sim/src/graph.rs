@@ -176,6 +176,7 @@ fn step(graph: &TrainingGraph, st: &mut State, eng: &mut Engine<'_>, k: usize, o
         Op::Forward { .. } | Op::Backward { .. } | Op::CpuUpdate { .. } => {
             Err(eng.invalid(k, "a chain op (stage) in a graph schedule"))
         }
+        Op::Run { .. } | Op::Send { .. } => Err(eng.invalid(k, "a pipeline op in a graph schedule")),
         Op::Free { tensor } => {
             let d = data_id(graph, eng, k, tensor)?;
             if graph.data[d].kind.is_static() {

@@ -93,6 +93,8 @@ mod engine;
 
 pub use chain::{PERIODS, STEADY_FROM};
 mod graph;
+pub mod pipeline;
+pub use pipeline::{simulate_pipeline, PipeConfig, PipeLane, PipeReport, PipeSpan};
 
 use pebble_graph::{Chain, TrainingGraph};
 pub use pebble_machine::{Link, Machine};

@@ -25,6 +25,7 @@ pub mod budget;
 mod discretize;
 pub mod multichain;
 pub mod offload;
+pub mod pipeline;
 pub mod policy;
 pub mod revolve;
 pub mod rk_rotor;

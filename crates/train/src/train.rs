@@ -285,7 +285,8 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     };
     let view = solver.views().first().copied().unwrap_or(View::Chain);
     let problem = match view {
-        View::Chain => Problem::Chain(&lowered.chain),
+        // No solver of `train` plans a pipeline (those run under `pebble pipeline`).
+        View::Chain | View::Pipeline => Problem::Chain(&lowered.chain),
         View::Graph => Problem::Graph(&lowered.graph),
     };
     let store_all_schedule = pebble_solve::baseline::store_all::store_all_schedule(problem);
@@ -368,7 +369,7 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
         model: config.model.clone(),
         solver: solver.name().to_string(),
         view: match view {
-            View::Chain => "chain",
+            View::Chain | View::Pipeline => "chain",
             View::Graph => "graph",
         },
         device: B::name(session.device()),

@@ -151,7 +151,7 @@ pub fn timeline_bars(
             Op::Offload { tensor: t, fraction: f } => (BarKind::Offload, fraction(tensor(t), f)),
             Op::Prefetch { tensor: t, fraction: f } => (BarKind::Prefetch, fraction(tensor(t), f)),
             Op::CpuUpdate { stage } => (BarKind::CpuUpdate, vec![format!("update w{stage}"), format!("w{stage}")]),
-            Op::Free { .. } => continue,
+            Op::Free { .. } | Op::Run { .. } | Op::Send { .. } => continue,
         };
         bars.push(Bar { kind, start: span.start, end: span.end, labels });
     }

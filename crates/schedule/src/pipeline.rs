@@ -1,0 +1,230 @@
+//! The pipeline view of the schedule IR (Shilova, Part III): the layers of a chain are
+//! cut into [`PipeStage`]s, each a range of chain stages placed on one device, and a
+//! schedule lists, for each device, the passes it runs ([`Op::Run`]) in order, with the
+//! [`Op::Send`]s that carry activations and gradients between devices.
+//!
+//! The ops of one device run in the order they are listed; nothing else about time is
+//! written down: the simulator (`pebble_sim::pipeline`) starts each op as soon as its
+//! device is free and its inputs are there. A *periodic* schedule is one period of a
+//! steady state: period `j` runs each op on micro-batch `j·k + micro` (`k` =
+//! [`Schedule::microbatches`]), as the thesis's index shifts do. A schedule that is not
+//! periodic is one training step over micro-batches `0..k`, ending with a flush.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Op, Schedule, ScheduleError, View, FORMAT_VERSION};
+
+/// A pass of a pipeline stage over one micro-batch. The letters are those of PyTorch's
+/// pipeline schedule runtime (`torch.distributed.pipelining`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Pass {
+    /// The forward: reads the stage's input, keeps what the backward needs.
+    F,
+    /// The whole backward: the input gradient and the weight gradient.
+    B,
+    /// The first half of a split backward: the input gradient only (Zero Bubble's `B`).
+    I,
+    /// The second half of a split backward: the weight gradient (Zero Bubble's `W`).
+    W,
+}
+
+/// One pipeline stage: chain stages `first..=last` on `device`. The last pipeline stage
+/// also runs the loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PipeStage {
+    /// The first chain stage.
+    pub first: usize,
+    /// The last chain stage (inclusive).
+    pub last: usize,
+    /// The device.
+    pub device: usize,
+}
+
+impl Schedule {
+    /// A pipeline schedule: `stages` cut the chain in order, `ops` list what each device
+    /// runs, `microbatches` per period (or per step).
+    pub fn pipeline(devices: usize, microbatches: usize, stages: Vec<PipeStage>, ops: Vec<Op>) -> Schedule {
+        Schedule {
+            version: FORMAT_VERSION,
+            view: View::Pipeline,
+            solver: None,
+            ops,
+            periodic: false,
+            devices: Some(devices),
+            microbatches: Some(microbatches),
+            stages,
+        }
+    }
+
+    /// The layers on each device: `allocation()[d]` lists the chain stages device `d` runs.
+    pub fn allocation(&self) -> Vec<Vec<usize>> {
+        let mut out = vec![Vec::new(); self.devices.unwrap_or(1)];
+        for s in &self.stages {
+            if let Some(d) = out.get_mut(s.device) {
+                d.extend(s.first..=s.last);
+            }
+        }
+        for d in &mut out {
+            d.sort_unstable();
+        }
+        out
+    }
+
+    /// Adds the sends a pipeline schedule needs: after each pass whose output crosses to
+    /// another device (an `F` feeding the next stage, a `B` or `I` feeding the previous
+    /// one), a send of it. Sends already there are kept; none is added twice.
+    pub fn with_sends(mut self) -> Schedule {
+        let stages = self.stages.clone();
+        let mut ops = Vec::with_capacity(self.ops.len() * 2);
+        let existing: std::collections::HashSet<(usize, i64, bool)> = self
+            .ops
+            .iter()
+            .filter_map(|op| match *op {
+                Op::Send { stage, micro, grad, .. } => Some((stage, micro, grad)),
+                _ => None,
+            })
+            .collect();
+        for op in std::mem::take(&mut self.ops) {
+            ops.push(op);
+            if let Op::Run { stage, micro, pass, .. } = op {
+                let target = match pass {
+                    Pass::F if stage + 1 < stages.len() => Some((stage + 1, false)),
+                    Pass::B | Pass::I if stage > 0 => Some((stage - 1, true)),
+                    _ => None,
+                };
+                if let Some((next, grad)) = target {
+                    let (from, to) = (stages[stage].device, stages[next].device);
+                    if from != to && !existing.contains(&(stage, micro, grad)) {
+                        ops.push(Op::Send { from, to, stage, micro, grad });
+                    }
+                }
+            }
+        }
+        self.ops = ops;
+        self
+    }
+}
+
+/// Checks that a pipeline schedule's ops agree with its stages: stages cut the chain in
+/// order, devices exist, each run is on its stage's device, each send goes between the
+/// right devices.
+pub(crate) fn check(s: &Schedule) -> Result<(), ScheduleError> {
+    let bad = |field: String, why: String| Err(ScheduleError::Pipeline { field, why });
+    let Some(devices) = s.devices else {
+        return bad("devices".into(), "a pipeline schedule needs its device count".into());
+    };
+    if devices == 0 {
+        return bad("devices".into(), "must be at least 1".into());
+    }
+    match s.microbatches {
+        None => return bad("microbatches".into(), "a pipeline schedule needs its micro-batch count".into()),
+        Some(0) => return bad("microbatches".into(), "must be at least 1".into()),
+        Some(_) => {}
+    }
+    if s.stages.is_empty() {
+        return bad("stages".into(), "a pipeline schedule needs at least one stage".into());
+    }
+    let mut next = 0;
+    for (i, st) in s.stages.iter().enumerate() {
+        if st.first != next || st.last < st.first {
+            return bad(
+                format!("stages[{i}]"),
+                format!("stages must cut the chain in order: expected first = {next} and last >= first"),
+            );
+        }
+        if st.device >= devices {
+            return bad(format!("stages[{i}].device"), format!("device {} does not exist ({devices} devices)", st.device));
+        }
+        next = st.last + 1;
+    }
+    let n = s.stages.len();
+    for (i, op) in s.ops.iter().enumerate() {
+        match *op {
+            Op::Run { device, stage, .. } => {
+                if stage >= n {
+                    return bad(format!("ops[{i}].stage"), format!("stage {stage} does not exist ({n} stages)"));
+                }
+                if device != s.stages[stage].device {
+                    return bad(
+                        format!("ops[{i}].device"),
+                        format!("stage {stage} is on device {}, not {device}", s.stages[stage].device),
+                    );
+                }
+            }
+            Op::Send { from, to, stage, grad, .. } => {
+                let peer = if grad { stage.checked_sub(1) } else { Some(stage + 1).filter(|&p| p < n) };
+                let Some(peer) = peer.filter(|_| stage < n) else {
+                    return bad(format!("ops[{i}].stage"), format!("stage {stage} has no stage to send to"));
+                };
+                if (from, to) != (s.stages[stage].device, s.stages[peer].device) || from == to {
+                    return bad(
+                        format!("ops[{i}]"),
+                        format!(
+                            "a send from stage {stage} to stage {peer} goes from device {} to device {}, not {from} to {to}",
+                            s.stages[stage].device, s.stages[peer].device
+                        ),
+                    );
+                }
+            }
+            _ => return bad(format!("ops[{i}]"), "a pipeline schedule runs only `run` and `send` ops".into()),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_stage() -> Schedule {
+        let stages = vec![PipeStage { first: 0, last: 1, device: 0 }, PipeStage { first: 2, last: 2, device: 1 }];
+        let run = |device, stage, pass| Op::Run { device, stage, micro: 0, pass };
+        Schedule::pipeline(2, 1, stages, vec![run(0, 0, Pass::F), run(1, 1, Pass::F), run(1, 1, Pass::B), run(0, 0, Pass::B)])
+            .with_sends()
+    }
+
+    #[test]
+    fn sends_follow_the_passes_that_cross_devices() {
+        let s = two_stage();
+        let sends: Vec<_> = s.ops.iter().filter(|o| matches!(o, Op::Send { .. })).copied().collect();
+        assert_eq!(
+            sends,
+            vec![
+                Op::Send { from: 0, to: 1, stage: 0, micro: 0, grad: false },
+                Op::Send { from: 1, to: 0, stage: 1, micro: 0, grad: true }
+            ]
+        );
+        assert_eq!(s.clone().with_sends(), s, "no send is added twice");
+        assert_eq!(s.allocation(), vec![vec![0, 1], vec![2]]);
+    }
+
+    #[test]
+    fn json_round_trip_and_version_one_still_loads() {
+        let s = two_stage().with_solver("test");
+        let text = s.to_json();
+        assert!(text.contains(r#""op": "run""#) && text.contains(r#""pass": "F""#) && text.contains(r#""version": 2"#));
+        assert_eq!(Schedule::from_json(&text).unwrap(), s);
+        let v1 = Schedule::from_json(r#"{"version":1,"view":"chain","ops":[{"op":"backward","stage":0}]}"#).unwrap();
+        assert_eq!(v1.version, 1);
+        assert!(v1.stages.is_empty());
+    }
+
+    #[test]
+    fn inconsistent_pipelines_name_the_field() {
+        let mut s = two_stage();
+        s.ops[0] = Op::Run { device: 1, stage: 0, micro: 0, pass: Pass::F };
+        let e = Schedule::from_json(&s.to_json()).unwrap_err().to_string();
+        assert_eq!(e, "field `ops[0].device`: stage 0 is on device 0, not 1");
+        let mut s = two_stage();
+        s.stages[1].first = 3;
+        let e = Schedule::from_json(&s.to_json()).unwrap_err().to_string();
+        assert!(e.starts_with("field `stages[1]`"), "{e}");
+        let mut s = two_stage();
+        s.ops[1] = Op::Send { from: 1, to: 0, stage: 0, micro: 0, grad: false };
+        let e = Schedule::from_json(&s.to_json()).unwrap_err().to_string();
+        assert!(e.starts_with("field `ops[1]`: a send from stage 0 to stage 1 goes from device 0 to device 1"), "{e}");
+        let mut s = two_stage();
+        s.devices = None;
+        assert!(Schedule::from_json(&s.to_json()).unwrap_err().to_string().starts_with("field `devices`"));
+    }
+}

@@ -1,0 +1,477 @@
+//! The pipeline simulator: a schedule of the [pipeline view](pebble_schedule::pipeline)
+//! on `P` devices and the links between them (Shilova, Part III).
+//!
+//! * Each device runs its [`Op::Run`]s in the order listed, each as soon as the device is
+//!   free and its inputs are there: `F` of a stage needs `F` of the stage before (the
+//!   same micro-batch); `B` or `I` needs the stage's own `F` and the `B` or `I` of the
+//!   stage after; `W` needs the stage's `I`.
+//! * An input from a stage on another device comes through an [`Op::Send`], which the
+//!   schedule must list. The link between two devices carries one transfer at a time,
+//!   both directions sharing it (the thesis's exclusive mode), in the order the
+//!   transfers become ready; a transfer takes `bytes / β` plus the link's latency.
+//! * Memory per device (§1.6, with the ILP's communication buffers of Assumption 5):
+//!   the stages' static bytes, with two weight versions in a periodic schedule
+//!   (PipeDream-2BW's stashing) and one with a flush; a buffer of `a_j` and one of `δ_j`
+//!   on both sides of every boundary `j` that crosses devices; what each forward keeps,
+//!   from its start to the end of its `B` (or `W`); the output gradient an `I` leaves
+//!   for its `W`; and each pass's temporaries while it runs.
+//! * A periodic schedule is unrolled over enough periods to reach its steady state; the
+//!   period reported is the steady-state time per micro-batch. A flushed one runs once:
+//!   its period is the step time over its micro-batches.
+
+use pebble_graph::Layers;
+use pebble_schedule::{Op, Pass, PipeStage, Schedule, View};
+use serde::Serialize;
+
+use crate::SimError;
+
+/// How to simulate a pipeline schedule.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PipeConfig {
+    /// Each link's bandwidth in bytes per second (`f64::INFINITY`: free transfers).
+    pub bandwidth: f64,
+    /// Each transfer's latency in seconds.
+    pub latency: f64,
+    /// Each device's memory in bytes; `None` = unlimited.
+    pub memory: Option<u64>,
+    /// How many periods a periodic schedule is unrolled over (at least the schedule's
+    /// span of micro-batch shifts plus its stage count, times four, is used).
+    pub periods: usize,
+    /// Weight versions each device keeps; `None`: two in a periodic schedule
+    /// (PipeDream-2BW's stashing), one in a flushed one.
+    pub weight_versions: Option<u64>,
+}
+
+impl PipeConfig {
+    /// A link of `bandwidth` bytes per second, no latency, `memory` per device.
+    pub fn new(bandwidth: f64, memory: Option<u64>) -> PipeConfig {
+        PipeConfig { bandwidth, latency: 0.0, memory, periods: 24, weight_versions: None }
+    }
+}
+
+/// Where a span ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PipeLane {
+    /// A device's compute stream.
+    Device(usize),
+    /// The link between two devices (the lower index first).
+    Link(usize, usize),
+}
+
+/// One pass or transfer of the simulated run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PipeSpan {
+    /// Where.
+    pub lane: PipeLane,
+    /// The pipeline stage.
+    pub stage: usize,
+    /// The micro-batch (absolute, not the shift).
+    pub micro: i64,
+    /// The pass, or `None` for a transfer.
+    pub pass: Option<Pass>,
+    /// For a transfer: a gradient (backward), not an activation.
+    pub grad: bool,
+    /// Start.
+    pub start: f64,
+    /// End.
+    pub end: f64,
+}
+
+/// What a valid pipeline schedule does.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PipeReport {
+    /// Steady-state time per micro-batch: the period over the micro-batches it runs
+    /// (the thesis's normalized period `T/k`), or a flushed step's time over its
+    /// micro-batches.
+    pub period: f64,
+    /// Micro-batches per second, `1 / period`.
+    pub throughput: f64,
+    /// A flushed schedule's step time (its makespan); `None` for a periodic one.
+    pub step_time: Option<f64>,
+    /// Each device's peak memory.
+    pub peak_bytes_per_device: Vec<u64>,
+    /// Each device's compute time per micro-batch.
+    pub busy_per_device: Vec<f64>,
+    /// Idle time over busy time, all devices together: `(P·period − Σ busy) / Σ busy`,
+    /// the convention of the published bubble fractions (GPipe's `(p−1)/m`).
+    pub bubble: f64,
+    /// The busiest link's transfer time per micro-batch.
+    pub link_busy: f64,
+    /// Devices that run at least one pass.
+    pub devices_used: usize,
+    /// The passes and transfers of a window of the run (a flushed step whole; three
+    /// steady-state periods of a periodic one), for charts.
+    pub spans: Vec<PipeSpan>,
+}
+
+#[derive(Clone, Copy)]
+struct Inst {
+    /// Index into the schedule's ops.
+    op: usize,
+    stage: usize,
+    micro: i64,
+    /// `None` for a send.
+    pass: Option<Pass>,
+    grad: bool,
+    lane: PipeLane,
+    dur: f64,
+}
+
+/// Simulates a pipeline schedule on `layers`.
+pub fn simulate_pipeline(layers: &Layers, schedule: &Schedule, config: &PipeConfig) -> Result<PipeReport, SimError> {
+    if schedule.view != View::Pipeline {
+        return Err(SimError::WrongView { found: schedule.view, expected: View::Pipeline });
+    }
+    let invalid = |op: usize, why: String| SimError::InvalidOp {
+        op,
+        text: schedule.ops.get(op).map_or(String::new(), |o| o.to_string()),
+        why,
+    };
+    let stages = &schedule.stages;
+    let n = stages.len();
+    let devices = schedule.devices.unwrap_or(1);
+    let k = schedule.microbatches.unwrap_or(1).max(1) as i64;
+    if stages.last().map(|s| s.last + 1) != Some(layers.len()) {
+        return Err(SimError::Incomplete(format!(
+            "the stages cover {} layers, the chain has {}",
+            stages.last().map_or(0, |s| s.last + 1),
+            layers.len()
+        )));
+    }
+    let stage_load = |s: &PipeStage, pass: Pass| -> f64 {
+        let r = s.first..=s.last;
+        match pass {
+            Pass::F => r.map(|l| layers.uf[l]).sum(),
+            Pass::B => r.map(|l| layers.ub[l]).sum(),
+            Pass::I => r.map(|l| layers.ub[l] - layers.uw[l]).sum(),
+            Pass::W => r.map(|l| layers.uw[l]).sum(),
+        }
+    };
+    let transfer = |bytes: u64| {
+        if config.bandwidth.is_infinite() {
+            config.latency
+        } else {
+            bytes as f64 / config.bandwidth + config.latency
+        }
+    };
+    // Which pass each stage's backward uses: B, or I and W; each exactly once per
+    // micro-batch residue.
+    let mut split = vec![None::<bool>; n];
+    let mut seen = std::collections::HashSet::new();
+    for (i, op) in schedule.ops.iter().enumerate() {
+        match *op {
+            Op::Run { stage, micro, pass, .. } => {
+                if stage >= n {
+                    return Err(invalid(i, format!("stage {stage} does not exist ({n} stages)")));
+                }
+                let is_split = matches!(pass, Pass::I | Pass::W);
+                if pass != Pass::F {
+                    match split[stage] {
+                        None => split[stage] = Some(is_split),
+                        Some(s) if s != is_split => {
+                            return Err(invalid(i, format!("stage {stage} mixes a whole backward B with a split one (I, W)")))
+                        }
+                        _ => {}
+                    }
+                }
+                if !seen.insert((stage, micro.rem_euclid(k), pass)) {
+                    return Err(invalid(i, format!("stage {stage} runs {pass:?} twice for micro-batch {} (mod {k})", micro.rem_euclid(k))));
+                }
+            }
+            Op::Send { stage, .. } if stage >= n => {
+                return Err(invalid(i, format!("stage {stage} does not exist ({n} stages)")));
+            }
+            Op::Send { .. } => {}
+            _ => return Err(invalid(i, "a pipeline schedule runs only `run` and `send` ops".into())),
+        }
+    }
+    for s in 0..n {
+        let passes: &[Pass] = if split[s] == Some(true) { &[Pass::F, Pass::I, Pass::W] } else { &[Pass::F, Pass::B] };
+        for &p in passes {
+            for r in 0..k {
+                if !seen.contains(&(s, r, p)) {
+                    return Err(SimError::Incomplete(format!("stage {s} never runs {p:?} for micro-batch {r} (mod {k})")));
+                }
+            }
+        }
+    }
+
+    // Unroll.
+    let shifts = schedule.ops.iter().filter_map(|op| match *op {
+        Op::Run { micro, .. } | Op::Send { micro, .. } => Some(micro.div_euclid(k)),
+        _ => None,
+    });
+    let (lo, hi) = shifts.fold((0i64, 0i64), |(a, b), h| (a.min(h), b.max(h)));
+    let periodic = schedule.periodic;
+    let periods = if periodic { config.periods.max(4 * ((hi - lo) as usize + n + 1)) as i64 } else { 1 };
+    let total = periods * k;
+    let mut insts: Vec<Inst> = Vec::new();
+    let (j0, j1) = if periodic { (-hi - 1, periods - lo + 1) } else { (0, 1) };
+    for j in j0..j1 {
+        for (i, op) in schedule.ops.iter().enumerate() {
+            let (stage, h, pass, grad, lane, dur) = match *op {
+                Op::Run { device, stage, micro, pass } => {
+                    (stage, micro, Some(pass), false, PipeLane::Device(device), stage_load(&stages[stage], pass))
+                }
+                Op::Send { from, to, stage, micro, grad } => {
+                    let bytes = if grad {
+                        layers.boundary[stages[stage].first - 1]
+                    } else {
+                        layers.boundary[stages[stage].last]
+                    };
+                    (stage, micro, None, grad, PipeLane::Link(from.min(to), from.max(to)), transfer(bytes))
+                }
+                _ => unreachable!("checked above"),
+            };
+            let micro = j * k + h;
+            if (0..total).contains(&micro) && (periodic || j == 0) {
+                insts.push(Inst { op: i, stage, micro, pass, grad, lane, dur });
+            }
+        }
+    }
+    // Index: (stage, micro, what) -> instance; what = pass or send.
+    let key = |stage: usize, micro: i64, what: u8| (stage, micro, what);
+    let what_of = |inst: &Inst| match inst.pass {
+        Some(Pass::F) => 0u8,
+        Some(Pass::B) => 1,
+        Some(Pass::I) => 2,
+        Some(Pass::W) => 3,
+        None if inst.grad => 5,
+        None => 4,
+    };
+    let mut index = std::collections::HashMap::with_capacity(insts.len());
+    for (x, inst) in insts.iter().enumerate() {
+        index.insert(key(inst.stage, inst.micro, what_of(inst)), x);
+    }
+    // Dependencies of each instance.
+    let mut deps: Vec<Vec<usize>> = vec![Vec::new(); insts.len()];
+    for (x, inst) in insts.iter().enumerate() {
+        let s = inst.stage;
+        let u = inst.micro;
+        let mut need = |stage: usize, what: u8, why: &str| -> Result<(), SimError> {
+            match index.get(&key(stage, u, what)) {
+                Some(&y) => {
+                    deps[x].push(y);
+                    Ok(())
+                }
+                None => Err(invalid(inst.op, format!("micro-batch {u}: {why}"))),
+            }
+        };
+        let backward_of = |stage: usize| if split[stage] == Some(true) { 2u8 } else { 1 };
+        match inst.pass {
+            Some(Pass::F) if s > 0 => {
+                if stages[s - 1].device == stages[s].device {
+                    need(s - 1, 0, "the stage before never runs F")?;
+                } else {
+                    need(s - 1, 4, &format!("no send brings stage {}'s activation", s - 1))?;
+                }
+            }
+            Some(Pass::F) => {}
+            Some(Pass::B | Pass::I) => {
+                need(s, 0, "its F never runs")?;
+                if s + 1 < n {
+                    if stages[s + 1].device == stages[s].device {
+                        need(s + 1, backward_of(s + 1), "the stage after never runs its backward")?;
+                    } else {
+                        need(s + 1, 5, &format!("no send brings stage {}'s gradient", s + 1))?;
+                    }
+                }
+            }
+            Some(Pass::W) => need(s, 2, "its I never runs")?,
+            None if inst.grad => need(s, backward_of(s), "the send's backward never runs")?,
+            None => need(s, 0, "the send's F never runs")?,
+        }
+    }
+    // Per-device queues, in unrolled order.
+    // A send waits on one pass; it joins `ready_sends` when that pass ends.
+    let mut queues: Vec<Vec<usize>> = vec![Vec::new(); devices];
+    let mut sends_after: Vec<Vec<usize>> = vec![Vec::new(); insts.len()];
+    for (x, inst) in insts.iter().enumerate() {
+        match inst.lane {
+            PipeLane::Device(d) => queues[d].push(x),
+            PipeLane::Link(..) => sends_after[deps[x][0]].push(x),
+        }
+    }
+    let mut ready_sends: Vec<usize> = Vec::new();
+    let mut end = vec![f64::NAN; insts.len()];
+    let mut start = vec![f64::NAN; insts.len()];
+    let mut head = vec![0usize; devices];
+    let mut dev_free = vec![0.0f64; devices];
+    let mut link_free: std::collections::HashMap<(usize, usize), f64> = Default::default();
+    let mut left = insts.len();
+    let ready_at = |x: usize, end: &[f64]| -> Option<f64> {
+        deps[x].iter().try_fold(0.0f64, |t, &y| if end[y].is_nan() { None } else { Some(t.max(end[y])) })
+    };
+    while left > 0 {
+        // The candidate that can start earliest.
+        let mut best: Option<(f64, usize, Option<usize>)> = None;
+        for d in 0..devices {
+            if let Some(&x) = queues[d].get(head[d]) {
+                if let Some(r) = ready_at(x, &end) {
+                    let t = r.max(dev_free[d]);
+                    if best.is_none_or(|(bt, bx, _)| t < bt || (t == bt && x < bx)) {
+                        best = Some((t, x, Some(d)));
+                    }
+                }
+            }
+        }
+        for &x in &ready_sends {
+            if let Some(r) = ready_at(x, &end) {
+                let PipeLane::Link(a, b) = insts[x].lane else { unreachable!() };
+                let t = r.max(link_free.get(&(a, b)).copied().unwrap_or(0.0));
+                if best.is_none_or(|(bt, bx, _)| t < bt || (t == bt && x < bx)) {
+                    best = Some((t, x, None));
+                }
+            }
+        }
+        let Some((t, x, dev)) = best else {
+            let waiting: Vec<String> = (0..devices)
+                .filter_map(|d| queues[d].get(head[d]).map(|&x| format!("device {d} at {}", schedule.ops[insts[x].op])))
+                .collect();
+            return Err(SimError::Incomplete(format!(
+                "deadlock: every device waits for an input that never comes ({})",
+                waiting.join(", ")
+            )));
+        };
+        start[x] = t;
+        end[x] = t + insts[x].dur;
+        match dev {
+            Some(d) => {
+                head[d] += 1;
+                dev_free[d] = end[x];
+            }
+            None => {
+                let PipeLane::Link(a, b) = insts[x].lane else { unreachable!() };
+                link_free.insert((a, b), end[x]);
+                ready_sends.retain(|&y| y != x);
+            }
+        }
+        ready_sends.extend(sends_after[x].iter().copied());
+        left -= 1;
+    }
+
+    // Memory per device.
+    let versions = config.weight_versions.unwrap_or(if periodic { 2 } else { 1 });
+    let mut base = vec![0u64; devices];
+    for s in stages {
+        base[s.device] += layers.static_bytes(s.first, s.last, versions);
+    }
+    for w in stages.windows(2) {
+        if w[0].device != w[1].device {
+            let b = 2 * layers.boundary[w[0].last];
+            base[w[0].device] += b;
+            base[w[1].device] += b;
+        }
+    }
+    // Events: (time, order, device, delta); releases sort before allocations at a tie.
+    let mut events: Vec<(f64, u8, usize, i128, usize)> = Vec::new();
+    for (x, inst) in insts.iter().enumerate() {
+        let PipeLane::Device(d) = inst.lane else { continue };
+        let st = &stages[inst.stage];
+        let range = st.first..=st.last;
+        let stored = layers.stored_bytes(st.first, st.last) as i128;
+        let out_grad = layers.boundary[st.last] as i128;
+        let (tmp, keep): (u64, i128) = match inst.pass {
+            Some(Pass::F) => (range.clone().map(|l| layers.ftmp[l]).max().unwrap_or(0), stored),
+            Some(Pass::I) => (range.clone().map(|l| layers.btmp[l]).max().unwrap_or(0), out_grad),
+            _ => (range.clone().map(|l| layers.btmp[l]).max().unwrap_or(0), 0),
+        };
+        events.push((start[x], 1, d, tmp as i128 + keep, x));
+        events.push((end[x], 0, d, -(tmp as i128), x));
+        match inst.pass {
+            Some(Pass::B) => events.push((end[x], 0, d, -stored, x)),
+            Some(Pass::W) => events.push((end[x], 0, d, -stored - out_grad, x)),
+            _ => {}
+        }
+    }
+    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.4.cmp(&b.4)));
+    let mut level: Vec<i128> = base.iter().map(|&b| b as i128).collect();
+    let mut peak = base.clone();
+    for &(time, _, d, delta, x) in &events {
+        level[d] += delta;
+        let now = level[d].max(0) as u64;
+        if now > peak[d] {
+            peak[d] = now;
+            if let Some(m) = config.memory {
+                if now > m {
+                    return Err(SimError::BudgetExceeded {
+                        op: insts[x].op,
+                        text: format!("{} on device {d}", schedule.ops[insts[x].op]),
+                        time,
+                        bytes: now,
+                        budget: m,
+                    });
+                }
+            }
+        }
+    }
+    if let Some(m) = config.memory {
+        if let Some(d) = (0..devices).find(|&d| base[d] > m) {
+            return Err(SimError::BudgetExceeded {
+                op: 0,
+                text: format!("the static bytes and buffers of device {d}"),
+                time: 0.0,
+                bytes: base[d],
+                budget: m,
+            });
+        }
+    }
+
+    // Times.
+    let makespan = end.iter().copied().fold(0.0, f64::max);
+    let (period, window) = if periodic {
+        // Completion time of each micro-batch: the end of its last pass.
+        let mut done = vec![0.0f64; total as usize];
+        for (x, inst) in insts.iter().enumerate() {
+            if inst.pass.is_some() {
+                let u = inst.micro as usize;
+                done[u] = done[u].max(end[x]);
+            }
+        }
+        // Steady state: between the first and last quarter of the micro-batches.
+        let (a, b) = ((total / 4) as usize, (3 * total / 4) as usize);
+        let period = (done[b] - done[a]) / (b - a) as f64;
+        (period, (done[a], done[a] + 3.0 * period * k as f64))
+    } else {
+        (makespan / k as f64, (0.0, makespan))
+    };
+    let mut busy = vec![0.0f64; devices];
+    let mut links: std::collections::HashMap<(usize, usize), f64> = Default::default();
+    for inst in &insts {
+        match inst.lane {
+            PipeLane::Device(d) => busy[d] += inst.dur,
+            PipeLane::Link(a, b) => *links.entry((a, b)).or_default() += inst.dur,
+        }
+    }
+    let per = total as f64;
+    let busy_per_device: Vec<f64> = busy.iter().map(|b| b / per).collect();
+    let sum: f64 = busy_per_device.iter().sum();
+    let used = busy_per_device.iter().filter(|&&b| b > 0.0).count();
+    let bubble = if sum > 0.0 { (used as f64 * period - sum) / sum } else { 0.0 };
+    let spans = insts
+        .iter()
+        .enumerate()
+        .filter(|&(x, _)| start[x] >= window.0 - 1e-12 && start[x] < window.1 - 1e-12)
+        .map(|(x, inst)| PipeSpan {
+            lane: inst.lane,
+            stage: inst.stage,
+            micro: inst.micro,
+            pass: inst.pass,
+            grad: inst.grad,
+            start: start[x] - window.0,
+            end: end[x] - window.0,
+        })
+        .collect();
+    Ok(PipeReport {
+        period,
+        throughput: if period > 0.0 { 1.0 / period } else { f64::INFINITY },
+        step_time: (!periodic).then_some(makespan),
+        peak_bytes_per_device: peak,
+        busy_per_device,
+        bubble,
+        link_busy: links.values().copied().fold(0.0, f64::max) / per,
+        devices_used: used,
+        spans,
+    })
+}
