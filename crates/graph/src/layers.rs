@@ -89,8 +89,11 @@ impl Layers {
         let named: u64 = weights.iter().chain(&grads).chain(&states).sum();
         let mut ub: Vec<f64> = chain.btime[..l].to_vec();
         ub[l - 1] += chain.btime[l];
-        let uw = (0..l).map(|i| if grads[i] > 0 || (chain.g.is_none() && weights[i] > 0) { chain.btime[i] / 2.0 } else { 0.0 }).collect();
-        let mut stored: Vec<u64> = (0..l).map(|i| chain.x[i] + chain.xbar[i + 1].saturating_sub(chain.x[i + 1])).collect();
+        let uw = (0..l)
+            .map(|i| if grads[i] > 0 || (chain.g.is_none() && weights[i] > 0) { chain.btime[i] / 2.0 } else { 0.0 })
+            .collect();
+        let mut stored: Vec<u64> =
+            (0..l).map(|i| chain.x[i] + chain.xbar[i + 1].saturating_sub(chain.x[i + 1])).collect();
         stored[l - 1] += chain.x[l];
         let mut btmp = chain.btmp[..l].to_vec();
         btmp[l - 1] = btmp[l - 1].max(chain.btmp[l]);

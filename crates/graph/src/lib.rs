@@ -33,6 +33,6 @@ pub mod units;
 
 pub use chain::Chain;
 pub use error::GraphError;
-pub use layers::Layers;
 pub use hpartition::{h_partition, identical_clusters, Cluster, HPartitionConfig, Hierarchy, Part};
+pub use layers::Layers;
 pub use training::{ComputeId, ComputeKind, ComputeNode, DataId, DataKind, DataNode, TrainingGraph};

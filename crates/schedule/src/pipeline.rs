@@ -105,6 +105,54 @@ impl Schedule {
     }
 }
 
+/// One op of an unrolled pipeline schedule: which op of the schedule, on which absolute
+/// micro-batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unrolled {
+    /// The op's index in [`Schedule::ops`].
+    pub op: usize,
+    /// The micro-batch it processes.
+    pub micro: i64,
+}
+
+impl Schedule {
+    /// The ops a pipeline schedule runs on micro-batches `0..count`, in order: a flushed
+    /// schedule's ops once (`count` is its micro-batch count), or a periodic schedule's
+    /// periods one after the other, period `j` running each op on `j·k + micro`, keeping
+    /// the micro-batches in `0..count` (the fill and drain of the pipeline: no op of a
+    /// micro-batch outside is run). Each device's ops, filtered from this list, are its
+    /// program.
+    pub fn unroll(&self, count: usize) -> Vec<Unrolled> {
+        let k = self.microbatches.unwrap_or(1).max(1) as i64;
+        let micro = |op: &Op| match *op {
+            Op::Run { micro, .. } | Op::Send { micro, .. } => Some(micro),
+            _ => None,
+        };
+        if !self.periodic {
+            return (0..self.ops.len())
+                .filter_map(|i| {
+                    micro(&self.ops[i]).filter(|m| (0..count as i64).contains(m)).map(|m| Unrolled { op: i, micro: m })
+                })
+                .collect();
+        }
+        let shifts = self.ops.iter().filter_map(micro).map(|m| m.div_euclid(k));
+        let (lo, hi) = shifts.fold((0i64, 0i64), |(a, b), h| (a.min(h), b.max(h)));
+        let periods = (count as i64 + k - 1) / k;
+        let mut out = Vec::new();
+        for j in (-hi - 1)..(periods - lo + 1) {
+            for (i, op) in self.ops.iter().enumerate() {
+                if let Some(h) = micro(op) {
+                    let m = j * k + h;
+                    if (0..count as i64).contains(&m) {
+                        out.push(Unrolled { op: i, micro: m });
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
 /// Checks that a pipeline schedule's ops agree with its stages: stages cut the chain in
 /// order, devices exist, each run is on its stage's device, each send goes between the
 /// right devices.
@@ -133,7 +181,10 @@ pub(crate) fn check(s: &Schedule) -> Result<(), ScheduleError> {
             );
         }
         if st.device >= devices {
-            return bad(format!("stages[{i}].device"), format!("device {} does not exist ({devices} devices)", st.device));
+            return bad(
+                format!("stages[{i}].device"),
+                format!("device {} does not exist ({devices} devices)", st.device),
+            );
         }
         next = st.last + 1;
     }
@@ -179,8 +230,13 @@ mod tests {
     fn two_stage() -> Schedule {
         let stages = vec![PipeStage { first: 0, last: 1, device: 0 }, PipeStage { first: 2, last: 2, device: 1 }];
         let run = |device, stage, pass| Op::Run { device, stage, micro: 0, pass };
-        Schedule::pipeline(2, 1, stages, vec![run(0, 0, Pass::F), run(1, 1, Pass::F), run(1, 1, Pass::B), run(0, 0, Pass::B)])
-            .with_sends()
+        Schedule::pipeline(
+            2,
+            1,
+            stages,
+            vec![run(0, 0, Pass::F), run(1, 1, Pass::F), run(1, 1, Pass::B), run(0, 0, Pass::B)],
+        )
+        .with_sends()
     }
 
     #[test]

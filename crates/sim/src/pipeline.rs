@@ -170,13 +170,19 @@ pub fn simulate_pipeline(layers: &Layers, schedule: &Schedule, config: &PipeConf
                     match split[stage] {
                         None => split[stage] = Some(is_split),
                         Some(s) if s != is_split => {
-                            return Err(invalid(i, format!("stage {stage} mixes a whole backward B with a split one (I, W)")))
+                            return Err(invalid(
+                                i,
+                                format!("stage {stage} mixes a whole backward B with a split one (I, W)"),
+                            ))
                         }
                         _ => {}
                     }
                 }
                 if !seen.insert((stage, micro.rem_euclid(k), pass)) {
-                    return Err(invalid(i, format!("stage {stage} runs {pass:?} twice for micro-batch {} (mod {k})", micro.rem_euclid(k))));
+                    return Err(invalid(
+                        i,
+                        format!("stage {stage} runs {pass:?} twice for micro-batch {} (mod {k})", micro.rem_euclid(k)),
+                    ));
                 }
             }
             Op::Send { stage, .. } if stage >= n => {
@@ -191,7 +197,9 @@ pub fn simulate_pipeline(layers: &Layers, schedule: &Schedule, config: &PipeConf
         for &p in passes {
             for r in 0..k {
                 if !seen.contains(&(s, r, p)) {
-                    return Err(SimError::Incomplete(format!("stage {s} never runs {p:?} for micro-batch {r} (mod {k})")));
+                    return Err(SimError::Incomplete(format!(
+                        "stage {s} never runs {p:?} for micro-batch {r} (mod {k})"
+                    )));
                 }
             }
         }
@@ -206,30 +214,35 @@ pub fn simulate_pipeline(layers: &Layers, schedule: &Schedule, config: &PipeConf
     let periodic = schedule.periodic;
     let periods = if periodic { config.periods.max(4 * ((hi - lo) as usize + n + 1)) as i64 } else { 1 };
     let total = periods * k;
-    let mut insts: Vec<Inst> = Vec::new();
-    let (j0, j1) = if periodic { (-hi - 1, periods - lo + 1) } else { (0, 1) };
-    for j in j0..j1 {
-        for (i, op) in schedule.ops.iter().enumerate() {
-            let (stage, h, pass, grad, lane, dur) = match *op {
-                Op::Run { device, stage, micro, pass } => {
-                    (stage, micro, Some(pass), false, PipeLane::Device(device), stage_load(&stages[stage], pass))
+    let insts: Vec<Inst> = schedule
+        .unroll(total as usize)
+        .into_iter()
+        .map(|u| match schedule.ops[u.op] {
+            Op::Run { device, stage, pass, .. } => Inst {
+                op: u.op,
+                stage,
+                micro: u.micro,
+                pass: Some(pass),
+                grad: false,
+                lane: PipeLane::Device(device),
+                dur: stage_load(&stages[stage], pass),
+            },
+            Op::Send { from, to, stage, grad, .. } => {
+                let bytes =
+                    if grad { layers.boundary[stages[stage].first - 1] } else { layers.boundary[stages[stage].last] };
+                Inst {
+                    op: u.op,
+                    stage,
+                    micro: u.micro,
+                    pass: None,
+                    grad,
+                    lane: PipeLane::Link(from.min(to), from.max(to)),
+                    dur: transfer(bytes),
                 }
-                Op::Send { from, to, stage, micro, grad } => {
-                    let bytes = if grad {
-                        layers.boundary[stages[stage].first - 1]
-                    } else {
-                        layers.boundary[stages[stage].last]
-                    };
-                    (stage, micro, None, grad, PipeLane::Link(from.min(to), from.max(to)), transfer(bytes))
-                }
-                _ => unreachable!("checked above"),
-            };
-            let micro = j * k + h;
-            if (0..total).contains(&micro) && (periodic || j == 0) {
-                insts.push(Inst { op: i, stage, micro, pass, grad, lane, dur });
             }
-        }
-    }
+            _ => unreachable!("checked above"),
+        })
+        .collect();
     // Index: (stage, micro, what) -> instance; what = pass or send.
     let key = |stage: usize, micro: i64, what: u8| (stage, micro, what);
     let what_of = |inst: &Inst| match inst.pass {

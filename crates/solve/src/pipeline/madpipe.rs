@@ -180,7 +180,8 @@ impl Dp<'_, '_> {
                 let mp2 = mp + if memory.is_some() { self.memory(first, last, g - 1) as f64 } else { 0.0 };
                 if fits(mp2) {
                     let (t2, m2) = (Self::up(tp2, self.load_step), Self::up(mp2, self.mem_step));
-                    let rest = if first == 0 { t2 as f64 * self.load_step } else { self.solve(first, p, t2, m2, next_v) };
+                    let rest =
+                        if first == 0 { t2 as f64 * self.load_step } else { self.solve(first, p, t2, m2, next_v) };
                     let value = (t2 as f64 * self.load_step).max(c).max(rest);
                     if value < best.0 {
                         best = (value, first as u32, true);
@@ -193,7 +194,14 @@ impl Dp<'_, '_> {
     }
 
     /// The stages of the best solution from a state, in chain order.
-    fn back_track(&mut self, mut j: usize, mut p: usize, mut t: u32, mut m: u32, mut v: u32) -> Vec<(usize, usize, bool)> {
+    fn back_track(
+        &mut self,
+        mut j: usize,
+        mut p: usize,
+        mut t: u32,
+        mut m: u32,
+        mut v: u32,
+    ) -> Vec<(usize, usize, bool)> {
         let mut out = Vec::new();
         while j > 0 {
             self.solve(j, p, t, m, v);

@@ -13,7 +13,7 @@
 
 use pebble_schedule::{Op, Pass, Schedule};
 
-use super::{contiguous_stages, try_schedule, PipeError, PipeProblem, PipeSolution, PipeSolver, PipeRegistration};
+use super::{contiguous_stages, try_schedule, PipeError, PipeProblem, PipeRegistration, PipeSolution, PipeSolver};
 
 /// One resource of the `2P−1` sequence: a compute stage or a link.
 #[derive(Debug, Clone, Copy)]
@@ -279,7 +279,13 @@ mod tests {
     fn t6_one_f_one_b_holds_p_minus_i_activations() {
         // Balanced stages, T = one stage's load: every group a single stage.
         for p_count in 2..=6 {
-            let l = Layers::new(vec![1.0; p_count], vec![2.0; p_count], vec![1; p_count], vec![0; p_count], vec![0; p_count]);
+            let l = Layers::new(
+                vec![1.0; p_count],
+                vec![2.0; p_count],
+                vec![1; p_count],
+                vec![0; p_count],
+                vec![0; p_count],
+            );
             let p = PipeProblem::new(&l, p_count, None, f64::INFINITY);
             let bounds: Vec<usize> = (0..p_count).collect();
             let s = one_f_one_b_star(&p, &bounds, 3.0).unwrap();

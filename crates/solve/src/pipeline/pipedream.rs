@@ -82,7 +82,8 @@ impl PipeSolver for PipeDream {
     }
     fn solve(&self, problem: &PipeProblem<'_>) -> Result<PipeSolution, PipeError> {
         let infeasible = |why: &str| PipeError::Infeasible { solver: "pipedream", why: why.into() };
-        let (bounds, dp) = partition(problem, true).ok_or_else(|| infeasible("no partition passes PipeDream's memory filter"))?;
+        let (bounds, dp) =
+            partition(problem, true).ok_or_else(|| infeasible("no partition passes PipeDream's memory filter"))?;
         let (schedule, _) = best_schedule(problem, &bounds)
             .ok_or_else(|| infeasible("PipeDream's partition does not fit the memory under any 1F1B* period"))?;
         Ok(PipeSolution { schedule, expected_period: Some(dp) })
