@@ -43,6 +43,75 @@ pub enum Command {
     Bench(BenchArgs),
     /// Reproduce a published experiment in simulation (`ch4`: Shilova's thesis, Ch. 4).
     Reproduce(ReproduceArgs),
+    /// Pipelined model parallelism: spread the layers over several devices and plan the
+    /// pipeline (1F1B*, PipeDream, the ILP, MadPipe, GPipe, interleaved 1F1B, Zero Bubble).
+    Pipeline(PipelineArgs),
+}
+
+/// `pebble pipeline`.
+#[derive(Debug, Clone, Args)]
+pub struct PipelineArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[command(flatten)]
+    pub opts: ModelOpts,
+    /// The solver: 1f1b, pipedream, pipeline-ilp, madpipe, gpipe, interleaved-1f1b, zb-h1, zb-v.
+    #[arg(long, value_name = "NAME")]
+    pub solver: String,
+    /// Devices `P` [default: the profile's device count].
+    #[arg(long, value_name = "P")]
+    pub devices: Option<usize>,
+    /// Memory of each device, everything resident counted: `16GiB`, plain bytes (units for
+    /// chain files), or `inf` [default: the profile's device memory].
+    #[arg(long, value_name = "SIZE|inf", value_parser = size_or_inf)]
+    pub memory: Option<MemoryLimit>,
+    /// Device↔device bandwidth of each link, bytes per second (or per time unit for chain
+    /// files): `12e9`, `12GB`, or `inf` for free communications [default: the profile's
+    /// interconnect].
+    #[arg(long, value_name = "BYTES_PER_S|inf", value_parser = bandwidth_or_inf)]
+    pub bandwidth: Option<f64>,
+    /// Micro-batches per step for the schedules with a flush (gpipe, interleaved-1f1b,
+    /// zb-h1, zb-v, and 1f1b, which is the periodic 1F1B* without it) [default: 2P].
+    #[arg(long, value_name = "M")]
+    pub microbatches: Option<usize>,
+    /// Virtual stages per device of interleaved-1f1b.
+    #[arg(long, value_name = "V", default_value_t = 2)]
+    pub virtual_stages: usize,
+    /// Weight versions each device keeps [default: 2 for the periodic schedules
+    /// (PipeDream-2BW's stashing), 1 with a flush]; the thesis's `C = 3` is 2 versions
+    /// and a gradient.
+    #[arg(long, value_name = "N")]
+    pub weight_versions: Option<u64>,
+    /// Time limit of the ILPs (pipeline-ilp, madpipe's phase 2), in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0, value_parser = positive_value)]
+    pub time_limit: f64,
+    /// Draw the schedule as a Gantt chart (one row per device and per link) to this SVG.
+    /// An existing file is kept unless --force is given.
+    #[arg(long, value_name = "FILE.svg")]
+    pub gantt: Option<PathBuf>,
+    /// Write the plan: `pebble` (the schedule JSON, format 2) or `torch` (the action
+    /// format of PyTorch's pipeline schedule runtime), to --output or standard output.
+    #[arg(long, value_name = "FORMAT", value_enum)]
+    pub export: Option<ExportFormat>,
+    /// Where --export writes (default: standard output). An existing file is kept unless
+    /// --force is given.
+    #[arg(short, long, value_name = "FILE", requires = "export")]
+    pub output: Option<PathBuf>,
+    /// Overwrite the --gantt and --output files if they exist.
+    #[arg(long)]
+    pub force: bool,
+    /// Print JSON instead of a summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `pebble pipeline --export`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    /// pebble's schedule JSON (format 2).
+    Pebble,
+    /// PyTorch's pipeline schedule runtime actions.
+    Torch,
 }
 
 /// `pebble models`.
@@ -648,6 +717,24 @@ fn positive_value(text: &str) -> Result<f64, String> {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         _ => Err(format!("`{text}` is not a positive number")),
     }
+}
+
+/// A memory that may be unlimited (`inf`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryLimit(pub Option<u64>);
+
+fn size_or_inf(text: &str) -> Result<MemoryLimit, String> {
+    if matches!(text.trim(), "inf" | "unlimited") {
+        return Ok(MemoryLimit(None));
+    }
+    pebble_graph::units::parse_size(text).map(|b| MemoryLimit(Some(b)))
+}
+
+fn bandwidth_or_inf(text: &str) -> Result<f64, String> {
+    if text.trim() == "inf" {
+        return Ok(f64::INFINITY);
+    }
+    bandwidth_value(text)
 }
 
 fn bandwidth_value(text: &str) -> Result<f64, String> {

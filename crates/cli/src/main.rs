@@ -12,6 +12,7 @@
 mod cmd;
 mod error;
 mod flags;
+mod gantt;
 mod out;
 mod plot;
 mod progress;
@@ -68,6 +69,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Profile(args) => cmd::profile::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Reproduce(args) => cmd::reproduce::run(args),
+        Command::Pipeline(args) => cmd::pipeline::run(args),
     }
 }
 

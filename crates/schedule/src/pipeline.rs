@@ -56,6 +56,13 @@ impl Schedule {
         }
     }
 
+    /// What identifies a micro-batch index among the ops: its residue modulo `k` in a
+    /// periodic schedule (where it is a shift), itself in a flushed one.
+    pub fn residue(&self) -> impl Fn(i64) -> i64 {
+        let k = if self.periodic { self.microbatches.unwrap_or(1).max(1) as i64 } else { 0 };
+        move |m| if k > 0 { m.rem_euclid(k) } else { m }
+    }
+
     /// The layers on each device: `allocation()[d]` lists the chain stages device `d` runs.
     pub fn allocation(&self) -> Vec<Vec<usize>> {
         let mut out = vec![Vec::new(); self.devices.unwrap_or(1)];
@@ -72,15 +79,18 @@ impl Schedule {
 
     /// Adds the sends a pipeline schedule needs: after each pass whose output crosses to
     /// another device (an `F` feeding the next stage, a `B` or `I` feeding the previous
-    /// one), a send of it. Sends already there are kept; none is added twice.
+    /// one), a send of it. Sends already there are kept; none is added twice (in a
+    /// periodic schedule a send covers the micro-batches of its residue modulo `k`,
+    /// whatever its shift).
     pub fn with_sends(mut self) -> Schedule {
         let stages = self.stages.clone();
+        let residue = self.residue();
         let mut ops = Vec::with_capacity(self.ops.len() * 2);
         let existing: std::collections::HashSet<(usize, i64, bool)> = self
             .ops
             .iter()
             .filter_map(|op| match *op {
-                Op::Send { stage, micro, grad, .. } => Some((stage, micro, grad)),
+                Op::Send { stage, micro, grad, .. } => Some((stage, residue(micro), grad)),
                 _ => None,
             })
             .collect();
@@ -94,7 +104,7 @@ impl Schedule {
                 };
                 if let Some((next, grad)) = target {
                     let (from, to) = (stages[stage].device, stages[next].device);
-                    if from != to && !existing.contains(&(stage, micro, grad)) {
+                    if from != to && !existing.contains(&(stage, residue(micro), grad)) {
                         ops.push(Op::Send { from, to, stage, micro, grad });
                     }
                 }

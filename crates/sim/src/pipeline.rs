@@ -118,6 +118,39 @@ struct Inst {
     dur: f64,
 }
 
+/// The period per micro-batch of an unrolled periodic run, read exactly where it can be:
+/// some pass starts the same time later in each of the last eight full periods before
+/// the drain (the run's slowest resource sets that pace; a pass elsewhere may oscillate
+/// around it, as FIFO links make them do). `None` if no pass keeps an even pace.
+fn exact_period(schedule: &Schedule, insts: &[Inst], start: &[f64], k: i64, span: i64) -> Option<f64> {
+    let ops = schedule.ops.len();
+    let shift = |op: usize| match schedule.ops[op] {
+        Op::Run { micro, .. } | Op::Send { micro, .. } => micro,
+        _ => 0,
+    };
+    // starts[j][op] for the periods every pass of which ran.
+    let mut by_period: std::collections::BTreeMap<i64, Vec<f64>> = Default::default();
+    for (x, inst) in insts.iter().enumerate() {
+        if inst.pass.is_none() {
+            continue;
+        }
+        let j = (inst.micro - shift(inst.op)).div_euclid(k);
+        by_period.entry(j).or_insert_with(|| vec![f64::NAN; ops])[inst.op] = start[x];
+    }
+    let runs: Vec<usize> = (0..ops).filter(|&i| matches!(schedule.ops[i], Op::Run { .. })).collect();
+    let full: Vec<&Vec<f64>> = by_period.values().filter(|v| runs.iter().all(|&i| !v[i].is_nan())).collect();
+    const WINDOWS: usize = 8;
+    let last = full.len().checked_sub(span as usize + 3)?;
+    let first = last.checked_sub(WINDOWS)?;
+    let scale = full[last].iter().copied().filter(|t| !t.is_nan()).fold(1.0f64, f64::max);
+    runs.iter()
+        .filter_map(|&i| {
+            let d0 = full[first + 1][i] - full[first][i];
+            (first + 1..last).all(|j| (full[j + 1][i] - full[j][i] - d0).abs() <= 1e-9 * scale).then_some(d0 / k as f64)
+        })
+        .reduce(f64::max)
+}
+
 /// Simulates a pipeline schedule on `layers`.
 pub fn simulate_pipeline(layers: &Layers, schedule: &Schedule, config: &PipeConfig) -> Result<PipeReport, SimError> {
     if schedule.view != View::Pipeline {
@@ -159,6 +192,7 @@ pub fn simulate_pipeline(layers: &Layers, schedule: &Schedule, config: &PipeConf
     // micro-batch residue.
     let mut split = vec![None::<bool>; n];
     let mut seen = std::collections::HashSet::new();
+    let mut sends = std::collections::HashSet::new();
     for (i, op) in schedule.ops.iter().enumerate() {
         match *op {
             Op::Run { stage, micro, pass, .. } => {
@@ -188,7 +222,11 @@ pub fn simulate_pipeline(layers: &Layers, schedule: &Schedule, config: &PipeConf
             Op::Send { stage, .. } if stage >= n => {
                 return Err(invalid(i, format!("stage {stage} does not exist ({n} stages)")));
             }
-            Op::Send { .. } => {}
+            Op::Send { stage, micro, grad, .. } => {
+                if !sends.insert((stage, micro.rem_euclid(k), grad)) {
+                    return Err(invalid(i, format!("a second send of the same tensor (micro-batch {micro} mod {k})")));
+                }
+            }
             _ => return Err(invalid(i, "a pipeline schedule runs only `run` and `send` ops".into())),
         }
     }
@@ -297,21 +335,36 @@ pub fn simulate_pipeline(layers: &Layers, schedule: &Schedule, config: &PipeConf
         }
     }
     // Per-device queues, in unrolled order.
-    // A send waits on one pass; it joins `ready_sends` when that pass ends.
-    let mut queues: Vec<Vec<usize>> = vec![Vec::new(); devices];
+    // Lanes: the devices, then the links. A device runs its passes in the order listed;
+    // so does a link in a periodic pattern (the pattern gives the communications their
+    // slots, as the thesis's 2P−1 transformation makes them tasks). In a flushed step a
+    // link sends each tensor as soon as it is ready, first come first served: a send
+    // waits on one pass, and joins `ready_sends` when that pass ends.
+    let mut link_index: std::collections::HashMap<(usize, usize), usize> = Default::default();
+    for inst in &insts {
+        if let PipeLane::Link(a, b) = inst.lane {
+            let next = devices + link_index.len();
+            link_index.entry((a, b)).or_insert(next);
+        }
+    }
+    let lane_of = |lane: PipeLane| match lane {
+        PipeLane::Device(d) => d,
+        PipeLane::Link(a, b) => link_index[&(a, b)],
+    };
+    let lanes = devices + link_index.len();
+    let mut queues: Vec<Vec<usize>> = vec![Vec::new(); lanes];
     let mut sends_after: Vec<Vec<usize>> = vec![Vec::new(); insts.len()];
     for (x, inst) in insts.iter().enumerate() {
         match inst.lane {
-            PipeLane::Device(d) => queues[d].push(x),
-            PipeLane::Link(..) => sends_after[deps[x][0]].push(x),
+            PipeLane::Link(..) if !periodic => sends_after[deps[x][0]].push(x),
+            lane => queues[lane_of(lane)].push(x),
         }
     }
     let mut ready_sends: Vec<usize> = Vec::new();
     let mut end = vec![f64::NAN; insts.len()];
     let mut start = vec![f64::NAN; insts.len()];
-    let mut head = vec![0usize; devices];
-    let mut dev_free = vec![0.0f64; devices];
-    let mut link_free: std::collections::HashMap<(usize, usize), f64> = Default::default();
+    let mut head = vec![0usize; lanes];
+    let mut lane_free = vec![0.0f64; lanes];
     let mut left = insts.len();
     let ready_at = |x: usize, end: &[f64]| -> Option<f64> {
         deps[x].iter().try_fold(0.0f64, |t, &y| if end[y].is_nan() { None } else { Some(t.max(end[y])) })
@@ -319,10 +372,10 @@ pub fn simulate_pipeline(layers: &Layers, schedule: &Schedule, config: &PipeConf
     while left > 0 {
         // The candidate that can start earliest.
         let mut best: Option<(f64, usize, Option<usize>)> = None;
-        for d in 0..devices {
+        for d in 0..lanes {
             if let Some(&x) = queues[d].get(head[d]) {
                 if let Some(r) = ready_at(x, &end) {
-                    let t = r.max(dev_free[d]);
+                    let t = r.max(lane_free[d]);
                     if best.is_none_or(|(bt, bx, _)| t < bt || (t == bt && x < bx)) {
                         best = Some((t, x, Some(d)));
                     }
@@ -331,16 +384,20 @@ pub fn simulate_pipeline(layers: &Layers, schedule: &Schedule, config: &PipeConf
         }
         for &x in &ready_sends {
             if let Some(r) = ready_at(x, &end) {
-                let PipeLane::Link(a, b) = insts[x].lane else { unreachable!() };
-                let t = r.max(link_free.get(&(a, b)).copied().unwrap_or(0.0));
+                let t = r.max(lane_free[lane_of(insts[x].lane)]);
                 if best.is_none_or(|(bt, bx, _)| t < bt || (t == bt && x < bx)) {
                     best = Some((t, x, None));
                 }
             }
         }
         let Some((t, x, dev)) = best else {
-            let waiting: Vec<String> = (0..devices)
-                .filter_map(|d| queues[d].get(head[d]).map(|&x| format!("device {d} at {}", schedule.ops[insts[x].op])))
+            let waiting: Vec<String> = (0..lanes)
+                .filter_map(|d| {
+                    let what = if d < devices { format!("device {d}") } else { "a link".to_string() };
+                    queues[d]
+                        .get(head[d])
+                        .map(|&x| format!("{what} at {} (micro-batch {})", schedule.ops[insts[x].op], insts[x].micro))
+                })
                 .collect();
             return Err(SimError::Incomplete(format!(
                 "deadlock: every device waits for an input that never comes ({})",
@@ -352,11 +409,10 @@ pub fn simulate_pipeline(layers: &Layers, schedule: &Schedule, config: &PipeConf
         match dev {
             Some(d) => {
                 head[d] += 1;
-                dev_free[d] = end[x];
+                lane_free[d] = end[x];
             }
             None => {
-                let PipeLane::Link(a, b) = insts[x].lane else { unreachable!() };
-                link_free.insert((a, b), end[x]);
+                lane_free[lane_of(insts[x].lane)] = end[x];
                 ready_sends.retain(|&y| y != x);
             }
         }
@@ -442,9 +498,12 @@ pub fn simulate_pipeline(layers: &Layers, schedule: &Schedule, config: &PipeConf
                 done[u] = done[u].max(end[x]);
             }
         }
-        // Steady state: between the first and last quarter of the micro-batches.
+        // Steady state: between the first and last quarter of the micro-batches, unless
+        // the run has become exactly periodic (`c` periods later, every pass starts the
+        // same time later), which gives the period exactly.
         let (a, b) = ((total / 4) as usize, (3 * total / 4) as usize);
-        let period = (done[b] - done[a]) / (b - a) as f64;
+        let average = (done[b] - done[a]) / (b - a) as f64;
+        let period = exact_period(schedule, &insts, &start, k, hi - lo).unwrap_or(average);
         (period, (done[a], done[a] + 3.0 * period * k as f64))
     } else {
         (makespan / k as f64, (0.0, makespan))

@@ -5,6 +5,7 @@ pub mod graph;
 pub mod info;
 pub mod maxbatch;
 pub mod models;
+pub mod pipeline;
 pub mod plan;
 pub mod profile;
 pub mod reproduce;

@@ -227,6 +227,34 @@ impl Dp<'_, '_> {
     }
 }
 
+/// Schedules a placement without an ILP: 1F1B\*'s construction on its stage chain
+/// ([`super::onef1b::pattern`]) at each period where its groups change, keeping the
+/// pattern of smallest simulated period that fits the memory. A fast stand-in for phase 2
+/// (exact on contiguous placements, where it is Alg. 7), and a fallback when the ILP finds
+/// nothing in its time limit. `None` if no pattern fits.
+pub fn schedule_placement(problem: &PipeProblem<'_>, stages: &[PipeStage]) -> Option<(pebble_schedule::Schedule, f64)> {
+    let mut candidates = super::onef1b::candidates(problem, stages);
+    // At most 256 candidates, evenly spread, the smallest and the largest kept.
+    if candidates.len() > 256 {
+        let n = candidates.len();
+        candidates = (0..256).map(|i| candidates[i * (n - 1) / 255]).collect();
+        candidates.dedup();
+    }
+    let mut best: Option<(pebble_schedule::Schedule, f64)> = None;
+    for t in candidates {
+        if best.as_ref().is_some_and(|b| t >= b.1 * 2.0) {
+            break;
+        }
+        let Some(s) = super::onef1b::pattern(problem, stages, t) else { continue };
+        if let Some(r) = super::try_schedule(problem, &s) {
+            if best.as_ref().is_none_or(|b| r.period < b.1 - 1e-12) {
+                best = Some((s, r.period));
+            }
+        }
+    }
+    best
+}
+
 /// MadPipe-DP(`T̂`): the best allocation's period and stages for the target `t_hat`, or
 /// `None` if none fits.
 pub fn dp(problem: &PipeProblem<'_>, t_hat: f64, grid: Grid) -> Option<(f64, Vec<(usize, usize, bool)>)> {
@@ -338,5 +366,20 @@ mod tests {
         let a = run(&l, 2, Some(1));
         assert!((a.expected_period - 2.0).abs() < 1e-9, "{a:?}");
         assert_eq!(a.stages, vec![(0, 0, true), (1, 1, false)]);
+        // The valid schedule holds a_0 once: the chain runs sequentially, period 4.
+        let mut p = PipeProblem::new(&l, 2, Some(1), f64::INFINITY);
+        p.weight_versions = Some(1);
+        let (_, period) = schedule_placement(&p, &a.pipe_stages()).unwrap();
+        assert!((period - 4.0).abs() < 1e-9, "period {period}");
+    }
+
+    #[test]
+    fn d5_the_placement_is_scheduled_at_its_load() {
+        let (l, p, m) = thesis(&[1.0, 1.0, 1.0, 3.0, 2.0, 2.0, 2.0], &[2, 2, 2, 3, 1, 1, 1], 5, Some(3));
+        let a = run_on(&l, p, m, Grid { memory: 31, ..Grid::default() });
+        let mut problem = PipeProblem::new(&l, p, m, f64::INFINITY);
+        problem.weight_versions = Some(1);
+        let (_, period) = schedule_placement(&problem, &a.pipe_stages()).unwrap();
+        assert!((period - 4.0).abs() < 1e-9, "period {period}");
     }
 }

@@ -11,7 +11,7 @@
 //! back to back after its last forward, times wrapped into `[0, T)` with the index shift
 //! lowered by one per wrap, shifts normalized so that `B` of the first stage has 0.
 
-use pebble_schedule::{Op, Pass, Schedule};
+use pebble_schedule::{Op, Pass, PipeStage, Schedule};
 
 use super::{contiguous_stages, try_schedule, PipeError, PipeProblem, PipeRegistration, PipeSolution, PipeSolver};
 
@@ -24,21 +24,36 @@ struct Resource {
     stage: Option<usize>,
 }
 
-fn resources(problem: &PipeProblem<'_>, bounds: &[usize]) -> Vec<Resource> {
+fn resources(problem: &PipeProblem<'_>, stages: &[PipeStage]) -> Vec<Resource> {
     let l = problem.layers;
     let mut out = Vec::new();
-    let mut first = 0;
-    for (s, &last) in bounds.iter().enumerate() {
-        let uf = (first..=last).map(|i| l.uf[i]).sum();
-        let ub = (first..=last).map(|i| l.ub[i]).sum();
+    for (s, st) in stages.iter().enumerate() {
+        let uf = (st.first..=st.last).map(|i| l.uf[i]).sum();
+        let ub = (st.first..=st.last).map(|i| l.ub[i]).sum();
         out.push(Resource { uf, ub, stage: Some(s) });
-        let c = problem.comm(last) / 2.0;
-        if s + 1 < bounds.len() && c > 0.0 {
+        let c = problem.comm(st.last) / 2.0;
+        if s + 1 < stages.len() && stages[s + 1].device != st.device && c > 0.0 {
             out.push(Resource { uf: c, ub: c, stage: None });
         }
-        first = last + 1;
     }
     out
+}
+
+/// The load-only period of a placement: the load of its busiest device or link.
+pub fn load_period(problem: &PipeProblem<'_>, stages: &[PipeStage]) -> f64 {
+    let devices = stages.iter().map(|s| s.device + 1).max().unwrap_or(0);
+    let mut load = vec![0.0; devices];
+    let mut links = std::collections::HashMap::<(usize, usize), f64>::new();
+    for (s, st) in stages.iter().enumerate() {
+        load[st.device] += problem.layers.load(st.first, st.last);
+        if let Some(next) = stages.get(s + 1) {
+            if next.device != st.device {
+                let key = (st.device.min(next.device), st.device.max(next.device));
+                *links.entry(key).or_default() += problem.comm(st.last);
+            }
+        }
+    }
+    load.into_iter().chain(links.into_values()).fold(0.0, f64::max)
 }
 
 /// The group of each resource for period `t` (1 = the group of the last stage).
@@ -59,21 +74,33 @@ fn groups(res: &[Resource], t: f64) -> Vec<usize> {
 
 /// The number of activations each stage of `bounds` holds under 1F1B\*(`t`): its group.
 pub fn activations_held(problem: &PipeProblem<'_>, bounds: &[usize], t: f64) -> Vec<usize> {
-    let res = resources(problem, bounds);
+    let res = resources(problem, &contiguous_stages(bounds));
     let g = groups(&res, t);
     res.iter().zip(g).filter(|(r, _)| r.stage.is_some()).map(|(_, g)| g).collect()
 }
 
 /// The smallest period any pattern of `bounds` can have: its largest stage or link load.
 pub fn min_period(problem: &PipeProblem<'_>, bounds: &[usize]) -> f64 {
-    resources(problem, bounds).iter().map(|r| r.uf + r.ub).fold(0.0, f64::max)
+    load_period(problem, &contiguous_stages(bounds))
 }
 
 /// 1F1B\*(`t`) on the contiguous partition `bounds` (each stage's last layer, one stage
 /// per device), or `None` if `t` is below a stage's or link's load.
 pub fn one_f_one_b_star(problem: &PipeProblem<'_>, bounds: &[usize], t: f64) -> Option<Schedule> {
-    let res = resources(problem, bounds);
-    if t <= 0.0 || t * (1.0 + 1e-12) < min_period(problem, bounds) {
+    pattern(problem, &contiguous_stages(bounds), t)
+}
+
+/// 1F1B\*(`t`)'s construction on any placement of the stages: each stage (and each link
+/// between stages on different devices) one resource of the chain, grouped and timed as
+/// Alg. 6 does, each device running its stages' passes in the order of their times in
+/// the pattern. On a contiguous placement this is 1F1B\*; where a device holds several
+/// stages (MadPipe's special device) their passes may overlap in the pattern, and the
+/// simulator serializes them in that order, which always runs (the order follows the
+/// pattern's times, a topological order), at a period that may exceed `t`. `None` if `t`
+/// is below one stage's or link's load.
+pub fn pattern(problem: &PipeProblem<'_>, stages: &[PipeStage], t: f64) -> Option<Schedule> {
+    let res = resources(problem, stages);
+    if t <= 0.0 || res.iter().any(|r| r.uf + r.ub > t * (1.0 + 1e-12)) {
         return None;
     }
     let g = groups(&res, t);
@@ -105,15 +132,26 @@ pub fn one_f_one_b_star(problem: &PipeProblem<'_>, bounds: &[usize], t: f64) -> 
     };
     let mut timed: Vec<(f64, usize, Op)> = Vec::new();
     let mut b0 = None;
+    let mut stage_before = 0;
     for (m, res_m) in res.iter().enumerate() {
-        let Some(stage) = res_m.stage else { continue };
         let (f_at, f_shift) = wrap(tf[m], big_g - 1);
         let (b_at, b_shift) = wrap(tb[m], big_g - g[m] as i64);
+        let Some(stage) = res_m.stage else {
+            // A link: its forward slot carries the activation of the stage before, its
+            // backward slot the gradient of the stage after.
+            let (s, next) = (stage_before, stage_before + 1);
+            let (from, to) = (stages[s].device, stages[next].device);
+            timed.push((f_at, 0, Op::Send { from, to, stage: s, micro: f_shift, grad: false }));
+            timed.push((b_at, 1, Op::Send { from: to, to: from, stage: next, micro: b_shift, grad: true }));
+            continue;
+        };
+        stage_before = stage;
         if stage == 0 {
             b0 = Some(b_shift);
         }
-        timed.push((f_at, 0, Op::Run { device: stage, stage, micro: f_shift, pass: Pass::F }));
-        timed.push((b_at, 1, Op::Run { device: stage, stage, micro: b_shift, pass: Pass::B }));
+        let device = stages[stage].device;
+        timed.push((f_at, 0, Op::Run { device, stage, micro: f_shift, pass: Pass::F }));
+        timed.push((b_at, 1, Op::Run { device, stage, micro: b_shift, pass: Pass::B }));
     }
     let offset = b0.unwrap_or(0);
     timed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
@@ -121,19 +159,24 @@ pub fn one_f_one_b_star(problem: &PipeProblem<'_>, bounds: &[usize], t: f64) -> 
         .into_iter()
         .map(|(_, _, op)| match op {
             Op::Run { device, stage, micro, pass } => Op::Run { device, stage, micro: micro - offset, pass },
+            Op::Send { from, to, stage, micro, grad } => Op::Send { from, to, stage, micro: micro - offset, grad },
             other => other,
         })
         .collect();
-    let mut s = Schedule::pipeline(problem.devices, 1, contiguous_stages(bounds), ops).with_sends();
-    s.periodic = true;
-    Some(s)
+    Some(Schedule::pipeline(problem.devices, 1, stages.to_vec(), ops).repeated().with_sends())
 }
 
 /// The periods at which 1F1B\*'s groups change on `bounds`: every sum of consecutive
 /// stage and link loads at or above the largest one, ascending.
 pub fn candidate_periods(problem: &PipeProblem<'_>, bounds: &[usize]) -> Vec<f64> {
-    let res = resources(problem, bounds);
-    let lo = min_period(problem, bounds);
+    candidates(problem, &contiguous_stages(bounds))
+}
+
+/// [`candidate_periods`] of any placement: the sums of consecutive stage and link loads
+/// at or above its load-only period.
+pub fn candidates(problem: &PipeProblem<'_>, stages: &[PipeStage]) -> Vec<f64> {
+    let res = resources(problem, stages);
+    let lo = load_period(problem, stages);
     let mut c = vec![lo];
     for i in 0..res.len() {
         let mut sum = 0.0;

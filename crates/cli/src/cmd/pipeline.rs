@@ -1,0 +1,252 @@
+//! `pebble pipeline`: plan pipelined model parallelism with one solver, score the plan in
+//! the pipeline simulator, and report the period, the throughput, the allocation, the
+//! peak per device and the bubble; optionally draw its Gantt chart and export it.
+
+use std::process::ExitCode;
+
+use pebble_graph::Layers;
+use pebble_schedule::View;
+use pebble_solve::pipeline::{pipe_solver, plan_pipeline, PipeError, PipeProblem};
+use serde_json::json;
+
+use crate::error::bad;
+use crate::flags::{ExportFormat, PipelineArgs};
+use crate::out;
+use crate::source::{check_new_file, significant, write_new_file, Source, Subject, Units};
+
+/// What the command plans on: the layers and the machine's defaults for the flags.
+pub struct PipelineSetup {
+    /// The layers.
+    pub layers: Layers,
+    /// `P`.
+    pub devices: usize,
+    /// Each device's memory.
+    pub memory: Option<u64>,
+    /// Each link's bandwidth.
+    pub bandwidth: f64,
+    /// A title.
+    pub label: String,
+    /// How sizes and times read.
+    pub units: Units,
+}
+
+impl PipelineSetup {
+    /// Loads the source and resolves `--devices`, `--memory` and `--bandwidth`: a model's
+    /// profile gives the defaults; a chain or graph file has none (unlimited memory, free
+    /// links, one device unless `--devices`).
+    pub fn load(args: &PipelineArgs) -> anyhow::Result<PipelineSetup> {
+        let (source, machine) = Source::load(&args.source, &args.opts)?;
+        let Subject::Chain(chain) = source.view(View::Chain)? else {
+            return Err(bad("a pipeline is planned on a chain view"));
+        };
+        let layers = Layers::from_chain(&chain);
+        let is_model = matches!(source, Source::Model { .. });
+        let devices = args.devices.unwrap_or(if is_model { machine.devices as usize } else { 1 });
+        if devices == 0 {
+            return Err(bad("--devices: must be at least 1"));
+        }
+        if devices > 1024 {
+            return Err(bad(format!("--devices {devices}: at most 1024")));
+        }
+        let memory = match args.memory {
+            Some(m) => m.0,
+            None if is_model => Some(machine.device_memory),
+            None => None,
+        };
+        let bandwidth = args.bandwidth.unwrap_or(if is_model { machine.interconnect.bandwidth } else { f64::INFINITY });
+        Ok(PipelineSetup { layers, devices, memory, bandwidth, label: source.label(), units: source.units() })
+    }
+
+    /// The problem, with the command's solver options.
+    pub fn problem(&self, args: &PipelineArgs) -> anyhow::Result<PipeProblem<'_>> {
+        if args.microbatches == Some(0) {
+            return Err(bad("--microbatches: must be at least 1"));
+        }
+        if args.virtual_stages == 0 {
+            return Err(bad("--virtual-stages: must be at least 1"));
+        }
+        if args.weight_versions == Some(0) {
+            return Err(bad("--weight-versions: must be at least 1"));
+        }
+        let mut p = PipeProblem::new(&self.layers, self.devices, self.memory, self.bandwidth);
+        p.microbatches = args.microbatches;
+        p.virtual_stages = args.virtual_stages;
+        p.weight_versions = args.weight_versions;
+        p.time_limit = args.time_limit;
+        Ok(p)
+    }
+
+    /// A size as the source's units read.
+    pub fn size(&self, bytes: u64) -> String {
+        match self.units {
+            Units::Bytes => format!("{} GiB", significant(bytes as f64 / (1u64 << 30) as f64)),
+            Units::Plain => bytes.to_string(),
+        }
+    }
+}
+
+/// The layers of each device, as ranges: `0-12, 30-31`.
+fn ranges(layers: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < layers.len() {
+        let mut j = i;
+        while j + 1 < layers.len() && layers[j + 1] == layers[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j { layers[i].to_string() } else { format!("{}-{}", layers[i], layers[j]) });
+        i = j + 1;
+    }
+    out.join(", ")
+}
+
+pub fn run(args: &PipelineArgs) -> anyhow::Result<ExitCode> {
+    let solver = pipe_solver(&args.solver).map_err(|e| bad(format!("--solver: {e}")))?;
+    if let Some(path) = &args.gantt {
+        check_new_file(path, "--gantt", args.force)?;
+    }
+    if let Some(path) = &args.output {
+        check_new_file(path, "--output", args.force)?;
+    }
+    let setup = PipelineSetup::load(args)?;
+    let problem = setup.problem(args)?;
+    let progress = crate::progress::spinner(&format!("{}: planning", solver.name()));
+    let result = plan_pipeline(solver, &problem);
+    progress.finish_and_clear();
+    let plan = match result {
+        Ok(plan) => plan,
+        Err(PipeError::Infeasible { why, .. }) => {
+            let message = format!(
+                "`{}` finds no pipeline of {} on {} device(s) of {}: {why}",
+                solver.name(),
+                setup.label,
+                setup.devices,
+                setup.memory.map_or("unlimited memory".into(), |m| setup.size(m)),
+            );
+            if args.json {
+                out::print_json(&json!({ "feasible": false, "solver": solver.name(), "reason": message }))?;
+                return Ok(ExitCode::from(1));
+            }
+            return Err(crate::error::Infeasible(message).into());
+        }
+        Err(e @ PipeError::Unsupported { .. }) => return Err(bad(e.to_string())),
+        Err(e) => return Err(e.into()),
+    };
+    let r = &plan.report;
+    let allocation = plan.schedule.allocation();
+    let mut layer_device = vec![0usize; setup.layers.len()];
+    for (d, layers) in allocation.iter().enumerate() {
+        for &l in layers {
+            layer_device[l] = d;
+        }
+    }
+    let sequential = setup.layers.total_load();
+    if let Some(path) = &args.gantt {
+        let title = format!("{}: {} on {} devices", setup.label, solver.name(), setup.devices);
+        let svg = crate::gantt::render(&title, &plan.schedule, r).map_err(|e| anyhow::anyhow!("--gantt: {e}"))?;
+        write_new_file(path, "--gantt", &svg, args.force)?;
+    }
+    if let Some(format) = args.export {
+        let text = match format {
+            ExportFormat::Pebble => plan.schedule.to_json(),
+            ExportFormat::Torch => export_torch(&plan.schedule, &problem)?,
+        };
+        match &args.output {
+            Some(path) => write_new_file(path, "--output", &text, args.force)?,
+            None => out::print(&text)?,
+        }
+        if args.output.is_none() {
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+    if args.json {
+        out::print_json(&json!({
+            "feasible": true,
+            "solver": solver.name(),
+            "devices": setup.devices,
+            "memory_bytes": setup.memory,
+            "bandwidth": if setup.bandwidth.is_finite() { json!(setup.bandwidth) } else { json!("inf") },
+            "periodic": plan.schedule.periodic,
+            "microbatches": plan.schedule.microbatches,
+            "period": r.period,
+            "throughput": r.throughput,
+            "step_time": r.step_time,
+            "expected_period": plan.expected_period,
+            "speedup": sequential / r.period,
+            "bubble": r.bubble,
+            "allocation": layer_device,
+            "stages": plan.schedule.stages,
+            "peak_bytes_per_device": r.peak_bytes_per_device,
+            "busy_per_device": r.busy_per_device,
+            "link_busy": r.link_busy,
+            "solve_seconds": plan.solve_seconds,
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let time = |t: f64| match setup.units {
+        Units::Bytes => format!("{} s", significant(t)),
+        Units::Plain => significant(t),
+    };
+    let mut text = format!(
+        "{}: `{}` on {} devices, {} each, links {}\n",
+        setup.label,
+        solver.name(),
+        setup.devices,
+        setup.memory.map_or("unlimited memory".into(), |m| setup.size(m)),
+        if setup.bandwidth.is_infinite() {
+            "free".into()
+        } else if setup.units == Units::Bytes {
+            format!("{} GB/s", significant(setup.bandwidth / 1e9))
+        } else {
+            format!("{} units per time unit", significant(setup.bandwidth))
+        },
+    );
+    text.push_str(&format!(
+        "period {} per micro-batch ({} micro-batches/s), {}× one device{}{}\n",
+        time(r.period),
+        significant(r.throughput),
+        significant(sequential / r.period),
+        plan.expected_period.map_or(String::new(), |e| format!("; the solver expected {}", time(e))),
+        r.step_time.map_or(String::new(), |s| format!(
+            "; a step of {} micro-batches takes {}",
+            plan.schedule.microbatches.unwrap_or(1),
+            time(s)
+        )),
+    ));
+    text.push_str(&format!(
+        "bubble {:.1}%, busiest link {:.0}% busy\n",
+        100.0 * r.bubble,
+        100.0 * r.link_busy / r.period
+    ));
+    let rows: Vec<Vec<String>> = allocation
+        .iter()
+        .enumerate()
+        .map(|(d, layers)| {
+            vec![
+                d.to_string(),
+                if layers.is_empty() { "idle".into() } else { ranges(layers) },
+                setup.size(r.peak_bytes_per_device[d]),
+                format!("{:.0}%", 100.0 * r.busy_per_device[d] / r.period),
+            ]
+        })
+        .collect();
+    let header = ["device", "layers", "peak", "busy"].map(String::from);
+    text.push_str(&out::table(&header, &rows, &[true, false, true, true]));
+    out::print(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The plan in PyTorch's action format, over `--microbatches` (or the schedule's own
+/// count, at least `2P`) micro-batches.
+fn export_torch(schedule: &pebble_schedule::Schedule, problem: &PipeProblem<'_>) -> anyhow::Result<String> {
+    let m = match (schedule.periodic, problem.microbatches) {
+        (false, _) => schedule.microbatches.unwrap_or(1),
+        (true, Some(m)) => m,
+        (true, None) => 2 * problem.devices,
+    };
+    torch_export(schedule, m).map_err(|e| bad(format!("--export torch: {e}")))
+}
+
+fn torch_export(_s: &pebble_schedule::Schedule, _m: usize) -> Result<String, String> {
+    Err("TEMP".into())
+}
