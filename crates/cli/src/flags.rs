@@ -556,12 +556,18 @@ pub struct SweepArgs {
     /// Number of budgets, evenly spaced from the recompute-all peak to the store-all peak.
     #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub points: u32,
-    /// Plot overhead against budget to this SVG file.
+    /// Plot overhead against budget to this SVG file (with --devices: throughput against
+    /// memory per device).
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Pipeline mode: spread the model over this many devices and sweep the memory of
+    /// each, for pipeline solvers (see `pebble pipeline`); `--bandwidth` is then the link
+    /// between two devices [default: the profile's interconnect].
+    #[arg(long, value_name = "P")]
+    pub devices: Option<usize>,
     #[command(flatten)]
     pub solve: SolveArgs,
 }
@@ -785,6 +791,10 @@ pub enum Experiment {
     /// its ablations, Phi-2 and Llama2-13B, ZeRO-Offload, ZeRO-Infinity and paged Adam,
     /// the batch size OffMate picks, time against depth).
     Offmate,
+    /// Shilova's thesis, Ch. 7: MadPipe against PipeDream's partitioning with 1F1B*, and
+    /// GPipe, 1F1B, interleaved 1F1B, ZB-H1 and ZB-V, on P = 2..8 devices of 3 to 16 GB (a
+    /// fixed grid: `--models`, `--batch` and `--image` are Ch. 4's).
+    Ch7,
 }
 
 impl ReproduceArgs {
@@ -792,7 +802,7 @@ impl ReproduceArgs {
     pub fn profile(&self) -> String {
         let default = match self.experiment {
             Experiment::Offmate => "rtx3060",
-            Experiment::Ch4 | Experiment::Weights => "v100",
+            Experiment::Ch4 | Experiment::Weights | Experiment::Ch7 => "v100",
         };
         self.profile.clone().unwrap_or_else(|| default.to_string())
     }
@@ -827,6 +837,10 @@ pub struct ReproduceArgs {
     /// Fewer points: α ∈ {0.2, 0.5, 0.75}, β ∈ {12, 36} GB/s (the full run: α from 0.1 to 1 by tenths and 0.75, β ∈ {12, 18, 24, 36} GB/s).
     #[arg(long)]
     pub quick: bool,
+    /// `ch7`: schedule MadPipe's allocation with the Ch. 6 ILP (10 s each) as well as by
+    /// 1F1B*'s construction, keeping the better (slow: hundreds of ILPs).
+    #[arg(long)]
+    pub ilp: bool,
     /// Overwrite the output files if they exist.
     #[arg(long)]
     pub force: bool,

@@ -20,6 +20,7 @@ use std::fmt;
 
 pub mod pipeline;
 pub mod placement;
+pub mod torch;
 
 pub use pipeline::{Pass, PipeStage};
 

@@ -244,9 +244,5 @@ fn export_torch(schedule: &pebble_schedule::Schedule, problem: &PipeProblem<'_>)
         (true, Some(m)) => m,
         (true, None) => 2 * problem.devices,
     };
-    torch_export(schedule, m).map_err(|e| bad(format!("--export torch: {e}")))
-}
-
-fn torch_export(_s: &pebble_schedule::Schedule, _m: usize) -> Result<String, String> {
-    Err("TEMP".into())
+    pebble_schedule::torch::export(schedule, m).map_err(|e| bad(format!("--export torch: {e}")))
 }

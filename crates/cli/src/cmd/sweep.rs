@@ -53,6 +53,9 @@ struct Reference {
 pub const DEFAULT_SOLVERS: &str = "store-all,sequential,rotor,rockmate";
 
 pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
+    if let Some(devices) = args.devices {
+        return pipeline(args, devices);
+    }
     let names: Vec<String> = match &args.solvers {
         Some(names) => names.clone(),
         None => DEFAULT_SOLVERS.split(',').map(String::from).collect(),
@@ -302,4 +305,88 @@ fn percent(value: u64, reference: u64, decimals: usize) -> String {
         return "-".to_string();
     }
     format!("{:.decimals$}%", 100.0 * value as f64 / reference as f64)
+}
+
+/// The solvers of the pipeline mode when `--solvers` is not given.
+pub const DEFAULT_PIPELINE_SOLVERS: &str = "madpipe,pipedream,1f1b,zb-h1";
+
+/// `pebble sweep --devices P`: the throughput of pipeline solvers against the memory of
+/// each device, from `1/(2P)` of what one device would need to run the model with weight
+/// stashing (its static bytes with two weight versions and every stored activation) up
+/// to twice that (a pipeline holds several micro-batches' activations at once).
+fn pipeline(args: &SweepArgs, devices: usize) -> anyhow::Result<ExitCode> {
+    use pebble_solve::pipeline::{pipe_solver, plan_pipeline, PipeError, PipeProblem};
+    if devices == 0 {
+        return Err(crate::error::bad("--devices: must be at least 1"));
+    }
+    let names: Vec<String> = match &args.solvers {
+        Some(names) => names.iter().map(|n| n.trim().to_string()).collect(),
+        None => DEFAULT_PIPELINE_SOLVERS.split(',').map(String::from).collect(),
+    };
+    let solvers = names
+        .iter()
+        .map(|n| pipe_solver(n).map_err(|e| crate::error::bad(format!("--solvers: {e}"))))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let (source, machine) = Source::load(&args.source, &args.opts)?;
+    let Subject::Chain(chain) = source.view(View::Chain)? else { unreachable!("the chain view is a chain") };
+    let layers = pebble_graph::Layers::from_chain(&chain);
+    let is_file = !matches!(source, Source::Model { .. });
+    let bandwidth =
+        args.solve.bandwidth.unwrap_or(if is_file { f64::INFINITY } else { machine.interconnect.bandwidth });
+    let one = layers.static_bytes(0, layers.len() - 1, 2) + layers.stored_bytes(0, layers.len() - 1);
+    let n = args.points as u64;
+    let (lo, hi) = (one / (2 * devices as u64).max(1), 2 * one);
+    let memories: Vec<u64> = (0..n).map(|i| if n == 1 { hi } else { lo + (hi - lo) * i / (n - 1) }).collect();
+    let bar = crate::progress::bar((memories.len() * solvers.len()) as u64, "pipelines");
+    let mut rows = Vec::new();
+    let mut series: Vec<(String, Vec<(f64, Option<f64>)>)> = Vec::new();
+    let scale = if is_file { 1.0 } else { (1u64 << 30) as f64 };
+    for solver in &solvers {
+        let mut points = Vec::new();
+        for &m in &memories {
+            let problem = PipeProblem::new(&layers, devices, Some(m), bandwidth);
+            let cell = match plan_pipeline(*solver, &problem) {
+                Ok(plan) => Some(plan.report.throughput),
+                Err(PipeError::Infeasible { .. }) => None,
+                Err(e) => return Err(e.into()),
+            };
+            bar.inc(1);
+            rows.push(json!({ "solver": solver.name(), "memory_bytes": m, "throughput": cell }));
+            points.push((m as f64 / scale, cell));
+        }
+        series.push((solver.name().to_string(), points));
+    }
+    bar.finish_and_clear();
+    if let Some(path) = &args.svg {
+        let svg = plot::lines(
+            &format!("{}: {devices} devices", source.label()),
+            if is_file { "memory per device (units)" } else { "memory per device (GiB)" },
+            "throughput (micro-batches per time unit)",
+            &series,
+        )?;
+        crate::source::write_file(path, "--svg", &svg)?;
+    }
+    if args.json {
+        out::print_json(
+            &json!({ "devices": devices, "bandwidth": if bandwidth.is_finite() { json!(bandwidth) } else { json!("inf") }, "points": rows }),
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut header = vec!["memory/device".to_string()];
+    header.extend(solvers.iter().map(|s| s.name().to_string()));
+    let table_rows: Vec<Vec<String>> = memories
+        .iter()
+        .enumerate()
+        .map(|(i, &m)| {
+            let mut row = vec![if is_file { m.to_string() } else { format!("{:.2} GiB", m as f64 / scale) }];
+            row.extend(series.iter().map(|s| s.1[i].1.map_or("infeasible".into(), |t| format!("{t:.4}"))));
+            row
+        })
+        .collect();
+    let right = vec![true; header.len()];
+    out::print(&format!(
+        "throughput (micro-batches per second) on {devices} devices\n{}",
+        out::table(&header, &table_rows, &right)
+    ))?;
+    Ok(ExitCode::SUCCESS)
 }

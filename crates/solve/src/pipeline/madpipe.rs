@@ -255,6 +255,19 @@ pub fn schedule_placement(problem: &PipeProblem<'_>, stages: &[PipeStage]) -> Op
     best
 }
 
+/// MadPipe with its phase 2 done by [`schedule_placement`] instead of the ILP: phase 1's
+/// allocation (Alg. 8 with the thesis's grid), scheduled by 1F1B\*'s construction on its
+/// stage chain. `expected_period` is phase 1's (the dashed line).
+pub fn without_ilp(problem: &PipeProblem<'_>) -> Result<super::PipeSolution, super::PipeError> {
+    let infeasible = |why: &str| super::PipeError::Infeasible { solver: "madpipe", why: why.into() };
+    let allocation =
+        phase1(problem, 10, Grid::default()).ok_or_else(|| infeasible("phase 1 finds no allocation that fits"))?;
+    let (schedule, _) = schedule_placement(problem, &allocation.pipe_stages()).ok_or_else(|| {
+        infeasible("phase 1's allocation fits no schedule (its special device's memory was underestimated)")
+    })?;
+    Ok(super::PipeSolution { schedule, expected_period: Some(allocation.expected_period) })
+}
+
 /// MadPipe-DP(`T̂`): the best allocation's period and stages for the target `t_hat`, or
 /// `None` if none fits.
 pub fn dp(problem: &PipeProblem<'_>, t_hat: f64, grid: Grid) -> Option<(f64, Vec<(usize, usize, bool)>)> {

@@ -3,6 +3,7 @@
 //! `offmate` (Zhao's thesis, Ch. 4).
 
 mod ch4;
+mod ch7;
 mod offmate;
 mod weights;
 
@@ -18,6 +19,7 @@ pub fn run(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         Experiment::Ch4 => ch4::ch4(args),
         Experiment::Weights => weights::table1(args),
         Experiment::Offmate => offmate::offmate(args),
+        Experiment::Ch7 => ch7::ch7(args),
     }
 }
 

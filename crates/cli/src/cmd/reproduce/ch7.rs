@@ -1,0 +1,275 @@
+//! `pebble reproduce ch7`: Shilova's thesis, Ch. 7 (§7.3), in simulation: MadPipe against
+//! PipeDream's partitioning scheduled with 1F1B\* (the thesis's "DP+1F1B\*"), and the
+//! schedules used today (GPipe, 1F1B with a flush, interleaved 1F1B, ZB-H1, ZB-V) under
+//! the same memory limits.
+//!
+//! The grid is the thesis's: ResNet-50, ResNet-101, Inception-v3 and DenseNet-121 at
+//! 1000×1000, batch 8 (one micro-batch), on `P = 2…8` devices of `M = 3…16` GB, links of
+//! β = 12 and 24 GB/s, with `C = 3` (two weight versions and a gradient: the models are
+//! built with SGD, no optimizer state). The period is the steady-state time per
+//! micro-batch the simulator measures (a flushed step's time over its `2P`
+//! micro-batches). The thesis's Fig. 7.8 is the geometric mean over `P` and β of
+//! `period(X) / period(MadPipe)` at each `M`; its headline is that PipeDream's is above
+//! 1.2 below 10 GB, and up to 2–3 somewhere.
+//!
+//! MadPipe's phase 2 here is 1F1B\*'s construction on phase 1's stage chain
+//! ([`pebble_solve::pipeline::madpipe::schedule_placement`]), not the thesis's one-minute
+//! ILP: the grid has hundreds of points (`--ilp` runs the ILP as `pebble pipeline
+//! --solver madpipe` does, with a 10 s limit).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use anyhow::anyhow;
+use pebble_graph::Layers;
+use pebble_solve::pipeline::{pipe_solver, plan_pipeline, PipeError, PipeProblem};
+use serde_json::{json, Value};
+
+use crate::flags::{ModelOpts, OptimizerArg, ReproduceArgs, SizeOpts};
+use crate::source::{build_model, check_new_file};
+
+/// The solvers, MadPipe first (the reference of the ratios).
+pub const SOLVERS: [&str; 7] = ["madpipe", "pipedream", "1f1b", "gpipe", "interleaved-1f1b", "zb-h1", "zb-v"];
+const MODELS: [&str; 4] = ["resnet50", "resnet101", "inception_v3", "densenet121"];
+const FILES: [&str; 3] = ["ch7.json", "ch7-ratio.svg", "ch7-resnet50.svg"];
+const GB: f64 = 1e9;
+
+#[derive(Debug, Clone)]
+enum Cell {
+    Feasible { period: f64, expected: Option<f64>, peak: u64, seconds: f64 },
+    Infeasible,
+    Failed(String),
+}
+
+impl Cell {
+    fn period(&self) -> Option<f64> {
+        match self {
+            Cell::Feasible { period, .. } => Some(*period),
+            _ => None,
+        }
+    }
+}
+
+fn layers(name: &str, args: &ReproduceArgs) -> anyhow::Result<Layers> {
+    let opts = ModelOpts {
+        size: SizeOpts {
+            batch: Some(crate::flags::BatchArg::Fixed(8)),
+            image: Some(1000),
+            seq: None,
+            layers: None,
+            width: None,
+            heads: None,
+        },
+        dtype: None,
+        optimizer: Some(OptimizerArg::Sgd),
+        master_weights: false,
+        trainable: None,
+        profile: Some(args.profile()),
+        device: None,
+    };
+    let (model, _) = build_model(name, &opts)?;
+    Ok(Layers::from_chain(&model.chain))
+}
+
+fn solve(layers: &Layers, solver: &str, devices: usize, memory: f64, beta: f64, ilp: bool) -> Cell {
+    let Ok(s) = pipe_solver(solver) else { return Cell::Failed(format!("no solver `{solver}`")) };
+    let mut p = PipeProblem::new(layers, devices, Some(memory as u64), beta);
+    p.time_limit = if ilp { 10.0 } else { 0.0 };
+    match plan_pipeline(s, &p) {
+        Ok(plan) => Cell::Feasible {
+            period: plan.report.period,
+            expected: plan.expected_period,
+            peak: plan.report.peak_bytes_per_device.iter().copied().max().unwrap_or(0),
+            seconds: plan.solve_seconds,
+        },
+        Err(PipeError::Infeasible { .. }) => Cell::Infeasible,
+        Err(e) => Cell::Failed(e.to_string()),
+    }
+}
+
+fn geomean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp())
+}
+
+pub fn ch7(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let paths: Vec<PathBuf> = FILES.iter().map(|f| args.out_dir.join(f)).collect();
+    for path in &paths {
+        check_new_file(path, "--out-dir", args.force)?;
+    }
+    for name in SOLVERS {
+        pipe_solver(name).map_err(|e| anyhow!("{e}"))?;
+    }
+    let devices: Vec<usize> = if args.quick { vec![2, 4, 8] } else { (2..=8).collect() };
+    let memories: Vec<f64> =
+        if args.quick { vec![3.0, 6.0, 10.0, 16.0] } else { vec![3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0] };
+    let betas: Vec<f64> = if args.quick { vec![12.0] } else { vec![12.0, 24.0] };
+    let models: Vec<(String, Layers)> =
+        MODELS.iter().map(|m| layers(m, args).map(|l| (m.to_string(), l))).collect::<anyhow::Result<_>>()?;
+    let mut jobs = Vec::new();
+    for m in 0..models.len() {
+        for &p in &devices {
+            for &mem in &memories {
+                for &b in &betas {
+                    for s in 0..SOLVERS.len() {
+                        jobs.push((m, p, mem, b, s));
+                    }
+                }
+            }
+        }
+    }
+    let bar = crate::progress::bar(jobs.len() as u64, "pipelines");
+    let next = AtomicUsize::new(0);
+    let cells: Mutex<HashMap<(usize, usize, u64, u64, usize), Cell>> = Mutex::default();
+    let key = |m: usize, p: usize, mem: f64, b: f64, s: usize| (m, p, (mem * 10.0) as u64, (b * 10.0) as u64, s);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let j = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(m, p, mem, b, s)) = jobs.get(j) else { break };
+                let cell = solve(&models[m].1, SOLVERS[s], p, mem * GB, b * GB, args.ilp);
+                cells.lock().map(|mut c| c.insert(key(m, p, mem, b, s), cell)).ok();
+                bar.inc(1);
+            });
+        }
+    });
+    bar.finish_and_clear();
+    let cells = cells.into_inner().map_err(|_| anyhow!("a solver panicked"))?;
+    let cell = |m, p, mem, b, s| cells.get(&key(m, p, mem, b, s)).cloned().unwrap_or(Cell::Failed("not run".into()));
+    for ((m, p, mem, b, s), c) in &cells {
+        if let Cell::Failed(why) = c {
+            eprintln!(
+                "warning: {} on {} with P = {p}, M = {} GB, β = {} GB/s failed: {why}",
+                SOLVERS[*s],
+                models[*m].0,
+                *mem as f64 / 10.0,
+                *b as f64 / 10.0
+            );
+        }
+    }
+
+    // Ratios to MadPipe: per solver, per M, over models, P and β (both feasible); and
+    // where only one of the two is feasible.
+    let mut ratio_rows = Vec::new();
+    let mut headline = serde_json::Map::new();
+    for (s, name) in SOLVERS.iter().enumerate().skip(1) {
+        let mut per_m = Vec::new();
+        let (mut all, mut below_10, mut largest) = (Vec::new(), Vec::new(), (0.0f64, Value::Null));
+        let (mut only_madpipe, mut only_other) = (0, 0);
+        for &mem in &memories {
+            let mut r = Vec::new();
+            for m in 0..models.len() {
+                for &p in &devices {
+                    for &b in &betas {
+                        match (cell(m, p, mem, b, 0).period(), cell(m, p, mem, b, s).period()) {
+                            (Some(mad), Some(x)) => {
+                                let q = x / mad;
+                                r.push(q);
+                                if q > largest.0 {
+                                    largest = (
+                                        q,
+                                        json!({ "model": models[m].0, "devices": p, "memory_gb": mem, "beta_gbps": b }),
+                                    );
+                                }
+                            }
+                            (Some(_), None) => only_madpipe += 1,
+                            (None, Some(_)) => only_other += 1,
+                            (None, None) => {}
+                        }
+                    }
+                }
+            }
+            all.extend(&r);
+            if mem < 10.0 {
+                below_10.extend(&r);
+            }
+            per_m.push(json!({ "memory_gb": mem, "geomean_ratio": geomean(&r), "cases": r.len() }));
+        }
+        headline.insert(
+            name.to_string(),
+            json!({
+                "geomean_ratio": geomean(&all),
+                "geomean_ratio_below_10gb": geomean(&below_10),
+                "largest_ratio": largest.0,
+                "largest_at": largest.1,
+                "cases_both_feasible": all.len(),
+                "cases_only_madpipe_feasible": only_madpipe,
+                "cases_only_this_feasible": only_other,
+                "cases_faster_than_madpipe": all.iter().filter(|&&q| q < 1.0 - 1e-9).count(),
+            }),
+        );
+        ratio_rows.push((name.to_string(), per_m));
+    }
+    let mut points = Vec::new();
+    for (m, (model, _)) in models.iter().enumerate() {
+        for &p in &devices {
+            for &mem in &memories {
+                for &b in &betas {
+                    for (s, name) in SOLVERS.iter().enumerate() {
+                        let c = cell(m, p, mem, b, s);
+                        points.push(match c {
+                            Cell::Feasible { period, expected, peak, seconds } => json!({
+                                "model": model, "devices": p, "memory_gb": mem, "beta_gbps": b, "solver": name,
+                                "feasible": true, "period": period, "expected_period": expected,
+                                "speedup": models[m].1.total_load() / period, "peak_bytes": peak, "solve_seconds": seconds,
+                            }),
+                            Cell::Infeasible => json!({
+                                "model": model, "devices": p, "memory_gb": mem, "beta_gbps": b, "solver": name, "feasible": false,
+                            }),
+                            Cell::Failed(why) => json!({
+                                "model": model, "devices": p, "memory_gb": mem, "beta_gbps": b, "solver": name, "error": why,
+                            }),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    let report = json!({
+        "experiment": "Shilova's thesis, Ch. 7: MadPipe against PipeDream (DP+1F1B*) and today's schedules",
+        "command": format!("pebble reproduce ch7{}{}", if args.quick { " --quick" } else { "" }, if args.ilp { " --ilp" } else { "" }),
+        "models": MODELS, "batch": 8, "image": 1000, "profile": args.profile(),
+        "devices": devices, "memory_gb": memories, "beta_gbps": betas,
+        "madpipe_phase2": if args.ilp { "the Ch. 6 ILP on the stage chain, 10 s limit, or 1F1B*'s construction if better" } else { "1F1B*'s construction on the stage chain" },
+        "ratio_to_madpipe": headline,
+        "ratio_by_memory": ratio_rows.iter().map(|(n, r)| json!({ "solver": n, "by_memory": r })).collect::<Vec<_>>(),
+        "points": points,
+        "seconds": started.elapsed().as_secs_f64(),
+    });
+    // Charts: the ratio by memory (Fig. 7.8), and ResNet-50's periods at P = 8, β = 12.
+    let ratio_series: Vec<(String, Vec<(f64, Option<f64>)>)> = ratio_rows
+        .iter()
+        .map(|(n, r)| {
+            (
+                n.clone(),
+                r.iter().map(|p| (p["memory_gb"].as_f64().unwrap_or(0.0), p["geomean_ratio"].as_f64())).collect(),
+            )
+        })
+        .collect();
+    let ratio_svg = crate::plot::lines(
+        "period / MadPipe's period (geometric mean over models, P, β)",
+        "memory per device (GB)",
+        "ratio to MadPipe",
+        &ratio_series,
+    )?;
+    let p8 = *devices.last().unwrap_or(&2);
+    let resnet: Vec<(String, Vec<(f64, Option<f64>)>)> = SOLVERS
+        .iter()
+        .enumerate()
+        .map(|(s, n)| {
+            (n.to_string(), memories.iter().map(|&mem| (mem, cell(0, p8, mem, betas[0], s).period())).collect())
+        })
+        .collect();
+    let resnet_svg = crate::plot::lines(
+        &format!("ResNet-50, 1000×1000, batch 8, P = {p8}, β = {} GB/s", betas[0]),
+        "memory per device (GB)",
+        "period per micro-batch (s)",
+        &resnet,
+    )?;
+    super::write_outputs(args, &paths, &report, &[&ratio_svg, &resnet_svg], started)
+}
