@@ -63,12 +63,12 @@ pub struct PipelineArgs {
     pub devices: Option<usize>,
     /// Memory of each device, everything resident counted: `16GiB`, plain bytes (units for
     /// chain files), or `inf` [default: the profile's device memory].
-    #[arg(long, value_name = "SIZE|inf", value_parser = size_or_inf)]
+    #[arg(long, value_name = "SIZE|inf", value_parser = size_or_inf, allow_hyphen_values = true)]
     pub memory: Option<MemoryLimit>,
     /// Device↔device bandwidth of each link, bytes per second (or per time unit for chain
     /// files): `12e9`, `12GB`, or `inf` for free communications [default: the profile's
     /// interconnect].
-    #[arg(long, value_name = "BYTES_PER_S|inf", value_parser = bandwidth_or_inf)]
+    #[arg(long, value_name = "BYTES_PER_S|inf", value_parser = bandwidth_or_inf, allow_hyphen_values = true)]
     pub bandwidth: Option<f64>,
     /// Micro-batches per step for the schedules with a flush (gpipe, interleaved-1f1b,
     /// zb-h1, zb-v, and 1f1b, which is the periodic 1F1B* without it) [default: 2P].

@@ -1,0 +1,137 @@
+//! `pebble pipeline` (issue 14): the thesis's instances as chain files, the JSON fields
+//! the issue fixes, the Gantt chart and the exports, and bad input.
+
+mod common;
+
+use common::{ok, pebble};
+
+/// Thm 17's warm-up chain: layer costs (1, 2, 1), forward and backward halves, no
+/// activations; `w` as given.
+fn t1_chain(dir: &std::path::Path, w: [u64; 3]) -> std::path::PathBuf {
+    let path = dir.join(format!("t1-{}{}{}.json", w[0], w[1], w[2]));
+    let chain = serde_json::json!({
+        "ftime": [0.5, 1.0, 0.5], "btime": [0.5, 1.0, 0.5, 0.0],
+        "x": [0, 0, 0, 0], "xbar": [0, 0, 0, 0], "ftmp": [0, 0, 0], "btmp": [0, 0, 0, 0],
+        "w": w, "static_bytes": w.iter().sum::<u64>(),
+    });
+    std::fs::write(&path, chain.to_string()).unwrap();
+    path
+}
+
+fn tempdir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("pebble-pipeline-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn t1_on_two_devices_gives_the_contiguous_three_and_its_json() {
+    let dir = tempdir("t1");
+    let chain = t1_chain(&dir, [0, 0, 0]);
+    let c = chain.to_str().unwrap();
+    let run = ok(&[
+        "pipeline",
+        "--chain",
+        c,
+        "--devices",
+        "2",
+        "--memory",
+        "inf",
+        "--bandwidth",
+        "inf",
+        "--solver",
+        "pipedream",
+        "--json",
+    ]);
+    let j = run.json();
+    assert_eq!(j["feasible"], true);
+    assert!((j["period"].as_f64().unwrap() - 3.0).abs() < 1e-9, "{j}");
+    assert!((j["throughput"].as_f64().unwrap() - 1.0 / 3.0).abs() < 1e-9);
+    let allocation: Vec<u64> = serde_json::from_value(j["allocation"].clone()).unwrap();
+    assert!(allocation == [0, 0, 1] || allocation == [0, 1, 1], "{allocation:?}");
+    assert_eq!(j["peak_bytes_per_device"].as_array().unwrap().len(), 2);
+    assert!(j["bubble"].as_f64().unwrap() > 0.0, "an unbalanced split idles one device");
+    // The text summary names the period and each device's layers.
+    let text = ok(&["pipeline", "--chain", c, "--devices", "2", "--solver", "1f1b"]).stdout;
+    assert!(text.contains("period 3.000 per micro-batch"), "{text}");
+    assert!(text.contains("device"), "{text}");
+}
+
+#[test]
+fn an_infeasible_memory_is_a_verdict_with_exit_code_one() {
+    let dir = tempdir("t2");
+    let chain = t1_chain(&dir, [1, 2, 1]);
+    let c = chain.to_str().unwrap();
+    let args = [
+        "pipeline",
+        "--chain",
+        c,
+        "--devices",
+        "2",
+        "--memory",
+        "2",
+        "--weight-versions",
+        "1",
+        "--solver",
+        "pipedream",
+    ];
+    let run = pebble(&args);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stdout.contains("finds no pipeline") || run.stderr.contains("finds no pipeline"), "{}", run.stderr);
+    let mut json_args = args.to_vec();
+    json_args.push("--json");
+    let run = pebble(&json_args);
+    assert_eq!(run.code, 1);
+    assert_eq!(run.json()["feasible"], false);
+}
+
+#[test]
+fn gantt_and_exports_are_written_and_never_overwritten_unasked() {
+    let dir = tempdir("files");
+    let chain = t1_chain(&dir, [0, 0, 0]);
+    let c = chain.to_str().unwrap();
+    let gantt = dir.join("g.svg");
+    let csv = dir.join("plan.csv");
+    let g = gantt.to_str().unwrap();
+    let o = csv.to_str().unwrap();
+    let args =
+        ["pipeline", "--chain", c, "--devices", "2", "--solver", "1f1b", "--gantt", g, "--export", "torch", "-o", o];
+    ok(&args);
+    let svg = std::fs::read_to_string(&gantt).unwrap();
+    assert!(svg.contains("device 0") && svg.contains("device 1"), "one row per device");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(text.lines().count(), 2, "one row per rank: {text}");
+    assert!(text.starts_with("0F0"), "{text}");
+    // Both files exist now: refused without --force, nothing written.
+    let run = pebble(&args);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("--force"), "{}", run.stderr);
+    let mut forced = args.to_vec();
+    forced.push("--force");
+    ok(&forced);
+    // pebble's own format loads back with `pebble simulate`'s reader.
+    let json = ok(&["pipeline", "--chain", c, "--devices", "2", "--solver", "1f1b", "--export", "pebble"]).stdout;
+    let schedule = pebble_schedule::Schedule::from_json(&json).unwrap();
+    assert_eq!(schedule.version, 2);
+    assert_eq!(schedule.devices, Some(2));
+}
+
+#[test]
+fn bad_input_names_the_flag_with_exit_code_two() {
+    let dir = tempdir("bad");
+    let chain = t1_chain(&dir, [0, 0, 0]);
+    let c = chain.to_str().unwrap();
+    for (args, needle) in [
+        (vec!["--devices", "0", "--solver", "1f1b"], "--devices"),
+        (vec!["--devices", "2", "--solver", "nope"], "unknown solver `nope`"),
+        (vec!["--devices", "2", "--solver", "1f1b", "--memory", "-3GB"], "--memory"),
+        (vec!["--devices", "2", "--solver", "1f1b", "--bandwidth", "fast"], "--bandwidth"),
+        (vec!["--devices", "2", "--solver", "1f1b", "--microbatches", "0"], "--microbatches"),
+    ] {
+        let mut full = vec!["pipeline", "--chain", c];
+        full.extend(args);
+        let run = pebble(&full);
+        assert_eq!(run.code, 2, "{full:?}: {}", run.stderr);
+        assert!(run.stderr.contains(needle), "{full:?}: {}", run.stderr);
+    }
+}
