@@ -162,3 +162,32 @@ fn one_f_one_b_star_fits_where_its_groups_say() {
         }
     }
 }
+
+/// The speed benchmark of issue 14 (docs/benchmarks.md): MadPipe's phase 1 on ResNet-101
+/// at 1000×1000, batch 8, P = 8, M = 8 GB, β = 12 GB/s. Run it in release:
+/// `cargo test --release -p pebble-solve --test pipeline -- --ignored --nocapture phase1_speed`.
+#[test]
+#[ignore = "a benchmark: run in release"]
+fn phase1_speed() {
+    let options = pebble_zoo::ModelOptions {
+        batch: Some(8),
+        image: Some(1000),
+        optimizer: pebble_zoo::Optimizer::Sgd,
+        ..Default::default()
+    };
+    for name in ["resnet50", "resnet101", "densenet121"] {
+        let model = pebble_zoo::build(name, &options).unwrap();
+        let l = Layers::from_chain(&model.chain);
+        for devices in [2, 4, 8] {
+            let p = PipeProblem::new(&l, devices, Some(8_000_000_000), 12e9);
+            let start = std::time::Instant::now();
+            let a = madpipe::phase1(&p, 10, madpipe::Grid::default());
+            let secs = start.elapsed().as_secs_f64();
+            println!(
+                "{name} ({} layers), P = {devices}: phase 1 {secs:.3} s, expected period {:?}",
+                l.len(),
+                a.map(|a| a.expected_period)
+            );
+        }
+    }
+}

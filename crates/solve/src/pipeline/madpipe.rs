@@ -166,6 +166,10 @@ impl Dp<'_, '_> {
         } else {
             for first in (0..=last).rev() {
                 let u = self.load(first, last);
+                // Both choices cost at least the stage's load, which only grows from here.
+                if u >= best.0 {
+                    break;
+                }
                 let c = self.comm_before(first);
                 let g = self.group(vv, u);
                 let next_v = Self::down(self.oplus(self.oplus(vv, u), c), self.delay_step);
