@@ -114,6 +114,13 @@ fn gantt_and_exports_are_written_and_never_overwritten_unasked() {
     let schedule = pebble_schedule::Schedule::from_json(&json).unwrap();
     assert_eq!(schedule.version, 2);
     assert_eq!(schedule.devices, Some(2));
+    // ... and `pebble simulate` replays it to the same period.
+    let plan = dir.join("plan.json");
+    std::fs::write(&plan, &json).unwrap();
+    let sim = ok(&["simulate", "--schedule", plan.to_str().unwrap(), "--chain", c, "--json"]).json();
+    assert!((sim["period"].as_f64().unwrap() - 3.0).abs() < 1e-9, "{sim}");
+    let tight = pebble(&["simulate", "--schedule", plan.to_str().unwrap(), "--chain", c, "--budget", "0", "--json"]);
+    assert_eq!(tight.code, 0, "no memory at all is needed here: {}", tight.stderr);
 }
 
 #[test]

@@ -19,6 +19,9 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
     }
     check_timeline(&args.timeline)?;
     let schedule = read_schedule(&args.schedule)?;
+    if schedule.view == View::Pipeline {
+        return pipeline(args, &schedule);
+    }
     let (source, machine) = Source::load(&args.source, &args.opts)?;
     let machine = match args.bandwidth {
         Some(b) => machine.with_bandwidth(b),
@@ -142,5 +145,59 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
         text.push_str(&format!("timeline written to {}\n", path.display()));
     }
     out::print(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A pipeline schedule (as `pebble pipeline --export pebble` writes it) through the
+/// pipeline simulator: `--budget` is then each device's memory in bytes, `--bandwidth`
+/// the link between two devices (default: the profile's interconnect for a model, free
+/// for a file), and `--timeline` draws its Gantt chart.
+fn pipeline(args: &SimulateArgs, schedule: &pebble_schedule::Schedule) -> anyhow::Result<ExitCode> {
+    use pebble_graph::units::BudgetSpec;
+    if args.budget.activation_budget.is_some() {
+        return Err(bad("--activation-budget: a pipeline schedule takes each device's memory as --budget SIZE"));
+    }
+    let memory = match args.budget.budget {
+        None => None,
+        Some(BudgetSpec::Bytes(b)) => Some(b),
+        Some(_) => {
+            return Err(bad("--budget: give each device's memory as a size for a pipeline schedule, not a percentage"))
+        }
+    };
+    let (source, machine) = Source::load(&args.source, &args.opts)?;
+    let crate::source::Subject::Chain(chain) = source.view(View::Chain)? else {
+        return Err(bad("a pipeline is simulated on a chain view"));
+    };
+    let layers = pebble_graph::Layers::from_chain(&chain);
+    let is_model = matches!(source, Source::Model { .. });
+    let bandwidth = args.bandwidth.unwrap_or(if is_model { machine.interconnect.bandwidth } else { f64::INFINITY });
+    let config = pebble_sim::PipeConfig { bandwidth, latency: 0.0, memory, periods: 24, weight_versions: None };
+    let report = pebble_sim::simulate_pipeline(&layers, schedule, &config)
+        .map_err(|e| anyhow::anyhow!("invalid schedule `{}`: {e}", args.schedule.display()))?;
+    if let Some(path) = &args.timeline.timeline {
+        let title = format!("{} on {}", schedule.solver.as_deref().unwrap_or("schedule"), source.label());
+        let svg = crate::gantt::render(&title, schedule, &report).map_err(|e| anyhow::anyhow!("--timeline: {e}"))?;
+        crate::source::write_new_file(path, "--timeline", &svg, args.timeline.force)?;
+    }
+    if args.json {
+        out::print_json(&json!({
+            "valid": true,
+            "view": "pipeline",
+            "period": report.period,
+            "throughput": report.throughput,
+            "step_time": report.step_time,
+            "bubble": report.bubble,
+            "peak_bytes_per_device": report.peak_bytes_per_device,
+            "busy_per_device": report.busy_per_device,
+            "link_busy": report.link_busy,
+        }))?;
+    } else {
+        out::print(&format!(
+            "valid pipeline schedule: period {} per micro-batch, bubble {:.1}%, peaks {:?}\n",
+            crate::source::significant(report.period),
+            100.0 * report.bubble,
+            report.peak_bytes_per_device
+        ))?;
+    }
     Ok(ExitCode::SUCCESS)
 }
