@@ -41,7 +41,9 @@ pub struct Layers {
     pub shared: u64,
     /// Temporary memory of each layer's forward.
     pub ftmp: Vec<u64>,
-    /// Temporary memory of each layer's backward.
+    /// Temporary memory of each layer's backward: its own, and the gradients it holds
+    /// while it runs (that of its output, which it reads, and that of its input, which it
+    /// makes; those crossing devices are buffers of their own as well).
     pub btmp: Vec<u64>,
 }
 
@@ -79,7 +81,8 @@ impl Layers {
     /// saves, less its output (`x[i] + xbar[i+1] − x[i+1]`); the loss's input `x[L]` and
     /// its backward `btime[L]` go to the last layer. The weight gradient takes half of a
     /// backward that has trainable weights (a matrix product's two gradients cost the
-    /// same), none of one without.
+    /// same), none of one without. A backward's temporaries count the gradients of its
+    /// output and of its input beside its own (`btmp[i] + x[i+1] + x[i]`, no `δ_0`).
     pub fn from_chain(chain: &Chain) -> Layers {
         let l = chain.len();
         let zeros = vec![0; l];
@@ -95,8 +98,9 @@ impl Layers {
         let mut stored: Vec<u64> =
             (0..l).map(|i| chain.x[i] + chain.xbar[i + 1].saturating_sub(chain.x[i + 1])).collect();
         stored[l - 1] += chain.x[l];
-        let mut btmp = chain.btmp[..l].to_vec();
-        btmp[l - 1] = btmp[l - 1].max(chain.btmp[l]);
+        let mut btmp: Vec<u64> =
+            (0..l).map(|i| chain.btmp[i] + chain.x[i + 1] + if i == 0 { 0 } else { chain.x[i] }).collect();
+        btmp[l - 1] = btmp[l - 1].max(chain.btmp[l] + chain.x[l] + if l > 1 { chain.x[l - 1] } else { 0 });
         Layers {
             uf: chain.ftime.clone(),
             ub,
@@ -194,6 +198,7 @@ mod tests {
         assert_eq!(l.ub, vec![2.0, 2.0, 4.0]);
         assert_eq!(l.uw, vec![1.0, 0.0, 1.0]);
         assert_eq!(l.boundary, vec![10, 10, 10]);
+        assert_eq!(l.btmp, vec![10, 20, 20]);
         assert_eq!(l.shared, 5);
         assert_eq!(l.load(0, 2), 11.0);
         assert_eq!(l.static_bytes(0, 0, 2), 8 + 5);

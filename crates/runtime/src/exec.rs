@@ -82,15 +82,15 @@ use crate::transfer::{
 use crate::{memory, RuntimeError, Value};
 use pebble_schedule::placement::{self, StageStart};
 
-type Env<B> = HashMap<TensorId, Value<B>>;
-type GradMap<B> = HashMap<TensorId, FloatTensor<B>>;
+pub(crate) type Env<B> = HashMap<TensorId, Value<B>>;
+pub(crate) type GradMap<B> = HashMap<TensorId, FloatTensor<B>>;
 /// What a stage's forward leaves: the output boundary and the saved tensors.
-type StageOut<B> = (Env<B>, HashMap<Key, Value<B>>);
+pub(crate) type StageOut<B> = (Env<B>, HashMap<Key, Value<B>>);
 
 /// `ā_i`: the boundary `a_i` and what stage `i-1`'s backward reads.
-struct SavedSet<B: Backend> {
-    boundary: Env<B>,
-    inner: HashMap<Key, Value<B>>,
+pub(crate) struct SavedSet<B: Backend> {
+    pub(crate) boundary: Env<B>,
+    pub(crate) inner: HashMap<Key, Value<B>>,
 }
 
 /// The tensors a step starts with, beside the parameters ([`Statics`]).
@@ -492,18 +492,19 @@ fn execute<B: Backend>(
     Ok(StepOutput { loss, grads: runner.grads, transfers })
 }
 
-struct Runner<'a, B: Backend> {
-    p: &'a Program,
-    step: &'a StepInputs<'a, B>,
-    device: &'a B::Device,
+/// The chain view's passes on one device (also run per pipeline stage by `crate::pipeline`).
+pub(crate) struct Runner<'a, B: Backend> {
+    pub(crate) p: &'a Program,
+    pub(crate) step: &'a StepInputs<'a, B>,
+    pub(crate) device: &'a B::Device,
     /// Each parameter's device copy.
-    params: Vec<Option<FloatTensor<B>>>,
+    pub(crate) params: Vec<Option<FloatTensor<B>>>,
     /// Each parameter's moments on the device.
-    moments: Vec<Option<Moments<B>>>,
+    pub(crate) moments: Vec<Option<Moments<B>>>,
     /// A device copy the host CPU has updated past: read it and the step fails.
-    stale: Vec<bool>,
-    grads: Vec<Option<FloatTensor<B>>>,
-    loss: Option<FloatTensor<B>>,
+    pub(crate) stale: Vec<bool>,
+    pub(crate) grads: Vec<Option<FloatTensor<B>>>,
+    pub(crate) loss: Option<FloatTensor<B>>,
 }
 
 fn add_into<B: Backend>(slot: &mut Option<FloatTensor<B>>, g: FloatTensor<B>) {
@@ -626,7 +627,7 @@ impl<B: Backend> Runner<'_, B> {
 
     /// Runs stage `s`'s forward on its input boundary. Returns the output boundary and,
     /// with grad, the saved tensors of its backward.
-    fn forward_stage(&self, s: usize, mut env: Env<B>, grad: bool) -> Result<StageOut<B>, RuntimeError> {
+    pub(crate) fn forward_stage(&self, s: usize, mut env: Env<B>, grad: bool) -> Result<StageOut<B>, RuntimeError> {
         let stage = &self.p.stages[s];
         let keep_out = &self.p.boundary[s + 1];
         let mut inner: HashMap<Key, Value<B>> = HashMap::new();
@@ -678,7 +679,7 @@ impl<B: Backend> Runner<'_, B> {
     }
 
     /// Runs stage `s`'s backward: from `δ_{s+1}` to `δ_s`.
-    fn backward_stage(
+    pub(crate) fn backward_stage(
         &mut self,
         s: usize,
         mut grads: GradMap<B>,
@@ -748,7 +749,7 @@ impl<B: Backend> Runner<'_, B> {
     }
 
     /// `B_L`: the views before the loss, the loss, and their backward.
-    fn loss_stage(&mut self, a_l: &Env<B>) -> Result<GradMap<B>, RuntimeError> {
+    pub(crate) fn loss_stage(&mut self, a_l: &Env<B>) -> Result<GradMap<B>, RuntimeError> {
         let l = self.p.len();
         let stage = &self.p.stages[l];
         let mut env = a_l.clone();

@@ -17,6 +17,7 @@ pub mod exec;
 pub mod memory;
 pub mod ops;
 mod optim;
+pub mod pipeline;
 pub mod profile;
 pub mod program;
 pub mod rng;

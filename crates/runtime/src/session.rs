@@ -304,7 +304,11 @@ impl<B: Backend> Session<B> {
 
 /// A fixed batch: floats uniform in `[-1, 1)`; integer ids below the vocabulary of the
 /// embedding that reads them, labels below the class count, `positions` `0, 1, ...`.
-fn synthetic_batch<B: Backend>(net: &Network, rng: &mut SplitMix, device: &B::Device) -> HashMap<TensorId, Value<B>> {
+pub(crate) fn synthetic_batch<B: Backend>(
+    net: &Network,
+    rng: &mut SplitMix,
+    device: &B::Device,
+) -> HashMap<TensorId, Value<B>> {
     let mut out = HashMap::new();
     for (t, tensor) in net.tensors.iter().enumerate() {
         if tensor.producer.is_some() {

@@ -14,6 +14,7 @@
 
 pub mod bench;
 pub mod device;
+pub mod pipeline;
 pub mod train;
 
 pub use device::{bench_on, profile_on, train_on};
