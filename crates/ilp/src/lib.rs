@@ -7,7 +7,9 @@
 //! * [`checkmate`]: the original Checkmate ILP (Jain et al., MLSys 2020, as Zhao's thesis
 //!   reproduces it in §2.1.1), solver `checkmate`;
 //! * [`rockmate`] and [`hiremate`]: Zhao's Rockmate (solvers `rockmate`, `rk-checkmate`)
-//!   and HiRemate (solver `hiremate`).
+//!   and HiRemate (solver `hiremate`);
+//! * [`pipeline`]: Shilova's Ch. 6 ILP for pipelined model parallelism (solver
+//!   `pipeline-ilp`) and MadPipe's phase 2 (solver `madpipe`).
 //!
 //! They share [`milp`], a thin layer over the `highs` crate: 0/1 terms that are either
 //! constants or binary columns, linear expressions with constants, and a solve that
@@ -34,6 +36,7 @@ pub mod hilp;
 pub mod hiremate;
 pub mod milp;
 pub mod offmate;
+pub mod pipeline;
 #[cfg(test)]
 mod prepare_tests;
 pub mod rockmate;
@@ -46,6 +49,7 @@ use thiserror::Error;
 pub use checkmate::Checkmate;
 pub use hiremate::Hiremate;
 pub use offmate::Offmate;
+pub use pipeline::{MadPipe, PipelineIlp};
 pub use rockmate::{RkCheckmate, Rockmate};
 
 /// Why an ILP solver returned no schedule. Converted into a

@@ -7,8 +7,10 @@
 //!   stage after; `W` needs the stage's `I`.
 //! * An input from a stage on another device comes through an [`Op::Send`], which the
 //!   schedule must list. The link between two devices carries one transfer at a time,
-//!   both directions sharing it (the thesis's exclusive mode), in the order the
-//!   transfers become ready; a transfer takes `bytes / β` plus the link's latency.
+//!   both directions sharing it (the thesis's exclusive mode): in a periodic pattern in
+//!   the order the sends are listed (the pattern gives the communications their slots),
+//!   in a flushed step in the order they become ready; a transfer takes `bytes / β` plus
+//!   the link's latency.
 //! * Memory per device (§1.6, with the ILP's communication buffers of Assumption 5):
 //!   the stages' static bytes, with two weight versions in a periodic schedule
 //!   (PipeDream-2BW's stashing) and one with a flush; a buffer of `a_j` and one of `δ_j`

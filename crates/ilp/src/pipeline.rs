@@ -1,0 +1,961 @@
+//! The Ch. 6 ILP of Shilova's thesis for `PIPE_{S¹ & A}` (digest `seed001-part3.md`
+//! §3.4): one MILP that chooses a general (non-contiguous) allocation of the layers to
+//! the devices and a 1-periodic pattern of period `T`, under the memory of each device,
+//! and minimizes `T`; and MadPipe's phase 2 (§3.7), the same ILP on phase 1's stage chain
+//! with the allocation fixed. Solvers `pipeline-ilp` and `madpipe`.
+//!
+//! # Indexing: `L` layers, the loss folded into the last
+//!
+//! [`Layers`] fold the loss into layer `L` (its forward and backward are in `u_F`, `u_B`
+//! of the last layer), so there is no loss task: with 0-based layers `0..L`, the tasks
+//! are `T_t = F_t` for `t < L` and `T_t = B_{2L−1−t}` for `t ≥ L` (`2L` tasks, `F_{L−1}`
+//! and `B_{L−1}` consecutive and colocated as the thesis's `F_{L+1}`, `B_{L+1}` are), and
+//! `2L − 1` communications, `T^c_c` carrying the output of `T_c` to `T_{c+1}`: the
+//! activation of boundary `c` for `c < L − 1`, nothing for `c = L − 1` (the loss never
+//! leaves its device), the gradient of boundary `2L − 2 − c` for `c ≥ L`. A
+//! communication of boundary `j` takes `boundary[j] / β + latency`
+//! ([`PipeProblem::comm`] is both directions together).
+//!
+//! # The errata, decided (digest §3.4.4, §3.4.5, §6.4)
+//!
+//! 1. **Transitivity (6.1) for every pivot**: `z_{b,c} ≥ z_{a,b} + z_{a,c} − 1` for the
+//!    three pivots of each triple. Since (6.4) colocates `F_ℓ` and `B_ℓ`, `z` between two
+//!    tasks is `z` between their layers: the columns are one `y_{ℓ,ℓ'}` per pair of
+//!    layers (an exact substitution of (6.4) that divides the transitivity rows by 8),
+//!    and (6.2)–(6.3) count the classes on layers.
+//! 2. **`w_{ℓℓ'} + w_{ℓ'ℓ} = z_{ℓℓ'}` explicitly**: one order column per unordered pair,
+//!    `w_{ℓ'ℓ}` written as `z_{ℓℓ'} − w_{ℓℓ'}` (the equality substituted), so a
+//!    zero-duration task still has exactly one order with each colocated task.
+//! 3. **`2L − 1` communications** (the thesis's `2L + 1` for `L + 1` layers), with
+//!    durations `d̃` (not `d`).
+//! 4. **Ranges stop at the last communication**: (6.23)–(6.30) for `c ≤ 2L − 2`.
+//! 5. **(6.33) sums over `ℓ'` only**.
+//! 6. **Zero-cost colocated communications**: the duration of `T^c_c` is
+//!    `d̃_c·(1 − z_{c,c+1})`, linear since `d̃_c` is a constant, in (6.18) and
+//!    (6.23)–(6.30); two communications exclude each other only when both travel on the
+//!    same link (`z̃ = 1` implies both travel, so (6.14)–(6.15) keep the constant `d̃`).
+//! 7. **A safe big-M**: times are scaled so that the sequential period
+//!    `T_seq = Σ d + Σ d̃` is 1; `T ≤ T_seq` is added (no optimum is lost: for a fixed
+//!    allocation the sequential pattern, one micro-batch at a time, holds the least memory
+//!    at every task, so any allocation with a feasible pattern has one of period at most
+//!    `T_seq`) and `K = 2·T_seq ≥ T + max d`.
+//!
+//! Further choices, to hold the ILP to the simulator (`pebble_sim::pipeline`), which
+//! counts memory as [`Layers`] do:
+//!
+//! * **Memory** of the device of task `x` at the start of `x` (the only instants where
+//!   it grows): the static bytes of its layers, `layers.static_bytes(ℓ, ℓ, versions)` with
+//!   `versions = weight_versions.unwrap_or(2)` (the thesis's `C·W`, (6.33)); a buffer of
+//!   `a_j` and one of `δ_j` (`2·boundary[j]`) for each boundary `j` that crosses from or
+//!   to the device ((6.34)–(6.35), Lemma 19); the activations, `stored[ℓ]` per micro-batch
+//!   in flight as in Lemma 18: `σ_{x,ℓ} + [x = F_ℓ] + w_{F_ℓ,x} − w_{B_ℓ,x}` copies, where
+//!   `σ` is (6.31)–(6.32)'s count at the start of the period (`Σ (v + v' + ṽ + ṽ')` over
+//!   the communications from `F_ℓ` to `B_ℓ`, Lemma 17) and `[x = F_ℓ]` counts what `F_ℓ`
+//!   allocates as it starts; and the temporary of `x` (`ftmp` or `btmp`). `stored[ℓ]`
+//!   already holds the layer's input, so Lemma 18's working `a_{ℓ−1} + a_ℓ` and the direct
+//!   dependencies `M^{DIR}` ((6.22), the `o` columns) are not separate terms: the
+//!   simulator has no such memory, and the ILP counts exactly what it counts. Memory rows
+//!   are scaled by `1/M`.
+//! * **Cuts** (valid, for the LP relaxation): `T` at least each device's load, each
+//!   link's load, the largest task and `Σ d / P`; `v' ≤ v`.
+//! * **Zero durations** (a free backward, a layer of no cost): in the ILP every task lasts
+//!   at least `10⁻⁷·T_seq`. Otherwise tasks that share a start leave `w` free to order
+//!   them against their dependencies (a backward listed before the backward it waits
+//!   for, a cycle through two devices at one instant), which the simulator reads as a
+//!   deadlock. With positive durations the order of the tasks is that of their starts;
+//!   the schedule runs the real durations in that order, no slower; `T` is at most
+//!   `2L·10⁻⁷·T_seq` above the optimum of the unperturbed ILP. Free communications stay
+//!   free (no chain of dependencies links two of them without a task in between).
+//! * **Extraction**: devices are the classes of `y` (numbered by first layer, or the fixed
+//!   allocation's); shifts are Lemma 17's sums of `v` (normalized so that `B_1` has 0; a
+//!   communication's is its producer's less `v + v'`); each device runs its tasks in the
+//!   ILP's order (the rank from `w`), each link its transfers in the pattern's order (the
+//!   rank from `w̃`, `τ̃` between two free ones), both written out, since the simulator
+//!   runs a periodic schedule's sends on each link in the order listed; each layer is its
+//!   own [`PipeStage`] (merging a device's consecutive layers would run their passes as
+//!   one op, which the pattern may not). The simulator runs every lane in the pattern's
+//!   order as soon as possible, so its period is at most `T` (up to tolerance), and its
+//!   memory is the ILP's (it depends only on each device's order and the shifts). Should
+//!   HiGHS's tolerances put the simulated peak a few bytes over `M`, the ILP is solved
+//!   again that much tighter (up to 3 times within the time limit).
+//!
+//! HiGHS runs under [`PipeProblem::time_limit`]; when it stops there with an incumbent,
+//! the incumbent's pattern is returned (the thesis kept CPLEX's incumbents after its 1 h
+//! limit too): [`IlpPattern::optimal`] says which. Beyond [`MAX_LAYERS`] layers (stages,
+//! for MadPipe) the ILP is refused: its `O(L²)` big-M disjunctions and `O(L³)`
+//! transitivity rows do not solve in useful time (a dozen layers already leave HiGHS an
+//! incumbent well above its bound after a minute).
+//!
+//! # MadPipe's phase 2 (digest §3.7, erratum 15 decided: the allocation is fixed)
+//!
+//! Each phase-1 stage is one layer of a shorter chain ([`stage_chain`]): `u_F = Σ u_F`,
+//! `u_B = Σ u_B` (erratum 9), the boundary of its last layer, `stored_bytes` of the stage
+//! (the thesis's `ā`), weights, gradients and states summed, the largest temporaries;
+//! every `z` is a constant (`Bin::One` / `Bin::Zero`) from phase 1's devices. The
+//! solver reports phase 1's period as the expected one (the dashed line); its schedule
+//! is phase 2's (the solid line). 1F1B\*'s construction on the same placement
+//! ([`madpipe::schedule_placement`]) runs too, and the faster of the two in simulation is
+//! kept: it covers a time limit of 0 (`pebble reproduce ch7` without `--ilp`), a stage
+//! chain beyond [`MAX_LAYERS`], and an ILP stopped without an incumbent.
+
+use highs::Col;
+use pebble_graph::Layers;
+use pebble_schedule::{Op, Pass, PipeStage, Schedule};
+use pebble_sim::{simulate_pipeline, PipeReport, SimError};
+use pebble_solve::pipeline::madpipe::{self, Allocation, Grid};
+use pebble_solve::pipeline::{PipeError, PipeProblem, PipeRegistration, PipeSolution, PipeSolver};
+
+use crate::milp::{Bin, Lin, Milp, Outcome};
+use crate::IlpError;
+
+/// The most layers (or MadPipe stages) the ILP takes.
+pub const MAX_LAYERS: usize = 24;
+
+/// HiGHS's relative gap: small, so that "optimal" is the optimum for the tests' oracle.
+const GAP: f64 = 1e-6;
+
+const INF: f64 = f64::INFINITY;
+
+/// The shortest task, as a fraction of the sequential period (see the module doc: zero
+/// durations); a hundred times HiGHS's feasibility tolerance, set to 1e-9.
+const INSTANT: f64 = 1e-7;
+
+/// When one pass runs in the pattern.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timed {
+    /// Its start in the pattern (seconds; may be negative: devices are not aligned).
+    pub start: f64,
+    /// Its index shift: in period `j` it runs micro-batch `j + shift`.
+    pub shift: i64,
+}
+
+/// The ILP's 1-periodic pattern.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IlpPattern {
+    /// The period `T` in seconds.
+    pub period: f64,
+    /// Whether HiGHS proved it optimal (within a relative gap of 1e-6); `false`: the
+    /// incumbent when the time limit stopped it.
+    pub optimal: bool,
+    /// HiGHS's lower bound on `T` (equal to `period` when optimal).
+    pub bound: f64,
+    /// The device of each layer (of the chain the ILP was given).
+    pub device: Vec<usize>,
+    /// Each layer's forward.
+    pub forward: Vec<Timed>,
+    /// Each layer's backward.
+    pub backward: Vec<Timed>,
+    /// What each device runs, in order: `(layer, pass)`.
+    pub order: Vec<Vec<(usize, Pass)>>,
+    /// What each link (a pair of devices, the lower first) carries, in order.
+    pub links: Vec<((usize, usize), Vec<Transfer>)>,
+}
+
+/// A communication of the pattern: the activation or the gradient of a boundary.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Transfer {
+    /// The boundary: the one after layer `boundary` (of the chain the ILP was given).
+    pub boundary: usize,
+    /// The gradient `δ` (backward), not the activation `a`.
+    pub grad: bool,
+    /// Its start in the pattern (seconds).
+    pub start: f64,
+    /// Its index shift.
+    pub shift: i64,
+}
+
+impl IlpPattern {
+    /// The pipeline schedule of this pattern: layer `k` of the ILP's chain is the
+    /// pipeline stage `ranges[k]` (`first..=last` of the real layers), on its device;
+    /// `devices` devices; one period, each run and each send on micro-batch `shift`, each
+    /// device's runs and each link's sends in the pattern's order (a periodic pattern's
+    /// link runs its sends in the order listed).
+    pub fn schedule(&self, ranges: &[(usize, usize)], devices: usize) -> Schedule {
+        let stages: Vec<PipeStage> = ranges
+            .iter()
+            .zip(&self.device)
+            .map(|(&(first, last), &device)| PipeStage { first, last, device })
+            .collect();
+        // All ops in one list by pattern time, each device's and each link's in its order.
+        let mut keyed: Vec<(f64, usize, usize, Op)> = Vec::new();
+        for (device, list) in self.order.iter().enumerate() {
+            let mut clock = f64::NEG_INFINITY;
+            for (pos, &(stage, pass)) in list.iter().enumerate() {
+                let timed = if pass == Pass::F { self.forward[stage] } else { self.backward[stage] };
+                clock = clock.max(timed.start);
+                keyed.push((clock, device, pos, Op::Run { device, stage, micro: timed.shift, pass }));
+            }
+        }
+        for (i, (_, list)) in self.links.iter().enumerate() {
+            let mut clock = f64::NEG_INFINITY;
+            for (pos, tr) in list.iter().enumerate() {
+                clock = clock.max(tr.start);
+                let (j, next) = (tr.boundary, tr.boundary + 1);
+                let op = if tr.grad {
+                    Op::Send { from: self.device[next], to: self.device[j], stage: next, micro: tr.shift, grad: true }
+                } else {
+                    Op::Send { from: self.device[j], to: self.device[next], stage: j, micro: tr.shift, grad: false }
+                };
+                keyed.push((clock, self.order.len() + i, pos, op));
+            }
+        }
+        keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        let ops = keyed.into_iter().map(|k| k.3).collect();
+        Schedule::pipeline(devices, 1, stages, ops).repeated().with_sends()
+    }
+}
+
+/// A schedule from the ILP, with its pattern and the simulator's report.
+#[derive(Debug, Clone)]
+pub struct IlpPlan {
+    /// The schedule.
+    pub schedule: Schedule,
+    /// The ILP's pattern (on the layers, or on MadPipe's stages); `None` when MadPipe's
+    /// phase 2 kept 1F1B\*'s construction.
+    pub pattern: Option<IlpPattern>,
+    /// The simulator's report on the schedule, under the problem's memory.
+    pub report: PipeReport,
+    /// MadPipe's phase-1 allocation, for `madpipe`.
+    pub allocation: Option<Allocation>,
+}
+
+/// `1 − b`.
+fn not(b: Bin) -> Lin {
+    let mut e = Lin::constant(1.0);
+    e.add_bin(b, -1.0);
+    e
+}
+
+fn lin(b: Bin) -> Lin {
+    let mut e = Lin::default();
+    e.add_bin(b, 1.0);
+    e
+}
+
+fn is_zero(e: &Lin) -> bool {
+    e.is_constant() && e.constant < 0.5
+}
+
+/// Two operations `a`, `b` (start column, duration) that must not overlap, nor span more
+/// than `T`, when `same` (a 0/1 expression) is 1: (6.5)–(6.7) and (6.20), or
+/// (6.14)–(6.16) and (6.21). Returns the order, `w_{ab}` (1: `a` ends before `b` starts);
+/// `w_{ba} = same − w_{ab}`.
+fn disjoint(m: &mut Milp, k: f64, t: Col, a: (Col, f64), b: (Col, f64), same: &Lin) -> Lin {
+    if is_zero(same) {
+        return Lin::default();
+    }
+    let w = m.binary(0.0, f64::NAN);
+    if !same.is_constant() {
+        let mut e = Lin::default();
+        e.add_col(w, 1.0).add_lin(same, -1.0);
+        m.row(-INF, &e, 0.0);
+    }
+    // w = 1: τ_b ≥ τ_a + d_a.
+    let mut e = Lin::constant(2.0 * k - a.1);
+    e.add_col(b.0, 1.0).add_col(a.0, -1.0).add_lin(same, -k).add_col(w, -k);
+    m.row(0.0, &e, INF);
+    // w = 0: τ_a ≥ τ_b + d_b.
+    let mut e = Lin::constant(k - b.1);
+    e.add_col(a.0, 1.0).add_col(b.0, -1.0).add_lin(same, -k).add_col(w, k);
+    m.row(0.0, &e, INF);
+    // The span of both within T.
+    for (x, y) in [(a, b), (b, a)] {
+        let mut e = Lin::constant(k - x.1);
+        e.add_col(t, 1.0).add_col(x.0, -1.0).add_col(y.0, 1.0).add_lin(same, -k);
+        m.row(0.0, &e, INF);
+    }
+    let mut out = Lin::default();
+    out.add_col(w, 1.0);
+    out
+}
+
+/// A 0/1 quantity bounded below by each of `lower` and above by each of `upper` (all
+/// over 0/1 columns): a constant when they all are, else a binary column with those rows.
+fn bounded(m: &mut Milp, lower: &[Lin], upper: &[Lin]) -> Lin {
+    if lower.iter().chain(upper).all(Lin::is_constant) {
+        let lo = lower.iter().map(|e| e.constant).fold(0.0, f64::max);
+        return Lin::constant(if lo > 0.5 { 1.0 } else { 0.0 });
+    }
+    let z = m.binary(0.0, f64::NAN);
+    for e in lower {
+        let mut r = Lin::default();
+        r.add_col(z, 1.0).add_lin(e, -1.0);
+        m.row(0.0, &r, INF);
+    }
+    for e in upper {
+        let mut r = Lin::default();
+        r.add_col(z, 1.0).add_lin(e, -1.0);
+        m.row(-INF, &r, 0.0);
+    }
+    lin(Bin::Var(z))
+}
+
+/// The ILP on `problem.layers` (`fixed`: the device of each layer, MadPipe's phase 2),
+/// with each device's memory lowered by `slack` bytes.
+pub fn solve_pattern(problem: &PipeProblem<'_>, fixed: Option<&[usize]>, slack: u64) -> Result<IlpPattern, IlpError> {
+    let layers = problem.layers;
+    let n = layers.len();
+    if n == 0 {
+        return Err(IlpError::InvalidGraph("no layers".into()));
+    }
+    if let Some(f) = fixed {
+        if f.len() != n {
+            return Err(IlpError::InvalidGraph(format!("{} devices fixed for {n} layers", f.len())));
+        }
+    }
+    let tasks = 2 * n;
+    let comms = 2 * n - 1;
+    let layer_of = |t: usize| if t < n { t } else { 2 * n - 1 - t };
+    let task_f = |l: usize| l;
+    let task_b = |l: usize| 2 * n - 1 - l;
+    // The boundary a communication carries (n − 1: the loss's, which never travels).
+    let boundary_of = |c: usize| if c < n { c } else { 2 * n - 2 - c };
+    let comm_time = |j: usize| {
+        if j + 1 >= n {
+            0.0
+        } else if problem.bandwidth.is_infinite() {
+            problem.latency
+        } else {
+            layers.boundary[j] as f64 / problem.bandwidth + problem.latency
+        }
+    };
+    let raw_d: Vec<f64> = (0..tasks).map(|t| if t < n { layers.uf[t] } else { layers.ub[layer_of(t)] }).collect();
+    let raw_dc: Vec<f64> = (0..comms).map(|c| comm_time(boundary_of(c))).collect();
+    let seq: f64 = raw_d.iter().sum::<f64>() + raw_dc.iter().sum::<f64>();
+    let scale = if seq > 0.0 { 1.0 / seq } else { 1.0 };
+    // A task lasts at least INSTANT (see the module doc: zero durations).
+    let d: Vec<f64> = raw_d.iter().map(|x| (x * scale).max(INSTANT)).collect();
+    let dc: Vec<f64> = raw_dc.iter().map(|x| x * scale).collect();
+    let horizon = d.iter().sum::<f64>() + dc.iter().sum::<f64>();
+    let k = 2.0 * horizon;
+
+    let mut m = Milp::new();
+    let devices = problem.devices.max(1);
+    let lo = d.iter().copied().fold(d.iter().sum::<f64>() / devices as f64, f64::max).min(horizon);
+    let t = m.continuous(1.0, lo, horizon, f64::NAN);
+    let tau: Vec<Col> = (0..tasks)
+        .map(|x| {
+            if x == 0 {
+                m.continuous(0.0, 0.0, 0.0, f64::NAN)
+            } else {
+                m.continuous(0.0, -d[x], horizon - d[x], f64::NAN)
+            }
+        })
+        .collect();
+    for x in 1..tasks {
+        let mut e = Lin::constant(d[x]);
+        e.add_col(tau[x], 1.0).add_col(t, -1.0);
+        m.row(-INF, &e, 0.0); // (6.17)
+    }
+
+    // z on layers: (6.1)–(6.4).
+    let mut ycol = vec![vec![Bin::One; n]; n];
+    for a in 0..n {
+        for b in a + 1..n {
+            let v = match fixed {
+                Some(f) if f[a] == f[b] => Bin::One,
+                Some(_) => Bin::Zero,
+                None => Bin::Var(m.binary(0.0, f64::NAN)),
+            };
+            ycol[a][b] = v;
+            ycol[b][a] = v;
+        }
+    }
+    let y = |a: usize, b: usize| ycol[a][b];
+    match fixed {
+        None => {
+            for a in 0..n {
+                for b in a + 1..n {
+                    for c in b + 1..n {
+                        for (p, q, r) in [(a, b, c), (b, a, c), (c, a, b)] {
+                            // z_{q,r} ≥ z_{p,q} + z_{p,r} − 1
+                            let mut e = Lin::constant(1.0);
+                            e.add_bin(y(q, r), 1.0).add_bin(y(p, q), -1.0).add_bin(y(p, r), -1.0);
+                            m.row(0.0, &e, INF);
+                        }
+                    }
+                }
+            }
+            // f_ℓ ≥ 1 − Σ_{ℓ'<ℓ} z, Σ f ≤ P (f_1 = 1).
+            let mut count = Lin::constant(1.0);
+            for a in 1..n {
+                let f = m.continuous(0.0, 0.0, 1.0, f64::NAN);
+                let mut e = Lin::default();
+                e.add_col(f, 1.0);
+                for b in 0..a {
+                    e.add_bin(y(a, b), 1.0);
+                }
+                m.row(1.0, &e, INF);
+                count.add_col(f, 1.0);
+            }
+            m.row(-INF, &count, devices as f64);
+        }
+        Some(f) => {
+            let mut used: Vec<usize> = f.to_vec();
+            used.sort_unstable();
+            used.dedup();
+            if used.len() > devices {
+                return Err(IlpError::InvalidGraph(format!(
+                    "the fixed allocation uses {} devices, {devices} exist",
+                    used.len()
+                )));
+            }
+        }
+    }
+    // Device load cut.
+    for a in 0..n {
+        let mut e = Lin::default();
+        e.add_col(t, -1.0);
+        for b in 0..n {
+            e.add_bin(y(a, b), d[task_f(b)] + d[task_b(b)]);
+        }
+        m.row(-INF, &e, 0.0);
+    }
+
+    // Computations: (6.5)–(6.7), (6.20), and the order w.
+    let mut w: Vec<Vec<Lin>> = vec![vec![Lin::default(); tasks]; tasks];
+    for a in 0..tasks {
+        for b in a + 1..tasks {
+            let same = lin(y(layer_of(a), layer_of(b)));
+            w[a][b] = disjoint(&mut m, k, t, (tau[a], d[a]), (tau[b], d[b]), &same);
+        }
+    }
+    let same_task = |a: usize, b: usize| lin(y(layer_of(a), layer_of(b)));
+    // w_{ab}: a before b.
+    let before = |a: usize, b: usize| -> Lin {
+        if a == b {
+            Lin::default()
+        } else if a < b {
+            w[a][b].clone()
+        } else {
+            let mut e = same_task(a, b);
+            e.add_lin(&w[b][a], -1.0);
+            e
+        }
+    };
+
+    // Communications: whether each travels, its duration, its start.
+    let travels = |c: usize| -> Lin {
+        let j = boundary_of(c);
+        if j + 1 >= n {
+            Lin::default()
+        } else {
+            not(y(j, j + 1))
+        }
+    };
+    let dur_c: Vec<Lin> = (0..comms)
+        .map(|c| {
+            let mut e = Lin::default();
+            e.add_lin(&travels(c), dc[c]);
+            e
+        })
+        .collect();
+    let tau_c: Vec<Col> = (0..comms).map(|c| m.continuous(0.0, -dc[c], horizon, f64::NAN)).collect();
+    for c in 0..comms {
+        // (6.18)
+        let mut e = dur_c[c].clone();
+        e.add_col(tau_c[c], 1.0);
+        m.row(0.0, &e, INF);
+        e.add_col(t, -1.0);
+        m.row(-INF, &e, 0.0);
+    }
+    // Same link (6.8)–(6.13), per pair of boundaries (both directions of each share it);
+    // none when every communication is free (their order on a link is then any order of
+    // their starts).
+    let links: Vec<usize> =
+        if (0..n.saturating_sub(1)).any(|j| dc[j] > 0.0) { (0..n - 1).collect() } else { Vec::new() };
+    let mut zt: std::collections::HashMap<(usize, usize), Lin> = Default::default();
+    for (i, &j) in links.iter().enumerate() {
+        zt.insert((j, j), not(y(j, j + 1)));
+        for &j2 in &links[i + 1..] {
+            let cross = |p: usize, q: usize, r: usize, s: usize| {
+                let mut e = Lin::constant(-1.0);
+                e.add_bin(y(p, q), 1.0).add_bin(y(r, s), 1.0).add_bin(y(j, j + 1), -1.0);
+                e
+            };
+            let lower = [cross(j, j2, j + 1, j2 + 1), cross(j, j2 + 1, j + 1, j2)];
+            let sum = |a: Bin, b: Bin| {
+                let mut e = lin(a);
+                e.add_bin(b, 1.0);
+                e
+            };
+            let upper = [
+                not(y(j, j + 1)),
+                not(y(j2, j2 + 1)),
+                sum(y(j, j2), y(j + 1, j2)),
+                sum(y(j, j2 + 1), y(j + 1, j2 + 1)),
+            ];
+            let z = bounded(&mut m, &lower, &upper);
+            zt.insert((j, j2), z.clone());
+            zt.insert((j2, j), z);
+        }
+    }
+    // Link load cut, and (6.14)–(6.16), (6.21).
+    for &j in &links {
+        let mut e = Lin::default();
+        e.add_col(t, -1.0);
+        for &j2 in &links {
+            e.add_lin(&zt[&(j, j2)], 2.0 * dc[j2]);
+        }
+        m.row(-INF, &e, 0.0);
+    }
+    let travelling: Vec<usize> = (0..comms).filter(|&c| links.contains(&boundary_of(c))).collect();
+    let mut wt: std::collections::HashMap<(usize, usize), Lin> = Default::default();
+    for (i, &c) in travelling.iter().enumerate() {
+        for &c2 in &travelling[i + 1..] {
+            if dc[c] == 0.0 && dc[c2] == 0.0 {
+                continue;
+            }
+            let same = zt[&(boundary_of(c), boundary_of(c2))].clone();
+            wt.insert((c, c2), disjoint(&mut m, k, t, (tau_c[c], dc[c]), (tau_c[c2], dc[c2]), &same));
+        }
+    }
+
+    // Index shifts (6.23)–(6.30).
+    let mut shift_cols: Vec<[Col; 4]> = Vec::with_capacity(comms);
+    for c in 0..comms {
+        let cols = [(); 4].map(|_| m.binary(0.0, f64::NAN));
+        let [v, v2, vt, vt2] = cols;
+        let row = |m: &mut Milp, e: Lin| m.row(0.0, &e, INF);
+        let end = |e: &mut Lin| {
+            e.add_col(tau[c], 1.0).constant += d[c];
+        };
+        let cend = |e: &mut Lin| {
+            e.add_col(tau_c[c], 1.0).add_lin(&dur_c[c], 1.0);
+        };
+        // (6.23) τ + d − τ̃ + K(1 − v) ≥ 0
+        let mut e = Lin::constant(k);
+        end(&mut e);
+        e.add_col(tau_c[c], -1.0).add_col(v, -k);
+        row(&mut m, e);
+        // (6.24) τ̃ − τ − d + K v ≥ 0
+        let mut e = Lin::default();
+        e.add_col(tau_c[c], 1.0).add_col(tau[c], -1.0).add_col(v, k).constant -= d[c];
+        row(&mut m, e);
+        // (6.25) τ̃ + d̃ − τ_{c+1} + K(1 − ṽ) ≥ 0
+        let mut e = Lin::constant(k);
+        cend(&mut e);
+        e.add_col(tau[c + 1], -1.0).add_col(vt, -k);
+        row(&mut m, e);
+        // (6.26) τ_{c+1} − τ̃ − d̃ + K ṽ ≥ 0
+        let mut e = Lin::default();
+        e.add_col(tau[c + 1], 1.0).add_col(tau_c[c], -1.0).add_lin(&dur_c[c], -1.0).add_col(vt, k);
+        row(&mut m, e);
+        // (6.27) τ + d − τ̃ − T + 2K(1 − v') ≥ 0
+        let mut e = Lin::constant(2.0 * k);
+        end(&mut e);
+        e.add_col(tau_c[c], -1.0).add_col(t, -1.0).add_col(v2, -2.0 * k);
+        row(&mut m, e);
+        // (6.28) τ̃ + T − τ − d + 2K v' ≥ 0
+        let mut e = Lin::default();
+        e.add_col(tau_c[c], 1.0).add_col(t, 1.0).add_col(tau[c], -1.0).add_col(v2, 2.0 * k).constant -= d[c];
+        row(&mut m, e);
+        // (6.29) τ̃ + d̃ − τ_{c+1} − T + 2K(1 − ṽ') ≥ 0
+        let mut e = Lin::constant(2.0 * k);
+        cend(&mut e);
+        e.add_col(tau[c + 1], -1.0).add_col(t, -1.0).add_col(vt2, -2.0 * k);
+        row(&mut m, e);
+        // (6.30) τ_{c+1} + T − τ̃ − d̃ + 2K ṽ' ≥ 0
+        let mut e = Lin::default();
+        e.add_col(tau[c + 1], 1.0).add_col(t, 1.0).add_col(tau_c[c], -1.0).add_lin(&dur_c[c], -1.0);
+        e.add_col(vt2, 2.0 * k);
+        row(&mut m, e);
+        // v' ≤ v, ṽ' ≤ ṽ
+        for (small, big) in [(v2, v), (vt2, vt)] {
+            let mut e = Lin::default();
+            e.add_col(small, 1.0).add_col(big, -1.0);
+            m.row(-INF, &e, 0.0);
+        }
+        shift_cols.push(cols);
+    }
+    // Σ over communications c in `range` of v + v' + ṽ + ṽ'.
+    let shift_sum = |range: std::ops::Range<usize>| {
+        let mut e = Lin::default();
+        for c in range {
+            for col in shift_cols[c] {
+                e.add_col(col, 1.0);
+            }
+        }
+        e
+    };
+    // Memory (6.31)–(6.36), as the simulator counts it.
+    if let Some(memory) = problem.memory {
+        let cap = memory.checked_sub(slack).ok_or(IlpError::Infeasible)? as f64;
+        let row_scale = 1.0 / cap.max(1.0);
+        let versions = problem.weight_versions.unwrap_or(2);
+        let statics: Vec<f64> = (0..n).map(|l| layers.static_bytes(l, l, versions) as f64).collect();
+        for a in 0..n {
+            // Buffers (6.34)–(6.35) for each boundary that crosses from or to a's device.
+            let mut base = Lin::default();
+            for (b, &bytes) in statics.iter().enumerate() {
+                base.add_bin(y(a, b), bytes);
+            }
+            for j in 0..n.saturating_sub(1) {
+                let bytes = 2 * layers.boundary[j];
+                if bytes == 0 {
+                    continue;
+                }
+                let diff = |p: Bin, q: Bin| {
+                    let mut e = lin(p);
+                    e.add_bin(q, -1.0);
+                    e
+                };
+                let lower = [diff(y(a, j), y(a, j + 1)), diff(y(a, j + 1), y(a, j))];
+                let buffer = if lower.iter().all(Lin::is_constant) {
+                    Lin::constant(lower.iter().map(|e| e.constant).fold(0.0, f64::max))
+                } else {
+                    let b = m.continuous(0.0, 0.0, 1.0, f64::NAN);
+                    for e in &lower {
+                        let mut r = Lin::default();
+                        r.add_col(b, 1.0).add_lin(e, -1.0);
+                        m.row(0.0, &r, INF);
+                    }
+                    let mut e = Lin::default();
+                    e.add_col(b, 1.0);
+                    e
+                };
+                base.add_lin(&buffer, bytes as f64);
+            }
+            // σ_{a,ℓ}: activations of ℓ held at the start of the period, if colocated.
+            let mut sigma: Vec<Option<Lin>> = vec![None; n];
+            for (l, slot) in sigma.iter_mut().enumerate() {
+                if layers.stored[l] == 0 || y(a, l) == Bin::Zero {
+                    continue;
+                }
+                let count = shift_sum(task_f(l)..task_b(l));
+                *slot = Some(match y(a, l) {
+                    Bin::Var(z) => {
+                        let big = 4.0 * (task_b(l) - task_f(l)) as f64;
+                        let s = m.continuous(0.0, 0.0, big, f64::NAN);
+                        let mut e = Lin::default();
+                        e.add_col(s, 1.0).add_col(z, -big);
+                        m.row(-INF, &e, 0.0); // (6.31)
+                        let mut e = Lin::constant(big);
+                        e.add_col(s, 1.0).add_lin(&count, -1.0).add_col(z, -big);
+                        m.row(0.0, &e, INF); // (6.32)
+                        let mut e = Lin::default();
+                        e.add_col(s, 1.0);
+                        e
+                    }
+                    _ => count,
+                });
+            }
+            for x in [task_f(a), task_b(a)] {
+                let mut e = base.clone();
+                for (l, s) in sigma.iter().enumerate() {
+                    let Some(s) = s else { continue };
+                    let stored = layers.stored[l] as f64;
+                    e.add_lin(s, stored).add_lin(&before(task_f(l), x), stored).add_lin(&before(task_b(l), x), -stored);
+                }
+                if x == task_f(a) {
+                    e.constant += layers.stored[a] as f64 + layers.ftmp[a] as f64;
+                } else {
+                    e.constant += layers.btmp[a] as f64;
+                }
+                let mut scaled = Lin::default();
+                scaled.add_lin(&e, row_scale);
+                if scaled.is_constant() {
+                    if !Milp::holds(-INF, &scaled, cap * row_scale) {
+                        return Err(IlpError::Infeasible);
+                    }
+                } else {
+                    m.row(-INF, &scaled, cap * row_scale);
+                }
+            }
+        }
+    }
+
+    let (cols, optimal, bound) = match m.solve(
+        Some(problem.time_limit),
+        false,
+        &[
+            ("mip_rel_gap", GAP),
+            ("mip_abs_gap", 1e-9),
+            ("mip_feasibility_tolerance", 1e-9),
+            ("primal_feasibility_tolerance", 1e-9),
+        ],
+    )? {
+        Outcome::Optimal(x) => {
+            let b = x[t.index()];
+            (x, true, b)
+        }
+        Outcome::Incumbent(x, _, dual) => (x, false, dual),
+    };
+
+    // Extraction.
+    let yv = |a: usize, b: usize| y(a, b).value(&cols);
+    let device: Vec<usize> = match fixed {
+        Some(f) => f.to_vec(),
+        None => {
+            let mut dev = vec![usize::MAX; n];
+            let mut next = 0;
+            for a in 0..n {
+                if let Some(b) = (0..a).find(|&b| yv(b, a)) {
+                    dev[a] = dev[b];
+                } else {
+                    dev[a] = next;
+                    next += 1;
+                }
+            }
+            dev
+        }
+    };
+    let shift_of = |c: usize| shift_cols[c].iter().filter(|&&col| cols[col.index()] > 0.5).count() as i64;
+    let mut h = vec![0i64; tasks];
+    for x in (0..tasks - 1).rev() {
+        h[x] = h[x + 1] + shift_of(x);
+    }
+    let start = |x: usize| cols[tau[x].index()] / scale;
+    let timed = |x: usize| Timed { start: start(x), shift: h[x] };
+    // The communications that travel, each link's in the pattern's order (the rank from
+    // w̃, then τ̃).
+    type Ranked = (i64, f64, usize); // (rank, start, communication)
+    let mut by_link: std::collections::BTreeMap<(usize, usize), Vec<Ranked>> = Default::default();
+    for (c, col) in tau_c.iter().enumerate() {
+        let j = boundary_of(c);
+        if j + 1 >= n || device[j] == device[j + 1] {
+            continue;
+        }
+        let link = (device[j].min(device[j + 1]), device[j].max(device[j + 1]));
+        by_link.entry(link).or_default().push((0, cols[col.index()] / scale, c));
+    }
+    let first_two = |c: usize| shift_cols[c][..2].iter().filter(|&&col| cols[col.index()] > 0.5).count() as i64;
+    let links: Vec<((usize, usize), Vec<Transfer>)> = by_link
+        .into_iter()
+        .map(|(link, mut list)| {
+            let cs: Vec<usize> = list.iter().map(|e| e.2).collect();
+            for e in &mut list {
+                let c = e.2;
+                let rank: f64 = cs
+                    .iter()
+                    .filter(|&&o| o != c)
+                    .map(|&o| {
+                        let (a, b) = (o.min(c), o.max(c));
+                        let Some(w_ab) = wt.get(&(a, b)) else {
+                            // Two free communications: by start, then along the chain.
+                            let at = |x: usize| cols[tau_c[x].index()];
+                            return if (at(o), o) < (at(c), c) { 1.0 } else { 0.0 };
+                        };
+                        let w_ab = w_ab.eval(&cols);
+                        if o < c {
+                            w_ab
+                        } else {
+                            zt[&(boundary_of(a), boundary_of(b))].eval(&cols) - w_ab
+                        }
+                    })
+                    .sum();
+                e.0 = rank.round() as i64;
+            }
+            list.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
+            let transfers = list
+                .into_iter()
+                .map(|(_, start, c)| Transfer {
+                    boundary: boundary_of(c),
+                    grad: c >= n,
+                    start,
+                    shift: h[c] - first_two(c),
+                })
+                .collect();
+            (link, transfers)
+        })
+        .collect();
+    let used = device.iter().map(|&d| d + 1).max().unwrap_or(0);
+    let mut order: Vec<Vec<(usize, Pass)>> = vec![Vec::new(); used];
+    for (dev, list) in order.iter_mut().enumerate() {
+        let mut mine: Vec<(i64, f64, usize)> = (0..tasks)
+            .filter(|&x| device[layer_of(x)] == dev)
+            .map(|x| {
+                let rank: f64 = (0..tasks)
+                    .filter(|&o| o != x && device[layer_of(o)] == dev)
+                    .map(|o| before(o, x).eval(&cols))
+                    .sum();
+                (rank.round() as i64, start(x), x)
+            })
+            .collect();
+        mine.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
+        *list = mine.into_iter().map(|(_, _, x)| (layer_of(x), if x < n { Pass::F } else { Pass::B })).collect();
+    }
+    Ok(IlpPattern {
+        period: cols[t.index()] / scale,
+        optimal,
+        bound: bound / scale,
+        device,
+        forward: (0..n).map(|l| timed(task_f(l))).collect(),
+        backward: (0..n).map(|l| timed(task_b(l))).collect(),
+        order,
+        links,
+    })
+}
+
+fn failed(solver: &'static str, what: &str, e: IlpError) -> PipeError {
+    let why = match e {
+        IlpError::Infeasible => format!("{what}: the ILP is infeasible (no 1-periodic pattern fits the memory)"),
+        other => format!("{what}: {other}"),
+    };
+    PipeError::Infeasible { solver, why }
+}
+
+/// Solves the ILP (`fixed` devices, or free) on `chain`, builds the schedule of the
+/// pipeline stages `ranges` on `problem`'s layers, and simulates it; tightens the memory
+/// by what the simulator finds above it, up to 3 more times within the time limit.
+fn plan(
+    solver: &'static str,
+    what: &str,
+    problem: &PipeProblem<'_>,
+    chain: &PipeProblem<'_>,
+    ranges: &[(usize, usize)],
+    fixed: Option<&[usize]>,
+) -> Result<(Schedule, IlpPattern, PipeReport), PipeError> {
+    let config = problem.sim_config();
+    let started = std::time::Instant::now();
+    let mut slack = 0u64;
+    for _ in 0..=crate::RETRIES {
+        // Retries share the time limit (each gets at least a second).
+        let left = (chain.time_limit - started.elapsed().as_secs_f64()).max(chain.time_limit.min(1.0));
+        let chain = PipeProblem { time_limit: left, ..*chain };
+        let pattern = solve_pattern(&chain, fixed, slack).map_err(|e| failed(solver, what, e))?;
+        let schedule = pattern.schedule(ranges, problem.devices);
+        match simulate_pipeline(problem.layers, &schedule, &config) {
+            Ok(report) => return Ok((schedule, pattern, report)),
+            Err(SimError::BudgetExceeded { bytes, budget, .. }) if bytes > budget => slack += bytes - budget,
+            Err(error) => return Err(PipeError::Invalid { solver, error }),
+        }
+    }
+    Err(PipeError::Infeasible {
+        solver,
+        why: format!("{what}: the patterns exceed the memory in simulation even {slack} bytes below it"),
+    })
+}
+
+/// `pipeline-ilp`: the Ch. 6 ILP on the layers, its schedule and the simulator's report.
+pub fn solve(problem: &PipeProblem<'_>) -> Result<IlpPlan, PipeError> {
+    const NAME: &str = "pipeline-ilp";
+    let layers = problem.layers;
+    layers.validate().map_err(|why| PipeError::Unsupported { solver: NAME, why })?;
+    if layers.len() > MAX_LAYERS {
+        return Err(PipeError::Unsupported {
+            solver: NAME,
+            why: format!("{} layers: the ILP takes at most {MAX_LAYERS} (try `madpipe`)", layers.len()),
+        });
+    }
+    if problem.devices == 0 {
+        return Err(PipeError::Unsupported { solver: NAME, why: "no devices".into() });
+    }
+    let ranges: Vec<(usize, usize)> = (0..layers.len()).map(|l| (l, l)).collect();
+    let (schedule, pattern, report) = plan(NAME, "the Ch. 6 ILP", problem, problem, &ranges, None)?;
+    Ok(IlpPlan { schedule, pattern: Some(pattern), report, allocation: None })
+}
+
+/// MadPipe's stage chain: each stage of `ranges` one layer, with the stage's times,
+/// stored bytes, weights, gradients and states summed, its largest temporaries, and the
+/// boundary after its last layer.
+pub fn stage_chain(layers: &Layers, ranges: &[(usize, usize)]) -> Layers {
+    let sum_f = |v: &[f64]| ranges.iter().map(|&(i, j)| v[i..=j].iter().sum()).collect::<Vec<f64>>();
+    let sum_u = |v: &[u64]| ranges.iter().map(|&(i, j)| v[i..=j].iter().sum()).collect::<Vec<u64>>();
+    let max_u = |v: &[u64]| ranges.iter().map(|&(i, j)| v[i..=j].iter().copied().max().unwrap_or(0)).collect();
+    Layers {
+        uf: sum_f(&layers.uf),
+        ub: sum_f(&layers.ub),
+        uw: sum_f(&layers.uw),
+        stored: sum_u(&layers.stored),
+        boundary: ranges.iter().map(|&(_, j)| layers.boundary[j]).collect(),
+        input: layers.input,
+        weights: sum_u(&layers.weights),
+        grads: sum_u(&layers.grads),
+        states: sum_u(&layers.states),
+        shared: layers.shared,
+        ftmp: max_u(&layers.ftmp),
+        btmp: max_u(&layers.btmp),
+    }
+}
+
+/// `madpipe`: phase 1 ([`madpipe::phase1`], 10 steps of Alg. 8 on the thesis's grid),
+/// then phase 2: the ILP on its stage chain with each stage's device fixed, under
+/// [`PipeProblem::time_limit`], and 1F1B\*'s construction on the same placement
+/// ([`madpipe::schedule_placement`]), keeping the schedule of smaller simulated period
+/// (the ILP's on a tie). With no time (`time_limit <= 0`) or more than [`MAX_LAYERS`]
+/// stages, the construction alone; when the ILP finds nothing in its time, the
+/// construction; when neither schedules the placement, `Infeasible`.
+pub fn madpipe(problem: &PipeProblem<'_>) -> Result<IlpPlan, PipeError> {
+    const NAME: &str = "madpipe";
+    problem.layers.validate().map_err(|why| PipeError::Unsupported { solver: NAME, why })?;
+    if problem.devices == 0 {
+        return Err(PipeError::Unsupported { solver: NAME, why: "no devices".into() });
+    }
+    let allocation = madpipe::phase1(problem, 10, Grid::default()).ok_or_else(|| PipeError::Infeasible {
+        solver: NAME,
+        why: "phase 1 (MadPipe-DP) finds no allocation whose memory estimate fits".into(),
+    })?;
+    let stages = allocation.pipe_stages();
+    let ranges: Vec<(usize, usize)> = stages.iter().map(|s| (s.first, s.last)).collect();
+    let ilp = if problem.time_limit > 0.0 && stages.len() <= MAX_LAYERS {
+        let fixed: Vec<usize> = stages.iter().map(|s| s.device).collect();
+        let chain_layers = stage_chain(problem.layers, &ranges);
+        let chain = PipeProblem { layers: &chain_layers, ..*problem };
+        let what = format!("phase 2 (the Ch. 6 ILP on phase 1's {} stages, allocation fixed)", ranges.len());
+        match plan(NAME, &what, problem, &chain, &ranges, Some(&fixed)) {
+            Ok(x) => Some(Ok(x)),
+            Err(e @ PipeError::Invalid { .. }) => return Err(e),
+            Err(e) => Some(Err(e)),
+        }
+    } else {
+        None
+    };
+    let construction = madpipe::schedule_placement(problem, &stages)
+        .and_then(|(s, _)| simulate_pipeline(problem.layers, &s, &problem.sim_config()).ok().map(|r| (s, r)));
+    let allocation = Some(allocation);
+    match (ilp, construction) {
+        (Some(Ok((schedule, pattern, report))), c) if c.as_ref().is_none_or(|c| report.period <= c.1.period) => {
+            Ok(IlpPlan { schedule, pattern: Some(pattern), report, allocation })
+        }
+        (_, Some((schedule, report))) => Ok(IlpPlan { schedule, pattern: None, report, allocation }),
+        (Some(Err(e)), None) => Err(e),
+        (_, None) => Err(PipeError::Infeasible {
+            solver: NAME,
+            why: "phase 2: no 1-periodic schedule of phase 1's allocation fits (its special device's memory \
+                  was underestimated)"
+                .into(),
+        }),
+    }
+}
+
+/// `pipeline-ilp`: Shilova's Ch. 6 ILP, allocation and 1-periodic pattern together.
+pub struct PipelineIlp;
+
+impl PipeSolver for PipelineIlp {
+    fn name(&self) -> &'static str {
+        "pipeline-ilp"
+    }
+    fn description(&self) -> &'static str {
+        "the Ch. 6 ILP: a general allocation and a 1-periodic pattern of least period under the memory \
+         (Shilova 2021, Part III), by HiGHS under the time limit (the incumbent when it stops there); \
+         at most 24 layers"
+    }
+    fn solve(&self, problem: &PipeProblem<'_>) -> Result<PipeSolution, PipeError> {
+        let plan = solve(problem)?;
+        Ok(PipeSolution { schedule: plan.schedule, expected_period: plan.pattern.map(|p| p.period) })
+    }
+}
+
+/// `madpipe`: MadPipe's phase 1 (the DP allocation) and phase 2 (the Ch. 6 ILP on its
+/// stages, allocation fixed).
+pub struct MadPipe;
+
+impl PipeSolver for MadPipe {
+    fn name(&self) -> &'static str {
+        "madpipe"
+    }
+    fn description(&self) -> &'static str {
+        "MadPipe (Shilova 2021, Ch. 7): the DP allocation with one special device (phase 1, its period \
+         the expected one), scheduled by the Ch. 6 ILP with the allocation fixed (phase 2, by HiGHS under \
+         the time limit, the incumbent when it stops there) or by 1F1B*'s construction where that runs faster"
+    }
+    fn solve(&self, problem: &PipeProblem<'_>) -> Result<PipeSolution, PipeError> {
+        let plan = madpipe(problem)?;
+        let expected = plan.allocation.as_ref().map(|a| a.expected_period);
+        Ok(PipeSolution { schedule: plan.schedule, expected_period: expected })
+    }
+}
+
+inventory::submit!(PipeRegistration(&PipelineIlp));
+inventory::submit!(PipeRegistration(&MadPipe));
