@@ -71,7 +71,8 @@ pub struct PipelineArgs {
     #[arg(long, value_name = "BYTES_PER_S|inf", value_parser = bandwidth_or_inf, allow_hyphen_values = true)]
     pub bandwidth: Option<f64>,
     /// Micro-batches per step for the schedules with a flush (gpipe, interleaved-1f1b,
-    /// zb-h1, zb-v, and 1f1b, which is the periodic 1F1B* without it) [default: 2P].
+    /// zb-h1, zb-v, and 1f1b, which is the periodic 1F1B* without it) [default: the most
+    /// up to 2P that fits the memory].
     #[arg(long, value_name = "M")]
     pub microbatches: Option<usize>,
     /// Virtual stages per device of interleaved-1f1b.

@@ -14,15 +14,16 @@
 //!   and `W` (Qi et al., ICLR 2024, §3.1).
 //! * `zb-v`: Zero Bubble's ZB-V, two chunks per device in a V (Qi et al., §6).
 //!
-//! The solvers take `problem.microbatches`, or `2P` micro-batches when it is `None`
-//! (enough for every device to reach its steady state: 1F1B's warm-up is at most
-//! `P − 1`, ZB-V's `2P − 1`). Their partition is the contiguous one with the smallest
+//! The solvers take `problem.microbatches`, or when it is `None` the most micro-batches
+//! up to `2P` whose schedule fits the memory (`2P` is enough for every device to reach
+//! its steady state: 1F1B's warm-up is at most `P − 1`, ZB-V's `2P − 1`; fewer in flight
+//! take less memory, at a larger bubble). Their partition is the contiguous one with the smallest
 //! largest stage load (or link time between two devices): `gpipe` and `zb-h1` take
 //! [`balanced_bounds`](super::onef1b::balanced_bounds) (at most `P` stages, one per
 //! device, as `1f1b` does), `interleaved-1f1b` and `zb-v` the exact partition into `v·P`
-//! (or `2P`) stages of [`balanced_partition`]. The schedule is then simulated; if its
-//! peak exceeds the memory the solver answers [`PipeError::Infeasible`] with the peak and
-//! the limit (the partition is not searched further).
+//! (or `2P`) stages of [`balanced_partition`]. The schedule is then simulated; if no
+//! micro-batch count fits the memory the solver answers [`PipeError::Infeasible`] with
+//! the peak and the limit (the partition is not searched further).
 
 use pebble_schedule::{Op, Pass, PipeStage, Schedule};
 use pebble_sim::{simulate_pipeline, PipeConfig};
@@ -33,7 +34,7 @@ use super::{contiguous_stages, PipeError, PipeProblem, PipeRegistration, PipeSol
 /// One pass a device runs: `(stage, micro-batch, pass)`.
 type Step = (usize, usize, Pass);
 
-/// The micro-batches per step the flushed solvers use: `problem.microbatches`, or `2P`.
+/// The most micro-batches per step the flushed solvers use: `problem.microbatches`, or `2P`.
 pub fn microbatches(problem: &PipeProblem<'_>) -> usize {
     problem.microbatches.unwrap_or(2 * problem.devices.max(1))
 }
@@ -133,6 +134,30 @@ fn build(
         }
     }
     Ok(schedule)
+}
+
+/// The schedule of the most micro-batches that fits: `problem.microbatches` alone when it
+/// is given; otherwise each count from `2P` down (only those `allowed` says), the first
+/// whose peak fits the memory. Fewer micro-batches in flight take less memory and leave a
+/// larger bubble: under a tight memory this is how a user of these schedules fits, at
+/// the same micro-batch size.
+fn most_microbatches(
+    problem: &PipeProblem<'_>,
+    allowed: impl Fn(usize) -> bool,
+    build: impl Fn(usize) -> Result<Schedule, PipeError>,
+) -> Result<PipeSolution, PipeError> {
+    if let Some(m) = problem.microbatches {
+        return build(m).map(Into::into);
+    }
+    let mut last = None;
+    for m in (1..=microbatches(problem)).rev().filter(|&m| allowed(m)) {
+        match build(m) {
+            Ok(s) => return Ok(s.into()),
+            Err(e @ PipeError::Infeasible { .. }) => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or(PipeError::Unsupported { solver: "flush", why: "no micro-batch count to try".into() }))
 }
 
 fn check_m(solver: &'static str, m: usize) -> Result<(), PipeError> {
@@ -333,10 +358,13 @@ impl PipeSolver for GPipe {
          balanced contiguous partition"
     }
     fn solve(&self, problem: &PipeProblem<'_>) -> Result<PipeSolution, PipeError> {
-        let m = microbatches(problem);
-        check_m(self.name(), m)?;
+        check_m(self.name(), microbatches(problem))?;
         let bounds = balanced_bounds(problem);
-        build(problem, self.name(), contiguous_stages(&bounds), m, gpipe_order(bounds.len(), m)).map(Into::into)
+        most_microbatches(
+            problem,
+            |_| true,
+            |m| build(problem, self.name(), contiguous_stages(&bounds), m, gpipe_order(bounds.len(), m)),
+        )
     }
 }
 
@@ -364,7 +392,7 @@ impl PipeSolver for Interleaved1F1B {
         if v == 0 {
             return Err(unsupported("needs at least one virtual stage per device".into()));
         }
-        if m % p != 0 {
+        if problem.microbatches.is_some() && m % p != 0 {
             return Err(unsupported(format!(
                 "the micro-batch count ({m}) must be a multiple of the device count ({p})"
             )));
@@ -373,8 +401,14 @@ impl PipeSolver for Interleaved1F1B {
         let bounds = balanced_partition(problem, v * p, device_of).ok_or_else(|| {
             unsupported(format!("{} layers cannot make {} stages ({v} per device)", problem.layers.len(), v * p))
         })?;
-        let order = if v == 1 { one_f_one_b_order(p, m) } else { interleaved_order(p, v, m) };
-        build(problem, self.name(), placed(&bounds, device_of), m, order).map(Into::into)
+        most_microbatches(
+            problem,
+            |m| m % p == 0,
+            |m| {
+                let order = if v == 1 { one_f_one_b_order(p, m) } else { interleaved_order(p, v, m) };
+                build(problem, self.name(), placed(&bounds, device_of), m, order)
+            },
+        )
     }
 }
 
@@ -397,10 +431,13 @@ impl PipeSolver for ZbH1 {
          flush every m micro-batches (Qi et al. ICLR 2024)"
     }
     fn solve(&self, problem: &PipeProblem<'_>) -> Result<PipeSolution, PipeError> {
-        let m = microbatches(problem);
-        check_m(self.name(), m)?;
+        check_m(self.name(), microbatches(problem))?;
         let bounds = balanced_bounds(problem);
-        build(problem, self.name(), contiguous_stages(&bounds), m, zb_h1_order(bounds.len(), m)).map(Into::into)
+        most_microbatches(
+            problem,
+            |_| true,
+            |m| build(problem, self.name(), contiguous_stages(&bounds), m, zb_h1_order(bounds.len(), m)),
+        )
     }
 }
 
@@ -431,7 +468,11 @@ impl PipeSolver for ZbV {
             solver: "zb-v",
             why: format!("{} layers cannot make {} stages (2 per device)", problem.layers.len(), 2 * p),
         })?;
-        build(problem, self.name(), placed(&bounds, device_of), m, zb_v_order(p, m)).map(Into::into)
+        most_microbatches(
+            problem,
+            |_| true,
+            |m| build(problem, self.name(), placed(&bounds, device_of), m, zb_v_order(p, m)),
+        )
     }
 }
 
