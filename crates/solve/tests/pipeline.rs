@@ -96,7 +96,7 @@ fn t4_memory_makes_the_gap_unbounded() {
     let p = problem(&l, 5, Some(3));
     assert!(close(brute::contiguous(&p).0, 6.0));
     assert!(close(brute::general(&p).0, 3.0));
-    let a = madpipe::phase1(&p, 10, madpipe::Grid { memory: 31, ..madpipe::Grid::default() }).unwrap();
+    let a = madpipe::phase1(&p, 10, madpipe::Grid::default()).unwrap();
     let (_, period) = madpipe::schedule_placement(&p, &a.pipe_stages()).unwrap();
     assert!(close(period, 4.0), "madpipe {period}");
 }
