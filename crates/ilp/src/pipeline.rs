@@ -871,9 +871,11 @@ pub fn stage_chain(layers: &Layers, ranges: &[(usize, usize)]) -> Layers {
 
 /// `madpipe`: phase 1 ([`madpipe::phase1`], 10 steps of Alg. 8 on the thesis's grid),
 /// then phase 2: the ILP on its stage chain with each stage's device fixed, under
-/// [`PipeProblem::time_limit`], and 1F1B\*'s construction on the same placement
-/// ([`madpipe::schedule_placement`]), keeping the schedule of smaller simulated period
-/// (the ILP's on a tie). With no time (`time_limit <= 0`) or more than [`MAX_LAYERS`]
+/// [`PipeProblem::time_limit`], and 1F1B\*'s construction on that placement, on every
+/// other allocation Alg. 8 met and on the contiguous allocations of MadPipe's class
+/// (PipeDream's DP's: [`madpipe::best_placement`]), keeping the schedule of smallest
+/// simulated period (the ILP's on a tie). MadPipe's class contains PipeDream's
+/// allocations, and with them in phase 2 it is never slower than `pipedream`. With no time (`time_limit <= 0`) or more than [`MAX_LAYERS`]
 /// stages, the construction alone; when the ILP finds nothing in its time, the
 /// construction; when neither schedules the placement, `Infeasible`.
 pub fn madpipe(problem: &PipeProblem<'_>) -> Result<IlpPlan, PipeError> {
@@ -882,7 +884,8 @@ pub fn madpipe(problem: &PipeProblem<'_>) -> Result<IlpPlan, PipeError> {
     if problem.devices == 0 {
         return Err(PipeError::Unsupported { solver: NAME, why: "no devices".into() });
     }
-    let allocation = madpipe::phase1(problem, 10, Grid::default()).ok_or_else(|| PipeError::Infeasible {
+    let allocations = madpipe::candidates(problem, 10, Grid::default());
+    let allocation = allocations.first().cloned().ok_or_else(|| PipeError::Infeasible {
         solver: NAME,
         why: "phase 1 (MadPipe-DP) finds no allocation whose memory estimate fits".into(),
     })?;
@@ -901,8 +904,12 @@ pub fn madpipe(problem: &PipeProblem<'_>) -> Result<IlpPlan, PipeError> {
     } else {
         None
     };
-    let construction = madpipe::schedule_placement(problem, &stages)
-        .and_then(|(s, _)| simulate_pipeline(problem.layers, &s, &problem.sim_config()).ok().map(|r| (s, r)));
+    // Without the ILP: 1F1B*'s construction on every allocation phase 1 met, and on the
+    // contiguous ones of MadPipe's class.
+    let mut allocations = allocations;
+    allocations.extend(madpipe::contiguous_candidates(problem));
+    let construction = madpipe::best_placement(problem, &allocations)
+        .and_then(|(s, _, _)| simulate_pipeline(problem.layers, &s, &problem.sim_config()).ok().map(|r| (s, r)));
     let allocation = Some(allocation);
     match (ilp, construction) {
         (Some(Ok((schedule, pattern, report))), c) if c.as_ref().is_none_or(|c| report.period <= c.1.period) => {

@@ -273,16 +273,18 @@ pub fn schedule_placement(problem: &PipeProblem<'_>, stages: &[PipeStage]) -> Op
 }
 
 /// MadPipe with its phase 2 done by [`schedule_placement`] instead of the ILP: phase 1's
-/// allocation (Alg. 8 with the thesis's grid), scheduled by 1F1B\*'s construction on its
-/// stage chain. `expected_period` is phase 1's (the dashed line).
+/// allocations (Alg. 8 with the thesis's grid) and the contiguous ones of its class, each
+/// scheduled by 1F1B\*'s construction on its stage chain, the fastest kept.
+/// `expected_period` is phase 1's (the dashed line).
 pub fn without_ilp(problem: &PipeProblem<'_>) -> Result<super::PipeSolution, super::PipeError> {
     let infeasible = |why: &str| super::PipeError::Infeasible { solver: "madpipe", why: why.into() };
-    let allocation =
-        phase1(problem, 10, Grid::default()).ok_or_else(|| infeasible("phase 1 finds no allocation that fits"))?;
-    let (schedule, _) = schedule_placement(problem, &allocation.pipe_stages()).ok_or_else(|| {
-        infeasible("phase 1's allocation fits no schedule (its special device's memory was underestimated)")
+    let mut allocations = candidates(problem, 10, Grid::default());
+    let first = allocations.first().cloned().ok_or_else(|| infeasible("phase 1 finds no allocation that fits"))?;
+    allocations.extend(contiguous_candidates(problem));
+    let (schedule, _, _) = best_placement(problem, &allocations).ok_or_else(|| {
+        infeasible("phase 1's allocations fit no schedule (the special device's memory was underestimated)")
     })?;
-    Ok(super::PipeSolution { schedule, expected_period: Some(allocation.expected_period) })
+    Ok(super::PipeSolution { schedule, expected_period: Some(first.expected_period) })
 }
 
 /// MadPipe-DP(`T̂`): the best allocation's period and stages for the target `t_hat`, or
@@ -316,24 +318,83 @@ pub fn dp(problem: &PipeProblem<'_>, t_hat: f64, grid: Grid) -> Option<(f64, Vec
 /// Alg. 8: the search on `T̂` (`iterations` steps; the thesis uses 10), returning the
 /// allocation with the smallest `max(DP(T̂), T̂)`.
 pub fn phase1(problem: &PipeProblem<'_>, iterations: usize, grid: Grid) -> Option<Allocation> {
+    candidates(problem, iterations, grid).into_iter().next()
+}
+
+/// Every distinct allocation Alg. 8's search met, the one it returns first, the others
+/// by their expected period. Phase 1's estimates are estimates (the special device's
+/// memory on purpose, every value on a grid), so phase 2 may find a later one faster.
+pub fn candidates(problem: &PipeProblem<'_>, iterations: usize, grid: Grid) -> Vec<Allocation> {
     let l = problem.layers;
     let total = l.total_load();
     let comms: f64 = (0..l.len()).map(|j| problem.comm(j)).sum();
     let (mut lo, mut hi) = (total / problem.devices.max(1) as f64, total + comms);
     let mut t_hat = lo;
-    let mut best: Option<Allocation> = None;
+    let mut found: Vec<Allocation> = Vec::new();
     for _ in 0..iterations.max(1) {
         let (value, stages) = match dp(problem, t_hat, grid) {
             Some(x) => x,
             None => (f64::INFINITY, Vec::new()),
         };
         let expected = value.max(t_hat);
-        if !stages.is_empty() && best.as_ref().is_none_or(|b| expected < b.expected_period) {
-            best = Some(Allocation { stages, expected_period: expected, target: t_hat });
+        if !stages.is_empty() {
+            match found.iter_mut().find(|a| a.stages == stages) {
+                Some(a) if expected < a.expected_period => {
+                    *a = Allocation { stages, expected_period: expected, target: t_hat }
+                }
+                Some(_) => {}
+                None => found.push(Allocation { stages, expected_period: expected, target: t_hat }),
+            }
         }
         lo = lo.max(value.min(t_hat));
         hi = hi.min(expected);
         t_hat = (lo + hi) / 2.0;
+    }
+    // Stable: at equal expected periods the first met stays first.
+    found.sort_by(|a, b| a.expected_period.total_cmp(&b.expected_period));
+    found
+}
+
+/// The contiguous allocations of PipeDream's DP (with its memory filter and without),
+/// written in MadPipe's class (the last stage on the special device, holding that one
+/// stage): phase 1's DP can express them, but its estimates may rank them below an
+/// allocation that runs slower, so phase 2 schedules them too.
+pub fn contiguous_candidates(problem: &PipeProblem<'_>) -> Vec<Allocation> {
+    let mut out: Vec<Allocation> = Vec::new();
+    for filter in [true, false] {
+        if let Some((bounds, period)) = super::pipedream::partition(problem, filter) {
+            let mut first = 0;
+            let stages: Vec<(usize, usize, bool)> = bounds
+                .iter()
+                .enumerate()
+                .map(|(i, &last)| {
+                    let s = (first, last, i + 1 == bounds.len() && bounds.len() == problem.devices);
+                    first = last + 1;
+                    s
+                })
+                .collect();
+            if !out.iter().any(|a| a.stages == stages) {
+                out.push(Allocation { stages, expected_period: period, target: period });
+            }
+        }
+    }
+    out
+}
+
+/// Phase 2 without an ILP over a set of allocations (phase 1's [`candidates`], and the
+/// [`contiguous_candidates`]): the fastest schedule [`schedule_placement`] finds for any
+/// of them, with its simulated period and the allocation's index.
+pub fn best_placement(
+    problem: &PipeProblem<'_>,
+    allocations: &[Allocation],
+) -> Option<(pebble_schedule::Schedule, f64, usize)> {
+    let mut best: Option<(pebble_schedule::Schedule, f64, usize)> = None;
+    for (i, a) in allocations.iter().enumerate() {
+        if let Some((s, period)) = schedule_placement(problem, &a.pipe_stages()) {
+            if best.as_ref().is_none_or(|b| period < b.1 - 1e-12) {
+                best = Some((s, period, i));
+            }
+        }
     }
     best
 }
