@@ -562,6 +562,49 @@ pub fn timeline(path: &Path, force: bool, chart: &Timeline<'_>) -> anyhow::Resul
     write_new_file(path, "--timeline", &svg, force)
 }
 
+/// One line of [`lines`]: its name and its points, `None` where it has none.
+pub type Series = (String, Vec<(f64, Option<f64>)>);
+
+/// A line chart: one line with markers per series, `None` points left out (the line
+/// broken there). Returns the SVG text.
+pub fn lines(title: &str, x_desc: &str, y_desc: &str, series: &[Series]) -> anyhow::Result<String> {
+    let draw_err = |e: &dyn std::fmt::Display| anyhow!("cannot draw `{title}`: {e}");
+    let xs = series.iter().flat_map(|s| s.1.iter().map(|p| p.0));
+    let (x0, x1) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| (a.min(x), b.max(x)));
+    let ys = series.iter().flat_map(|s| s.1.iter().filter_map(|p| p.1));
+    let (y0, y1) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| (a.min(y), b.max(y)));
+    let (x0, x1) = if x0.is_finite() { (x0, x1) } else { (0.0, 1.0) };
+    let (y0, y1) = if y0.is_finite() { (y0.min(0.0), y1) } else { (0.0, 1.0) };
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| draw_err(&e))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 20))
+            .margin(20)
+            .x_label_area_size(50)
+            .y_label_area_size(70)
+            .build_cartesian_2d(padded(x0, x1), y0..(y1 + 0.3 * (y1 - y0).max(1e-9)))
+            .map_err(|e| draw_err(&e))?;
+        chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw().map_err(|e| draw_err(&e))?;
+        for (i, (name, points)) in series.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            let pts: Vec<Option<(f64, f64)>> = points.iter().map(|&(x, y)| y.map(|y| (x, y))).collect();
+            for run in pts.split(|p| p.is_none()).filter(|r| !r.is_empty()) {
+                let run: Vec<(f64, f64)> = run.iter().flatten().copied().collect();
+                chart.draw_series(LineSeries::new(run, color.stroke_width(2))).map_err(|e| draw_err(&e))?;
+            }
+            chart
+                .draw_series(pts.iter().flatten().map(|&p| Circle::new(p, 4, color.filled())))
+                .map_err(|e| draw_err(&e))?
+                .label(name.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+        }
+        legend_and_present(&mut chart, &root, SeriesLabelPosition::UpperRight, &draw_err)?;
+    }
+    Ok(svg)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -633,49 +676,4 @@ mod tests {
         assert!(!svg.contains(">F17all"), "labels are skipped where they do not fit");
         assert!(svg.contains("no transfers"));
     }
-}
-
-/// A line chart: one line with markers per series, `None` points left out (the line
-/// broken there). Returns the SVG text.
-pub fn lines(
-    title: &str,
-    x_desc: &str,
-    y_desc: &str,
-    series: &[(String, Vec<(f64, Option<f64>)>)],
-) -> anyhow::Result<String> {
-    let draw_err = |e: &dyn std::fmt::Display| anyhow!("cannot draw `{title}`: {e}");
-    let xs = series.iter().flat_map(|s| s.1.iter().map(|p| p.0));
-    let (x0, x1) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| (a.min(x), b.max(x)));
-    let ys = series.iter().flat_map(|s| s.1.iter().filter_map(|p| p.1));
-    let (y0, y1) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| (a.min(y), b.max(y)));
-    let (x0, x1) = if x0.is_finite() { (x0, x1) } else { (0.0, 1.0) };
-    let (y0, y1) = if y0.is_finite() { (y0.min(0.0), y1) } else { (0.0, 1.0) };
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| draw_err(&e))?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 20))
-            .margin(20)
-            .x_label_area_size(50)
-            .y_label_area_size(70)
-            .build_cartesian_2d(padded(x0, x1), y0..(y1 + 0.3 * (y1 - y0).max(1e-9)))
-            .map_err(|e| draw_err(&e))?;
-        chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw().map_err(|e| draw_err(&e))?;
-        for (i, (name, points)) in series.iter().enumerate() {
-            let color = COLORS[i % COLORS.len()];
-            let pts: Vec<Option<(f64, f64)>> = points.iter().map(|&(x, y)| y.map(|y| (x, y))).collect();
-            for run in pts.split(|p| p.is_none()).filter(|r| !r.is_empty()) {
-                let run: Vec<(f64, f64)> = run.iter().flatten().copied().collect();
-                chart.draw_series(LineSeries::new(run, color.stroke_width(2))).map_err(|e| draw_err(&e))?;
-            }
-            chart
-                .draw_series(pts.iter().flatten().map(|&p| Circle::new(p, 4, color.filled())))
-                .map_err(|e| draw_err(&e))?
-                .label(name.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-        }
-        legend_and_present(&mut chart, &root, SeriesLabelPosition::UpperRight, &draw_err)?;
-    }
-    Ok(svg)
 }

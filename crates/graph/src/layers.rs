@@ -194,7 +194,8 @@ mod tests {
         c.w = Some(vec![4, 0, 6]);
         c.static_bytes = 15;
         let l = Layers::from_chain(&c);
-        assert_eq!(l.stored, vec![10 + 15, 10 + 20, 10 + 0 + 10]);
+        // x[i] + xbar[i+1] − x[i+1]; the last also keeps the loss's input x[3].
+        assert_eq!(l.stored, vec![10 + 15, 10 + 20, 10 + 10]);
         assert_eq!(l.ub, vec![2.0, 2.0, 4.0]);
         assert_eq!(l.uw, vec![1.0, 0.0, 1.0]);
         assert_eq!(l.boundary, vec![10, 10, 10]);

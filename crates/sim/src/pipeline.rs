@@ -232,8 +232,8 @@ pub fn simulate_pipeline(layers: &Layers, schedule: &Schedule, config: &PipeConf
             _ => return Err(invalid(i, "a pipeline schedule runs only `run` and `send` ops".into())),
         }
     }
-    for s in 0..n {
-        let passes: &[Pass] = if split[s] == Some(true) { &[Pass::F, Pass::I, Pass::W] } else { &[Pass::F, Pass::B] };
+    for (s, &is_split) in split.iter().enumerate() {
+        let passes: &[Pass] = if is_split == Some(true) { &[Pass::F, Pass::I, Pass::W] } else { &[Pass::F, Pass::B] };
         for &p in passes {
             for r in 0..k {
                 if !seen.contains(&(s, r, p)) {

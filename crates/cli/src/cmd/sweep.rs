@@ -339,7 +339,7 @@ fn pipeline(args: &SweepArgs, devices: usize) -> anyhow::Result<ExitCode> {
     let memories: Vec<u64> = (0..n).map(|i| if n == 1 { hi } else { lo + (hi - lo) * i / (n - 1) }).collect();
     let bar = crate::progress::bar((memories.len() * solvers.len()) as u64, "pipelines");
     let mut rows = Vec::new();
-    let mut series: Vec<(String, Vec<(f64, Option<f64>)>)> = Vec::new();
+    let mut series: Vec<plot::Series> = Vec::new();
     let scale = if is_file { 1.0 } else { (1u64 << 30) as f64 };
     for solver in &solvers {
         let mut points = Vec::new();

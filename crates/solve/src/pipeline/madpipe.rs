@@ -79,6 +79,13 @@ impl Default for Grid {
     }
 }
 
+/// A DP state on the grid: `(j, p, t_P, m_P, V)`.
+type State = (u32, u32, u32, u32, u32);
+/// A state's value, the first layer of its last stage, and whether that stage is special.
+type Choice = (f64, u32, bool);
+/// Stages `(first, last, special)`, in chain order.
+pub type Stages = Vec<(usize, usize, bool)>;
+
 struct Dp<'p, 'a> {
     problem: &'p PipeProblem<'a>,
     t_hat: f64,
@@ -86,7 +93,7 @@ struct Dp<'p, 'a> {
     load_step: f64,
     mem_step: f64,
     delay_step: f64,
-    memo: FxHashMap<(u32, u32, u32, u32, u32), (f64, u32, bool)>,
+    memo: FxHashMap<State, Choice>,
 }
 
 impl Dp<'_, '_> {
@@ -289,7 +296,7 @@ pub fn without_ilp(problem: &PipeProblem<'_>) -> Result<super::PipeSolution, sup
 
 /// MadPipe-DP(`T̂`): the best allocation's period and stages for the target `t_hat`, or
 /// `None` if none fits.
-pub fn dp(problem: &PipeProblem<'_>, t_hat: f64, grid: Grid) -> Option<(f64, Vec<(usize, usize, bool)>)> {
+pub fn dp(problem: &PipeProblem<'_>, t_hat: f64, grid: Grid) -> Option<(f64, Stages)> {
     let l = problem.layers;
     let n = l.len();
     let mut prefix = vec![0.0; n + 1];

@@ -34,9 +34,9 @@ pub fn partition(problem: &PipeProblem<'_>, memory_filter: bool) -> Option<(Vec<
     // a[p][j]: layers 0..=j on exactly p+1 stages; arg for the back-track.
     let mut a = vec![vec![f64::INFINITY; n]; p_max];
     let mut arg = vec![vec![usize::MAX; n]; p_max];
-    for j in 0..n {
+    for (j, a0) in a[0].iter_mut().enumerate() {
         if passes(0, j, 1) {
-            a[0][j] = load(0, j);
+            *a0 = load(0, j);
         }
     }
     for p in 1..p_max {

@@ -677,6 +677,7 @@ mod tests {
             profile: Some("v100".to_string()),
             out_dir: dir.clone(),
             quick: true,
+            ilp: false,
             force: false,
         };
         run(&args).unwrap();

@@ -124,7 +124,9 @@ pub fn ch7(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     }
     let bar = crate::progress::bar(jobs.len() as u64, "pipelines");
     let next = AtomicUsize::new(0);
-    let cells: Mutex<HashMap<(usize, usize, u64, u64, usize), Cell>> = Mutex::default();
+    // (model, P, M in tenths of GB, β in tenths of GB/s, solver).
+    type Key = (usize, usize, u64, u64, usize);
+    let cells: Mutex<HashMap<Key, Cell>> = Mutex::default();
     let key = |m: usize, p: usize, mem: f64, b: f64, s: usize| (m, p, (mem * 10.0) as u64, (b * 10.0) as u64, s);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
     std::thread::scope(|scope| {
@@ -163,7 +165,7 @@ pub fn ch7(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         let (mut only_madpipe, mut only_other) = (0, 0);
         for &mem in &memories {
             let mut r = Vec::new();
-            for m in 0..models.len() {
+            for (m, _) in models.iter().enumerate() {
                 for &p in &devices {
                     for &b in &betas {
                         match (cell(m, p, mem, b, 0).period(), cell(m, p, mem, b, s).period()) {
@@ -242,7 +244,7 @@ pub fn ch7(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         "seconds": started.elapsed().as_secs_f64(),
     });
     // Charts: the ratio by memory (Fig. 7.8), and ResNet-50's periods at P = 8, β = 12.
-    let ratio_series: Vec<(String, Vec<(f64, Option<f64>)>)> = ratio_rows
+    let ratio_series: Vec<crate::plot::Series> = ratio_rows
         .iter()
         .map(|(n, r)| {
             (
@@ -258,7 +260,7 @@ pub fn ch7(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         &ratio_series,
     )?;
     let p8 = *devices.last().unwrap_or(&2);
-    let resnet: Vec<(String, Vec<(f64, Option<f64>)>)> = SOLVERS
+    let resnet: Vec<crate::plot::Series> = SOLVERS
         .iter()
         .enumerate()
         .map(|(s, n)| {

@@ -387,6 +387,7 @@ mod tests {
             profile: Some("v100".to_string()),
             out_dir: PathBuf::new(),
             quick: true,
+            ilp: false,
             force: false,
         }
     }
