@@ -117,6 +117,12 @@ impl Layers {
         }
     }
 
+    /// The same layers with these weights (the thesis's `C·W_ℓ`).
+    pub fn with_weights(mut self, weights: Vec<u64>) -> Layers {
+        self.weights = weights;
+        self
+    }
+
     /// The number of layers.
     pub fn len(&self) -> usize {
         self.uf.len()

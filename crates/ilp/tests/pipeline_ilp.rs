@@ -9,17 +9,12 @@ use pebble_solve::pipeline::{brute, onef1b, pipe_solver, plan_pipeline, PipeErro
 use pebble_testkit::Rng;
 
 fn thesis(costs: &[f64], weights: &[u64]) -> Layers {
-    let mut l = Layers::from_costs(costs);
-    l.weights = weights.to_vec();
-    l
+    Layers::from_costs(costs).with_weights(weights.to_vec())
 }
 
-/// The thesis's setting: weights given as `C·W` (one version), free communications.
+/// The thesis's setting, with a 30 s limit on each ILP.
 fn problem(l: &Layers, devices: usize, memory: Option<u64>) -> PipeProblem<'_> {
-    let mut p = PipeProblem::new(l, devices, memory, f64::INFINITY);
-    p.weight_versions = Some(1);
-    p.time_limit = 30.0;
-    p
+    PipeProblem { time_limit: 30.0, ..PipeProblem::thesis(l, devices, memory) }
 }
 
 fn close(a: f64, b: f64) -> bool {

@@ -267,35 +267,24 @@ mod tests {
     /// one flushed step over 4 micro-batches: breadth first, stages 2 and 3 with a split
     /// backward, stage 3's W right after each I, stage 2's deferred to the end.
     fn interleaved_split() -> Schedule {
-        let mut ops = Vec::new();
-        for m in 0..4 {
-            ops.push(run(0, 0, m, Pass::F));
-        }
-        for m in 0..4 {
-            ops.push(run(1, 1, m, Pass::F));
-        }
-        for m in 0..4 {
-            ops.push(run(0, 2, m, Pass::F));
-        }
-        for m in 0..4 {
-            ops.push(run(1, 3, m, Pass::F));
-        }
-        for m in 0..4 {
-            ops.push(run(1, 3, m, Pass::I));
-            ops.push(run(1, 3, m, Pass::W));
-        }
-        for m in 0..4 {
-            ops.push(run(0, 2, m, Pass::I));
-        }
-        for m in 0..4 {
-            ops.push(run(1, 1, m, Pass::B));
-        }
-        for m in 0..4 {
-            ops.push(run(0, 0, m, Pass::B));
-        }
-        for m in 0..4 {
-            ops.push(run(0, 2, m, Pass::W));
-        }
+        // Each (device, stage, passes) over micro-batches 0..4, in this order.
+        let blocks: [(usize, usize, &[Pass]); 9] = [
+            (0, 0, &[Pass::F]),
+            (1, 1, &[Pass::F]),
+            (0, 2, &[Pass::F]),
+            (1, 3, &[Pass::F]),
+            (1, 3, &[Pass::I, Pass::W]),
+            (0, 2, &[Pass::I]),
+            (1, 1, &[Pass::B]),
+            (0, 0, &[Pass::B]),
+            (0, 2, &[Pass::W]),
+        ];
+        let ops = blocks
+            .iter()
+            .flat_map(|&(device, stage, passes)| {
+                (0..4).flat_map(move |m| passes.iter().map(move |&p| run(device, stage, m, p)))
+            })
+            .collect();
         Schedule::pipeline(2, 4, stages(4, 2, |i| i % 2), ops).with_sends()
     }
 

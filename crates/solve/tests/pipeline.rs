@@ -5,15 +5,11 @@ use pebble_graph::Layers;
 use pebble_solve::pipeline::{brute, madpipe, onef1b, pipe_solver, pipedream, plan_pipeline, PipeError, PipeProblem};
 
 fn thesis(costs: &[f64], weights: &[u64]) -> Layers {
-    let mut l = Layers::from_costs(costs);
-    l.weights = weights.to_vec();
-    l
+    Layers::from_costs(costs).with_weights(weights.to_vec())
 }
 
 fn problem(l: &Layers, devices: usize, memory: Option<u64>) -> PipeProblem<'_> {
-    let mut p = PipeProblem::new(l, devices, memory, f64::INFINITY);
-    p.weight_versions = Some(1);
-    p
+    PipeProblem::thesis(l, devices, memory)
 }
 
 fn close(a: f64, b: f64) -> bool {

@@ -160,6 +160,22 @@ fn most_microbatches(
     Err(last.unwrap_or(PipeError::Unsupported { solver: "flush", why: "no micro-batch count to try".into() }))
 }
 
+/// A schedule of one stage per device on the balanced contiguous partition, each device's
+/// passes from `order(stages, m)`, with the most micro-batches that fit.
+fn on_balanced_bounds(
+    problem: &PipeProblem<'_>,
+    solver: &'static str,
+    order: fn(usize, usize) -> Vec<Vec<Step>>,
+) -> Result<PipeSolution, PipeError> {
+    check_m(solver, microbatches(problem))?;
+    let bounds = balanced_bounds(problem);
+    most_microbatches(
+        problem,
+        |_| true,
+        |m| build(problem, solver, contiguous_stages(&bounds), m, order(bounds.len(), m)),
+    )
+}
+
 fn check_m(solver: &'static str, m: usize) -> Result<(), PipeError> {
     if m == 0 {
         return Err(PipeError::Unsupported { solver, why: "needs at least one micro-batch".into() });
@@ -358,13 +374,7 @@ impl PipeSolver for GPipe {
          balanced contiguous partition"
     }
     fn solve(&self, problem: &PipeProblem<'_>) -> Result<PipeSolution, PipeError> {
-        check_m(self.name(), microbatches(problem))?;
-        let bounds = balanced_bounds(problem);
-        most_microbatches(
-            problem,
-            |_| true,
-            |m| build(problem, self.name(), contiguous_stages(&bounds), m, gpipe_order(bounds.len(), m)),
-        )
+        on_balanced_bounds(problem, self.name(), gpipe_order)
     }
 }
 
@@ -431,13 +441,7 @@ impl PipeSolver for ZbH1 {
          flush every m micro-batches (Qi et al. ICLR 2024)"
     }
     fn solve(&self, problem: &PipeProblem<'_>) -> Result<PipeSolution, PipeError> {
-        check_m(self.name(), microbatches(problem))?;
-        let bounds = balanced_bounds(problem);
-        most_microbatches(
-            problem,
-            |_| true,
-            |m| build(problem, self.name(), contiguous_stages(&bounds), m, zb_h1_order(bounds.len(), m)),
-        )
+        on_balanced_bounds(problem, self.name(), zb_h1_order)
     }
 }
 

@@ -412,19 +412,11 @@ mod tests {
     use pebble_graph::Layers;
 
     fn thesis(costs: &[f64], weights: &[u64], devices: usize, memory: Option<u64>) -> (Layers, usize, Option<u64>) {
-        let mut l = Layers::from_costs(costs);
-        l.weights = weights.to_vec();
-        (l, devices, memory)
+        (Layers::from_costs(costs).with_weights(weights.to_vec()), devices, memory)
     }
 
     fn run(l: &Layers, devices: usize, memory: Option<u64>) -> Allocation {
-        run_on(l, devices, memory, Grid::default())
-    }
-
-    fn run_on(l: &Layers, devices: usize, memory: Option<u64>, grid: Grid) -> Allocation {
-        let mut p = PipeProblem::new(l, devices, memory, f64::INFINITY);
-        p.weight_versions = Some(1);
-        phase1(&p, 10, grid).expect("an allocation")
+        phase1(&PipeProblem::thesis(l, devices, memory), 10, Grid::default()).expect("an allocation")
     }
 
     #[test]
@@ -461,8 +453,7 @@ mod tests {
         assert!((a.expected_period - 2.0).abs() < 1e-9, "{a:?}");
         assert_eq!(a.stages, vec![(0, 0, true), (1, 1, false)]);
         // The valid schedule holds a_0 once: the chain runs sequentially, period 4.
-        let mut p = PipeProblem::new(&l, 2, Some(1), f64::INFINITY);
-        p.weight_versions = Some(1);
+        let p = PipeProblem::thesis(&l, 2, Some(1));
         let (_, period) = schedule_placement(&p, &a.pipe_stages()).unwrap();
         assert!((period - 4.0).abs() < 1e-9, "period {period}");
     }
@@ -471,8 +462,7 @@ mod tests {
     fn d5_the_placement_is_scheduled_at_its_load() {
         let (l, p, m) = thesis(&[1.0, 1.0, 1.0, 3.0, 2.0, 2.0, 2.0], &[2, 2, 2, 3, 1, 1, 1], 5, Some(3));
         let a = run(&l, p, m);
-        let mut problem = PipeProblem::new(&l, p, m, f64::INFINITY);
-        problem.weight_versions = Some(1);
+        let problem = PipeProblem::thesis(&l, p, m);
         let (_, period) = schedule_placement(&problem, &a.pipe_stages()).unwrap();
         assert!((period - 4.0).abs() < 1e-9, "period {period}");
     }

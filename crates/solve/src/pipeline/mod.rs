@@ -72,6 +72,12 @@ impl<'a> PipeProblem<'a> {
         }
     }
 
+    /// The setting of the thesis's instances (digest §6.3): `P` devices of `memory`, free
+    /// communications, and one weight version (their weights are given as `C·W`).
+    pub fn thesis(layers: &'a Layers, devices: usize, memory: Option<u64>) -> PipeProblem<'a> {
+        PipeProblem { weight_versions: Some(1), ..PipeProblem::new(layers, devices, memory, f64::INFINITY) }
+    }
+
     /// The simulator's configuration for this problem.
     pub fn sim_config(&self) -> PipeConfig {
         PipeConfig {
