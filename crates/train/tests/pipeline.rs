@@ -13,33 +13,30 @@ use burn_flex::{Flex, FlexDevice};
 use pebble_train::pipeline::{plan, run_planned, PipelineConfig, PipelineError, PipelineReport};
 use pebble_zoo::{ModelOptions, Optimizer};
 
-fn opts(
-    batch: usize,
-    image: Option<usize>,
-    seq: Option<usize>,
-    layers: usize,
-    width: Option<usize>,
-    heads: Option<usize>,
-) -> ModelOptions {
+/// The sizes of `gradients.rs`'s GPT; the step updates nothing, so no optimizer state for
+/// the planner to count.
+fn gpt() -> ModelOptions {
     ModelOptions {
-        batch: Some(batch),
-        image,
-        seq,
-        layers: Some(layers),
-        width,
-        heads,
-        // The step updates nothing: no optimizer state for the planner to count.
+        batch: Some(2),
+        seq: Some(16),
+        layers: Some(3),
+        width: Some(32),
+        heads: Some(4),
         optimizer: Optimizer::Sgd,
         ..ModelOptions::default()
     }
 }
 
-fn gpt() -> ModelOptions {
-    opts(2, None, Some(16), 3, Some(32), Some(4))
-}
-
+/// The sizes of `gradients.rs`'s ResNet, no optimizer state.
 fn resnet() -> ModelOptions {
-    opts(2, Some(32), None, 1, Some(8), None)
+    ModelOptions {
+        batch: Some(2),
+        image: Some(32),
+        layers: Some(1),
+        width: Some(8),
+        optimizer: Optimizer::Sgd,
+        ..ModelOptions::default()
+    }
 }
 
 const MICROBATCHES: usize = 6;
