@@ -39,6 +39,7 @@ impl Solver for Replayed {
 }
 
 inventory::submit!(crate::Registration(&Replayed("dtr")));
+inventory::submit!(crate::Registration(&Replayed("dtr-eq")));
 inventory::submit!(crate::Registration(&Replayed("delta")));
 inventory::submit!(crate::Registration(&Replayed("lru")));
 inventory::submit!(crate::Registration(&Replayed("largest")));

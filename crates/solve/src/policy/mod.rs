@@ -7,6 +7,11 @@
 //!   `h_DTR = c_r / (m · s)`, where `c_r` is the time to recompute it and the evicted
 //!   tensors around it (its evicted neighbourhood) and `s` its staleness in seconds;
 //!   always by eviction.
+//! * **`dtr-eq`**: the same with the paper's `h_DTR^eq`, its cheaper approximation of
+//!   the evicted neighbourhood: evicted tensors are joined into equivalence classes (a
+//!   union-find, merged at each eviction and never split when a tensor comes back), and
+//!   `c_r` is the tensor's own time plus the cost of each distinct class among its
+//!   evicted neighbours.
 //! * **`delta`** (DELTA, digest `seed000-004.md` part B): the filter `1/(m · s)` picks
 //!   the tensor, the director `F_d = c_r · b / m` (with `b` the link's effective
 //!   bandwidth, 35% of its nominal one) evicts it when `F_d ≤ 1` and offloads it
@@ -64,6 +69,16 @@ pub enum Filter {
     Largest,
 }
 
+/// How a replay counts the evicted neighbourhood in a candidate's `c_r`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Neighbourhood {
+    /// Exactly: every evicted tensor connected to it through evicted tensors.
+    Exact,
+    /// DTR's `h_DTR^eq`: the summed costs of the equivalence classes of its evicted
+    /// neighbours (classes that merge at each eviction and never split).
+    EquivalenceClasses,
+}
+
 /// A run-time memory policy: which resident tensor to release first, and how.
 pub trait Policy: Sync {
     /// The name users pick it by (`pebble train --policy NAME`).
@@ -86,6 +101,11 @@ pub trait Policy: Sync {
     /// The most reloads of offloaded tensors in flight ahead of their use (0: none).
     fn prefetch_cap(&self) -> usize {
         0
+    }
+
+    /// How `c_r` counts the evicted neighbourhood.
+    fn neighbourhood(&self) -> Neighbourhood {
+        Neighbourhood::Exact
     }
 }
 
@@ -137,6 +157,33 @@ impl Policy for Dtr {
 
     fn direct(&self, _c: &Candidate) -> Release {
         Release::Evict
+    }
+}
+
+/// DTR with `h_DTR^eq` (Kirisame et al. 2021, §4): the same score, its `c_r` over
+/// equivalence classes of evicted tensors instead of the exact evicted neighbourhood.
+#[derive(Debug, Clone, Copy)]
+pub struct DtrEq;
+
+impl Policy for DtrEq {
+    fn name(&self) -> &'static str {
+        "dtr-eq"
+    }
+
+    fn description(&self) -> &'static str {
+        "DTR's h_DTR^eq: evict the least c_r/(m·s), c_r over equivalence classes of evicted tensors"
+    }
+
+    fn score(&self, c: &Candidate) -> f64 {
+        Dtr.score(c)
+    }
+
+    fn direct(&self, c: &Candidate) -> Release {
+        Dtr.direct(c)
+    }
+
+    fn neighbourhood(&self) -> Neighbourhood {
+        Neighbourhood::EquivalenceClasses
     }
 }
 
@@ -237,7 +284,7 @@ impl fmt::Display for UnknownPolicy {
 impl std::error::Error for UnknownPolicy {}
 
 /// Every policy's name.
-pub const NAMES: [&str; 4] = ["delta", "dtr", "largest", "lru"];
+pub const NAMES: [&str; 5] = ["delta", "dtr", "dtr-eq", "largest", "lru"];
 
 /// Whether a policy is called `name`.
 pub fn check_name(name: &str) -> Result<(), UnknownPolicy> {
@@ -256,6 +303,7 @@ pub fn policy(name: &str, nominal: f64) -> Result<Box<dyn Policy>, UnknownPolicy
         "lru" => Box::new(Delta::new("lru", Filter::Lru, nominal)),
         "largest" => Box::new(Delta::new("largest", Filter::Largest, nominal)),
         "dtr" => Box::new(Dtr),
+        "dtr-eq" => Box::new(DtrEq),
         _ => return Err(UnknownPolicy { name: name.to_string() }),
     })
 }
@@ -327,7 +375,7 @@ mod tests {
         assert_eq!(pick(&Dtr, &[Candidate { evict_pinned: true, ..tensor(100, 5.0) }]), None);
         assert_eq!(
             policy("nope", 1.0).err().unwrap().to_string(),
-            "unknown policy `nope` (known: delta, dtr, largest, lru)"
+            "unknown policy `nope` (known: delta, dtr, dtr-eq, largest, lru)"
         );
     }
 }

@@ -28,7 +28,7 @@
 use pebble_graph::{ComputeKind, DataKind, TrainingGraph};
 use pebble_schedule::{Op, Schedule, Tensor, View};
 
-use super::{pick, Candidate, Policy, Release};
+use super::{pick, Candidate, Neighbourhood, Policy, Release};
 use crate::SolveError;
 
 fn fixed(kind: DataKind) -> bool {
@@ -93,6 +93,10 @@ struct Replay<'a> {
     backward: bool,
     /// Tensors dropped after the forward pass (the knapsack's choice; none for a policy).
     dropped: Vec<bool>,
+    /// `h_DTR^eq`'s equivalence classes of evicted tensors: a union-find (each node's
+    /// parent) and each root's summed recompute time.
+    class_parent: Vec<usize>,
+    class_cost: Vec<f64>,
     ops: Vec<Op>,
     counts: Counts,
     /// Where each op goes as it is decided (an executor running the step), until it
@@ -118,34 +122,77 @@ impl Replay<'_> {
         SolveError::Infeasible { budget: self.budget, reason: why }
     }
 
+    /// A data node's own recompute time: its forward's.
+    fn own_time(&self, x: usize) -> f64 {
+        self.producer[x].map_or(0.0, |p| self.g.compute[p].time)
+    }
+
+    /// The evicted tensors next to `x`: its forward's inputs, and the outputs of the
+    /// forwards that read it, that were released and are not back.
+    fn evicted_neighbours(&self, x: usize) -> Vec<usize> {
+        let parents = self.producer[x].map(|p| &self.g.compute[p].inputs[..]).unwrap_or(&[]);
+        let children = self.reads[x].iter().map(|&c| &self.g.compute[c]).filter(|c| c.kind == ComputeKind::Forward);
+        parents
+            .iter()
+            .copied()
+            .chain(children.flat_map(|c| c.outputs.iter().copied()))
+            .filter(|&y| self.released[y] && !self.resident[y])
+            .collect()
+    }
+
     /// `c_r(d)`: its forward's time, plus that of every released tensor connected to it
     /// through released tensors (the ones it needs to be recomputed, and those that would
-    /// need it): DTR's evicted neighbourhood.
-    fn recompute_cost(&self, d: usize) -> f64 {
-        let time = |x: usize| self.producer[x].map_or(0.0, |p| self.g.compute[p].time);
+    /// need it): DTR's evicted neighbourhood. Under `h_DTR^eq`, the costs of the classes
+    /// of its evicted neighbours instead.
+    fn recompute_cost(&self, d: usize, neighbourhood: Neighbourhood) -> f64 {
+        if neighbourhood == Neighbourhood::EquivalenceClasses {
+            let mut roots: Vec<usize> = self.evicted_neighbours(d).into_iter().map(|y| self.class_root(y)).collect();
+            roots.sort_unstable();
+            roots.dedup();
+            return self.own_time(d) + roots.iter().map(|&r| self.class_cost[r]).sum::<f64>();
+        }
         let mut seen = vec![d];
         let mut stack = vec![d];
-        let mut cost = time(d);
+        let mut cost = self.own_time(d);
         while let Some(x) = stack.pop() {
-            let parents = self.producer[x].map(|p| &self.g.compute[p].inputs[..]).unwrap_or(&[]);
-            let children = self.reads[x].iter().map(|&c| &self.g.compute[c]).filter(|c| c.kind == ComputeKind::Forward);
-            let near: Vec<usize> =
-                parents.iter().copied().chain(children.flat_map(|c| c.outputs.iter().copied())).collect();
-            for y in near {
-                if self.released[y] && !self.resident[y] && !seen.contains(&y) {
+            for y in self.evicted_neighbours(x) {
+                if !seen.contains(&y) {
                     seen.push(y);
                     stack.push(y);
-                    cost += time(y);
+                    cost += self.own_time(y);
                 }
             }
         }
         cost
     }
 
-    fn candidate(&self, d: usize) -> Candidate {
+    /// The root of `x`'s equivalence class.
+    fn class_root(&self, mut x: usize) -> usize {
+        while self.class_parent[x] != x {
+            x = self.class_parent[x];
+        }
+        x
+    }
+
+    /// `h_DTR^eq`'s bookkeeping when `d` is evicted: its class joins those of its evicted
+    /// neighbours.
+    fn join_class(&mut self, d: usize) {
+        let mut root = self.class_root(d);
+        for y in self.evicted_neighbours(d) {
+            let other = self.class_root(y);
+            if other != root {
+                let (keep, gone) = if root < other { (root, other) } else { (other, root) };
+                self.class_parent[gone] = keep;
+                self.class_cost[keep] += self.class_cost[gone];
+                root = keep;
+            }
+        }
+    }
+
+    fn candidate(&self, d: usize, neighbourhood: Neighbourhood) -> Candidate {
         Candidate {
             bytes: self.g.data[d].size,
-            recompute: self.recompute_cost(d),
+            recompute: self.recompute_cost(d, neighbourhood),
             staleness: self.clock - self.last_touch[d],
             evict_pinned: self.producer[d].is_none(),
             offload_pinned: false,
@@ -165,7 +212,7 @@ impl Replay<'_> {
                 continue; // its forward's saved tensors come back together, or not at all
             }
             ids.push(d);
-            candidates.push(self.candidate(d));
+            candidates.push(self.candidate(d, policy.neighbourhood()));
         }
         let Some(i) = pick(policy, &candidates) else { return false };
         let d = ids[i];
@@ -176,10 +223,13 @@ impl Replay<'_> {
                     for s in siblings {
                         self.free(s);
                         self.released[s] = true;
+                        self.join_class(s);
                         self.counts.evictions += 1;
                     }
                 }
                 self.free(d);
+                self.released[d] = true;
+                self.join_class(d);
                 self.counts.evictions += 1;
             }
             Release::Offload => {
@@ -384,6 +434,7 @@ fn run<'a>(
     sink: Option<&'a mut Sink<'a>>,
 ) -> Result<Replayed, SolveError> {
     let nd = g.data.len();
+    let mut r = Replay::new(g, budget, policy, dropped, sink);
     let mut reads: Vec<Vec<usize>> = vec![Vec::new(); nd];
     let mut producer = vec![None; nd];
     let mut nprod = vec![0u32; nd];
@@ -398,38 +449,6 @@ fn run<'a>(
             }
         }
     }
-    let mut resident = vec![false; nd];
-    let mut mem = 0;
-    for (d, data) in g.data.iter().enumerate() {
-        if fixed(data.kind) {
-            resident[d] = true;
-            mem += data.size;
-        }
-    }
-    let mut r = Replay {
-        g,
-        policy,
-        budget,
-        threshold: policy.map_or(budget, |p| p.threshold(budget)),
-        resident,
-        released: vec![false; nd],
-        on_host: vec![false; nd],
-        prefetched: vec![false; nd],
-        mem,
-        clock: 0.0,
-        last_touch: vec![0.0; nd],
-        reads,
-        producer,
-        nprod,
-        count: vec![0; nd],
-        pinned: vec![0; nd],
-        now: 0,
-        backward: false,
-        dropped: dropped.map_or_else(|| vec![false; nd], |x| x.to_vec()),
-        ops: Vec::new(),
-        counts: Counts::default(),
-        sink,
-    };
     // Last forward reader of each data node (for the dropped ones).
     let mut last_forward_read: Vec<Option<usize>> = vec![None; nd];
     for (c, node) in g.compute.iter().enumerate() {
@@ -473,6 +492,71 @@ fn run<'a>(
         }
     }
     Ok(Replayed { schedule: Schedule::new(View::Graph, r.ops), counts: r.counts })
+}
+
+impl<'a> Replay<'a> {
+    /// A replay of `g` about to run its first node: the fixed data resident.
+    fn new(
+        g: &'a TrainingGraph,
+        budget: u64,
+        policy: Option<&'a dyn Policy>,
+        dropped: Option<&[bool]>,
+        sink: Option<&'a mut Sink<'a>>,
+    ) -> Replay<'a> {
+        let nd = g.data.len();
+        let mut reads: Vec<Vec<usize>> = vec![Vec::new(); nd];
+        let mut producer = vec![None; nd];
+        let mut nprod = vec![0u32; nd];
+        for (c, node) in g.compute.iter().enumerate() {
+            for &d in &node.inputs {
+                reads[d].push(c);
+            }
+            for &d in &node.outputs {
+                nprod[d] += 1;
+                if node.kind == ComputeKind::Forward {
+                    producer[d] = Some(c);
+                }
+            }
+        }
+        let mut resident = vec![false; nd];
+        let mut mem = 0;
+        for (d, data) in g.data.iter().enumerate() {
+            if fixed(data.kind) {
+                resident[d] = true;
+                mem += data.size;
+            }
+        }
+        let mut r = Replay {
+            g,
+            policy,
+            budget,
+            threshold: policy.map_or(budget, |p| p.threshold(budget)),
+            resident,
+            released: vec![false; nd],
+            on_host: vec![false; nd],
+            prefetched: vec![false; nd],
+            mem,
+            clock: 0.0,
+            last_touch: vec![0.0; nd],
+            reads,
+            producer,
+            nprod,
+            count: vec![0; nd],
+            pinned: vec![0; nd],
+            now: 0,
+            backward: false,
+            dropped: dropped.map_or_else(|| vec![false; nd], |x| x.to_vec()),
+            class_parent: (0..nd).collect(),
+            class_cost: vec![0.0; nd],
+            ops: Vec::new(),
+            counts: Counts::default(),
+            sink,
+        };
+        for d in 0..nd {
+            r.class_cost[d] = r.own_time(d);
+        }
+        r
+    }
 }
 
 #[cfg(test)]
@@ -519,6 +603,37 @@ mod tests {
                 ),
             ),
         ]
+    }
+
+    /// `h_DTR^eq` against the exact neighbourhood on a chain `f_i(a_{i−1}) → a_i, s_i`
+    /// (times 2, 3, 1, 2): equal while nothing evicted comes back; above it after, since
+    /// classes never split (the approximation the DTR paper accepts).
+    #[test]
+    fn equivalence_classes_merge_at_evictions_and_never_split() {
+        let g = pebble_testkit::chain_graph(4, false);
+        let a = |i: usize| g.data.iter().position(|d| d.name == format!("a{i}")).unwrap();
+        let mut r = Replay::new(&g, u64::MAX, None, None, None);
+        let evict = |r: &mut Replay<'_>, d: usize| {
+            r.resident[d] = false;
+            r.released[d] = true;
+            r.join_class(d);
+        };
+        let (exact, eq) = (Neighbourhood::Exact, Neighbourhood::EquivalenceClasses);
+        for i in 1..=4 {
+            r.resident[a(i)] = true;
+        }
+        evict(&mut r, a(2));
+        evict(&mut r, a(3));
+        assert_eq!(r.class_root(a(2)), r.class_root(a(3)));
+        assert_eq!(r.class_cost[r.class_root(a(2))], 3.0 + 1.0);
+        // a4 needs a3, which needs a2: both ways 2 + 1 + 3.
+        assert_eq!(r.recompute_cost(a(4), exact), 6.0);
+        assert_eq!(r.recompute_cost(a(4), eq), 6.0);
+        // a3 comes back: exactly, a1's neighbourhood is a2 alone (2 + 3); its class still
+        // counts a3.
+        r.resident[a(3)] = true;
+        assert_eq!(r.recompute_cost(a(1), exact), 5.0);
+        assert_eq!(r.recompute_cost(a(1), eq), 6.0);
     }
 
     #[test]
