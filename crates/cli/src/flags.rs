@@ -101,6 +101,12 @@ pub struct PipelineArgs {
     /// Overwrite the --gantt and --output files if they exist.
     #[arg(long)]
     pub force: bool,
+    /// Also run one step of the plan for real on the CPU (a zoo model only): one worker
+    /// thread per device, each capped at --memory, over --microbatches micro-batches (default
+    /// 2P), beside the same micro-batches on one device; reports the losses and gradients
+    /// against one device's and each worker's measured peak.
+    #[arg(long)]
+    pub run: bool,
     /// Print JSON instead of a summary.
     #[arg(long)]
     pub json: bool,

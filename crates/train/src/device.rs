@@ -61,3 +61,19 @@ pub fn bench_on(
     }
     run_on(kind, Work { name, options, steps, seed })?
 }
+
+/// [`pipeline::run`](crate::pipeline::run) on the chosen device: one pipelined step and
+/// the same micro-batches on one device.
+pub fn pipeline_on(
+    kind: DeviceKind,
+    config: &crate::pipeline::PipelineConfig,
+) -> Result<crate::pipeline::PipelineReport, crate::pipeline::PipelineError> {
+    struct Work<'a>(&'a crate::pipeline::PipelineConfig);
+    impl OnBackend for Work<'_> {
+        type Output = Result<crate::pipeline::PipelineReport, crate::pipeline::PipelineError>;
+        fn run<B: Backend>(self, device: B::Device) -> Self::Output {
+            crate::pipeline::run::<B>(self.0, device)
+        }
+    }
+    run_on(kind, Work(config)).map_err(|e| crate::pipeline::PipelineError::Train(e.into()))?
+}

@@ -17,7 +17,7 @@ pub mod device;
 pub mod pipeline;
 pub mod train;
 
-pub use device::{bench_on, profile_on, train_on};
+pub use device::{bench_on, pipeline_on, profile_on, train_on};
 pub use pebble_runtime::{DeviceKind, OptimizerKind};
 pub use pebble_solve::budget::BudgetRequest;
 pub use train::{drive_policy, lower, lower_profiled, transfer_options, Costs, Lowered, TrainConfig, TrainReport};

@@ -102,6 +102,9 @@ fn ranges(layers: &[usize]) -> String {
 
 pub fn run(args: &PipelineArgs) -> anyhow::Result<ExitCode> {
     let solver = pipe_solver(&args.solver).map_err(|e| bad(format!("--solver: {e}")))?;
+    if args.run {
+        return run_for_real(args);
+    }
     if let Some(path) = &args.gantt {
         check_new_file(path, "--gantt", args.force)?;
     }
@@ -245,4 +248,111 @@ fn export_torch(schedule: &pebble_schedule::Schedule, problem: &PipeProblem<'_>)
         (true, None) => 2 * problem.devices,
     };
     pebble_schedule::torch::export(schedule, m).map_err(|e| bad(format!("--export torch: {e}")))
+}
+
+/// `--run`: plans the zoo model as the executor sees it (`pebble_train::pipeline`: the
+/// chain's layers with a copy of each tied parameter on each device that reads it) and
+/// runs one pipelined step on the CPU beside the same micro-batches on one device.
+fn run_for_real(args: &PipelineArgs) -> anyhow::Result<ExitCode> {
+    use pebble_train::pipeline::{PipelineConfig, PipelineError};
+    let Some(model) = &args.source.model else {
+        return Err(bad("--run: runs a zoo model (--model); a chain or graph file has no tensors"));
+    };
+    if args.gantt.is_some() || args.export.is_some() {
+        return Err(bad("--run: plans and runs one step; draw or export the plan without --run"));
+    }
+    let options = crate::source::model_options(&args.opts)?;
+    let devices = args.devices.unwrap_or(2);
+    if devices == 0 {
+        return Err(bad("--devices: must be at least 1"));
+    }
+    let microbatches = args.microbatches.unwrap_or(2 * devices);
+    if microbatches == 0 {
+        return Err(bad("--microbatches: must be at least 1"));
+    }
+    let flushed = matches!(args.solver.as_str(), "gpipe" | "interleaved-1f1b" | "zb-h1" | "zb-v")
+        || (args.solver == "1f1b" && args.microbatches.is_some());
+    let config = PipelineConfig {
+        model: model.clone(),
+        options,
+        solver: args.solver.clone(),
+        devices,
+        memory: args.memory.and_then(|m| m.0),
+        microbatches,
+        seed: 0,
+        flush: flushed,
+    };
+    let progress = crate::progress::spinner("planning and running one pipelined step");
+    let result = pebble_train::pipeline_on(pebble_train::DeviceKind::Cpu, &config);
+    progress.finish_and_clear();
+    let report = match result {
+        Ok(r) => r,
+        Err(PipelineError::Plan(e @ PipeError::Infeasible { .. })) => {
+            return Err(crate::error::Infeasible(e.to_string()).into())
+        }
+        Err(PipelineError::UnknownSolver(e)) => return Err(bad(format!("--solver: {e}"))),
+        Err(e) => return Err(e.into()),
+    };
+    // Relative to each gradient's largest entry.
+    let grad_diff = report
+        .grads
+        .iter()
+        .zip(&report.reference_grads)
+        .map(|(a, b)| {
+            let scale = b.iter().fold(0f32, |m, x| m.max(x.abs())).max(f32::MIN_POSITIVE);
+            a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+        })
+        .fold(0f32, f32::max);
+    let losses_equal = report.losses == report.reference_losses;
+    let peaks: Vec<u64> = report.workers.iter().map(|w| w.peak_bytes).collect();
+    let within = config.memory.is_none_or(|m| peaks.iter().all(|&p| p <= m));
+    if args.json {
+        out::print_json(&json!({
+            "model": report.model,
+            "solver": report.solver,
+            "planner": report.planner,
+            "devices": devices,
+            "microbatches": microbatches,
+            "memory_bytes": config.memory,
+            "losses": report.losses,
+            "reference_losses": report.reference_losses,
+            "losses_equal": losses_equal,
+            "max_relative_gradient_difference": grad_diff,
+            "measured_peak_bytes_per_device": peaks,
+            "simulated_peak_bytes_per_device": report.simulated.peak_bytes_per_device,
+            "within_memory": within,
+            "seconds": report.seconds,
+            "reference_seconds": report.reference_seconds,
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mib = |b: u64| format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64);
+    let mut text = format!(
+        "{} on {devices} workers, {microbatches} micro-batches, planned by {}\n\
+         losses {} one device's ({:.4} … {:.4}); gradients within {grad_diff:.1e} of one device's\n\
+         step {:.3} s pipelined, {:.3} s on one device\n",
+        report.model,
+        report.planner,
+        if losses_equal { "equal to" } else { "differ from" },
+        report.losses.first().copied().unwrap_or(f32::NAN),
+        report.losses.last().copied().unwrap_or(f32::NAN),
+        report.seconds,
+        report.reference_seconds,
+    );
+    let rows: Vec<Vec<String>> = report
+        .workers
+        .iter()
+        .map(|w| {
+            vec![
+                w.device.to_string(),
+                mib(w.peak_bytes),
+                mib(report.simulated.peak_bytes_per_device.get(w.device).copied().unwrap_or(0)),
+                config.memory.map_or("-".into(), mib),
+            ]
+        })
+        .collect();
+    let header = ["device", "measured peak", "simulated", "memory"].map(String::from);
+    text.push_str(&out::table(&header, &rows, &[true, true, true, true]));
+    out::print(&text)?;
+    Ok(if within && losses_equal { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
