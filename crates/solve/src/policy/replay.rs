@@ -435,20 +435,6 @@ fn run<'a>(
 ) -> Result<Replayed, SolveError> {
     let nd = g.data.len();
     let mut r = Replay::new(g, budget, policy, dropped, sink);
-    let mut reads: Vec<Vec<usize>> = vec![Vec::new(); nd];
-    let mut producer = vec![None; nd];
-    let mut nprod = vec![0u32; nd];
-    for (c, node) in g.compute.iter().enumerate() {
-        for &d in &node.inputs {
-            reads[d].push(c);
-        }
-        for &d in &node.outputs {
-            nprod[d] += 1;
-            if node.kind == ComputeKind::Forward {
-                producer[d] = Some(c);
-            }
-        }
-    }
     // Last forward reader of each data node (for the dropped ones).
     let mut last_forward_read: Vec<Option<usize>> = vec![None; nd];
     for (c, node) in g.compute.iter().enumerate() {
