@@ -138,6 +138,17 @@ impl Layers {
         (i..=j).map(|l| self.uf[l] + self.ub[l]).sum()
     }
 
+    /// `U(0, i−1)` for each `i` in `0..=L`: the loads' prefix sums, for the DPs that ask
+    /// for `U(i, j) = prefix[j+1] − prefix[i]` many times.
+    pub fn load_prefix(&self) -> Vec<f64> {
+        let mut prefix = Vec::with_capacity(self.len() + 1);
+        prefix.push(0.0);
+        for l in 0..self.len() {
+            prefix.push(prefix[l] + self.uf[l] + self.ub[l]);
+        }
+        prefix
+    }
+
     /// `U(1, L)`: the time of one mini-batch on one device.
     pub fn total_load(&self) -> f64 {
         self.load(0, self.len() - 1)

@@ -123,9 +123,24 @@ pub struct Unrolled {
     pub op: usize,
     /// The micro-batch it processes.
     pub micro: i64,
+    /// The period it belongs to (`micro = period·k + shift`; 0 in a flushed schedule).
+    pub period: i64,
 }
 
 impl Schedule {
+    /// The least and the greatest period offset of the ops' micro-batches (`⌊micro / k⌋`,
+    /// 0 included): how many periods an op reaches back or ahead of the one it runs in.
+    pub fn shift_span(&self) -> (i64, i64) {
+        let k = self.microbatches.unwrap_or(1).max(1) as i64;
+        self.ops
+            .iter()
+            .filter_map(|op| match *op {
+                Op::Run { micro, .. } | Op::Send { micro, .. } => Some(micro.div_euclid(k)),
+                _ => None,
+            })
+            .fold((0, 0), |(a, b), h| (a.min(h), b.max(h)))
+    }
+
     /// The ops a pipeline schedule runs on micro-batches `0..count`, in order: a flushed
     /// schedule's ops once (`count` is its micro-batch count), or a periodic schedule's
     /// periods one after the other, period `j` running each op on `j·k + micro`, keeping
@@ -141,12 +156,15 @@ impl Schedule {
         if !self.periodic {
             return (0..self.ops.len())
                 .filter_map(|i| {
-                    micro(&self.ops[i]).filter(|m| (0..count as i64).contains(m)).map(|m| Unrolled { op: i, micro: m })
+                    micro(&self.ops[i]).filter(|m| (0..count as i64).contains(m)).map(|m| Unrolled {
+                        op: i,
+                        micro: m,
+                        period: 0,
+                    })
                 })
                 .collect();
         }
-        let shifts = self.ops.iter().filter_map(micro).map(|m| m.div_euclid(k));
-        let (lo, hi) = shifts.fold((0i64, 0i64), |(a, b), h| (a.min(h), b.max(h)));
+        let (lo, hi) = self.shift_span();
         let periods = (count as i64 + k - 1) / k;
         let mut out = Vec::new();
         for j in (-hi - 1)..(periods - lo + 1) {
@@ -154,7 +172,7 @@ impl Schedule {
                 if let Some(h) = micro(op) {
                     let m = j * k + h;
                     if (0..count as i64).contains(&m) {
-                        out.push(Unrolled { op: i, micro: m });
+                        out.push(Unrolled { op: i, micro: m, period: j });
                     }
                 }
             }

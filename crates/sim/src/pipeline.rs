@@ -113,6 +113,8 @@ struct Inst {
     op: usize,
     stage: usize,
     micro: i64,
+    /// The period of the unrolled schedule it belongs to.
+    period: i64,
     /// `None` for a send.
     pass: Option<Pass>,
     grad: bool,
@@ -123,21 +125,16 @@ struct Inst {
 /// The period per micro-batch of an unrolled periodic run, read exactly where it can be:
 /// some pass starts the same time later in each of the last eight full periods before
 /// the drain (the run's slowest resource sets that pace; a pass elsewhere may oscillate
-/// around it, as FIFO links make them do). `None` if no pass keeps an even pace.
+/// around it). `None` if no pass keeps an even pace.
 fn exact_period(schedule: &Schedule, insts: &[Inst], start: &[f64], k: i64, span: i64) -> Option<f64> {
     let ops = schedule.ops.len();
-    let shift = |op: usize| match schedule.ops[op] {
-        Op::Run { micro, .. } | Op::Send { micro, .. } => micro,
-        _ => 0,
-    };
     // starts[j][op] for the periods every pass of which ran.
     let mut by_period: std::collections::BTreeMap<i64, Vec<f64>> = Default::default();
     for (x, inst) in insts.iter().enumerate() {
         if inst.pass.is_none() {
             continue;
         }
-        let j = (inst.micro - shift(inst.op)).div_euclid(k);
-        by_period.entry(j).or_insert_with(|| vec![f64::NAN; ops])[inst.op] = start[x];
+        by_period.entry(inst.period).or_insert_with(|| vec![f64::NAN; ops])[inst.op] = start[x];
     }
     let runs: Vec<usize> = (0..ops).filter(|&i| matches!(schedule.ops[i], Op::Run { .. })).collect();
     let full: Vec<&Vec<f64>> = by_period.values().filter(|v| runs.iter().all(|&i| !v[i].is_nan())).collect();
@@ -246,11 +243,7 @@ pub fn simulate_pipeline(layers: &Layers, schedule: &Schedule, config: &PipeConf
     }
 
     // Unroll.
-    let shifts = schedule.ops.iter().filter_map(|op| match *op {
-        Op::Run { micro, .. } | Op::Send { micro, .. } => Some(micro.div_euclid(k)),
-        _ => None,
-    });
-    let (lo, hi) = shifts.fold((0i64, 0i64), |(a, b), h| (a.min(h), b.max(h)));
+    let (lo, hi) = schedule.shift_span();
     let periodic = schedule.periodic;
     let periods = if periodic { config.periods.max(4 * ((hi - lo) as usize + n + 1)) as i64 } else { 1 };
     let total = periods * k;
@@ -262,6 +255,7 @@ pub fn simulate_pipeline(layers: &Layers, schedule: &Schedule, config: &PipeConf
                 op: u.op,
                 stage,
                 micro: u.micro,
+                period: u.period,
                 pass: Some(pass),
                 grad: false,
                 lane: PipeLane::Device(device),
@@ -274,6 +268,7 @@ pub fn simulate_pipeline(layers: &Layers, schedule: &Schedule, config: &PipeConf
                     op: u.op,
                     stage,
                     micro: u.micro,
+                    period: u.period,
                     pass: None,
                     grad,
                     lane: PipeLane::Link(from.min(to), from.max(to)),

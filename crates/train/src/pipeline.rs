@@ -20,13 +20,11 @@
 //! is not linked, `madpipe` here is phase 1's allocation scheduled without the ILP
 //! ([`madpipe::without_ilp`]), and [`PipelineReport::planner`] says so.
 
-use std::time::Instant;
-
 use pebble_graph::Layers;
 use pebble_runtime::pipeline::{self, MicroBatches, PipeOptions, WorkerReport};
 use pebble_runtime::{read_floats, Backend, OptimizerKind, Program, RuntimeError, Session, StageTemporaries};
 use pebble_schedule::Schedule;
-use pebble_sim::{simulate_pipeline, PipeReport};
+use pebble_sim::PipeReport;
 use pebble_solve::pipeline::{madpipe, pipe_solver, plan_pipeline, PipeError, PipePlan, PipeProblem};
 use pebble_solve::{Problem, UnknownSolver};
 use pebble_zoo::ops::Elem;
@@ -175,16 +173,10 @@ pub fn plan<B: Backend>(config: &PipelineConfig) -> Result<PipelinePlan, Pipelin
     let problem = problem(&layers, config);
     let (plan, planner) = match pipe_solver(&config.solver) {
         Ok(solver) => (plan_pipeline(solver, &problem)?, config.solver.clone()),
-        Err(_) if config.solver == "madpipe" => {
-            let start = Instant::now();
-            let solution = madpipe::without_ilp(&problem)?;
-            let solve_seconds = start.elapsed().as_secs_f64();
-            let schedule = solution.schedule.with_solver("madpipe");
-            let report = simulate_pipeline(&layers, &schedule, &problem.sim_config())
-                .map_err(|error| PipeError::Invalid { solver: "madpipe", error })?;
-            let plan = PipePlan { schedule, report, expected_period: solution.expected_period, solve_seconds };
-            (plan, "madpipe (phase 1, scheduled by 1F1B*'s construction: pebble-ilp's phase 2 is not linked)".into())
-        }
+        Err(_) if config.solver == "madpipe" => (
+            plan_pipeline(&madpipe::WithoutIlp, &problem)?,
+            "madpipe (phase 1, scheduled by 1F1B*'s construction: pebble-ilp's phase 2 is not linked)".into(),
+        ),
         Err(e) => return Err(e.into()),
     };
     Ok(PipelinePlan { lowered, layers, plan, planner })

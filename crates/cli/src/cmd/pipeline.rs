@@ -10,9 +10,50 @@ use pebble_solve::pipeline::{pipe_solver, plan_pipeline, PipeError, PipeProblem}
 use serde_json::json;
 
 use crate::error::bad;
-use crate::flags::{ExportFormat, PipelineArgs};
+use crate::flags::{ExportFormat, MemoryLimit, ModelOpts, PipelineArgs, SourceArgs};
 use crate::out;
 use crate::source::{check_new_file, significant, write_new_file, Source, Subject, Units};
+
+/// A source seen as pipeline layers, with the defaults of the pipeline flags: a model's
+/// profile gives them; a chain or graph file has none (one device, unlimited memory,
+/// free links). `pipeline`, `simulate` and `sweep --devices` read their flags through it.
+pub struct PipelineSource {
+    /// The layers.
+    pub layers: Layers,
+    /// A title.
+    pub label: String,
+    /// How sizes and times read.
+    pub units: Units,
+    /// The profile's machine, for a model.
+    machine: Option<pebble_machine::Machine>,
+}
+
+impl PipelineSource {
+    /// Loads the source's chain view as layers.
+    pub fn load(source: &SourceArgs, opts: &ModelOpts) -> anyhow::Result<PipelineSource> {
+        let (loaded, machine) = Source::load(source, opts)?;
+        let Subject::Chain(chain) = loaded.view(View::Chain)? else {
+            return Err(bad("a pipeline is planned on a chain view"));
+        };
+        let machine = matches!(loaded, Source::Model { .. }).then_some(machine);
+        Ok(PipelineSource { layers: Layers::from_chain(&chain), label: loaded.label(), units: loaded.units(), machine })
+    }
+
+    /// `--devices`, or the profile's count (1 for a file).
+    pub fn devices(&self, flag: Option<usize>) -> usize {
+        flag.unwrap_or(self.machine.map_or(1, |m| m.devices as usize))
+    }
+
+    /// `--memory`, or the profile's device memory (unlimited for a file).
+    pub fn memory(&self, flag: Option<MemoryLimit>) -> Option<u64> {
+        flag.map_or(self.machine.map(|m| m.device_memory), |m| m.0)
+    }
+
+    /// `--bandwidth`, or the profile's interconnect (free links for a file).
+    pub fn bandwidth(&self, flag: Option<f64>) -> f64 {
+        flag.unwrap_or(self.machine.map_or(f64::INFINITY, |m| m.interconnect.bandwidth))
+    }
+}
 
 /// What the command plans on: the layers and the machine's defaults for the flags.
 pub struct PipelineSetup {
@@ -35,26 +76,17 @@ impl PipelineSetup {
     /// profile gives the defaults; a chain or graph file has none (unlimited memory, free
     /// links, one device unless `--devices`).
     pub fn load(args: &PipelineArgs) -> anyhow::Result<PipelineSetup> {
-        let (source, machine) = Source::load(&args.source, &args.opts)?;
-        let Subject::Chain(chain) = source.view(View::Chain)? else {
-            return Err(bad("a pipeline is planned on a chain view"));
-        };
-        let layers = Layers::from_chain(&chain);
-        let is_model = matches!(source, Source::Model { .. });
-        let devices = args.devices.unwrap_or(if is_model { machine.devices as usize } else { 1 });
+        let source = PipelineSource::load(&args.source, &args.opts)?;
+        let devices = source.devices(args.devices);
         if devices == 0 {
             return Err(bad("--devices: must be at least 1"));
         }
         if devices > 1024 {
             return Err(bad(format!("--devices {devices}: at most 1024")));
         }
-        let memory = match args.memory {
-            Some(m) => m.0,
-            None if is_model => Some(machine.device_memory),
-            None => None,
-        };
-        let bandwidth = args.bandwidth.unwrap_or(if is_model { machine.interconnect.bandwidth } else { f64::INFINITY });
-        Ok(PipelineSetup { layers, devices, memory, bandwidth, label: source.label(), units: source.units() })
+        let (memory, bandwidth) = (source.memory(args.memory), source.bandwidth(args.bandwidth));
+        let PipelineSource { layers, label, units, .. } = source;
+        Ok(PipelineSetup { layers, devices, memory, bandwidth, label, units })
     }
 
     /// The problem, with the command's solver options.
@@ -270,7 +302,7 @@ fn run_for_real(args: &PipelineArgs) -> anyhow::Result<ExitCode> {
     if microbatches == 0 {
         return Err(bad("--microbatches: must be at least 1"));
     }
-    let flushed = matches!(args.solver.as_str(), "gpipe" | "interleaved-1f1b" | "zb-h1" | "zb-v")
+    let flushed = pebble_solve::pipeline::flush::NAMES.contains(&args.solver.as_str())
         || (args.solver == "1f1b" && args.microbatches.is_some());
     let config = PipelineConfig {
         model: model.clone(),

@@ -164,18 +164,12 @@ fn pipeline(args: &SimulateArgs, schedule: &pebble_schedule::Schedule) -> anyhow
             return Err(bad("--budget: give each device's memory as a size for a pipeline schedule, not a percentage"))
         }
     };
-    let (source, machine) = Source::load(&args.source, &args.opts)?;
-    let crate::source::Subject::Chain(chain) = source.view(View::Chain)? else {
-        return Err(bad("a pipeline is simulated on a chain view"));
-    };
-    let layers = pebble_graph::Layers::from_chain(&chain);
-    let is_model = matches!(source, Source::Model { .. });
-    let bandwidth = args.bandwidth.unwrap_or(if is_model { machine.interconnect.bandwidth } else { f64::INFINITY });
-    let config = pebble_sim::PipeConfig { bandwidth, latency: 0.0, memory, periods: 24, weight_versions: None };
-    let report = pebble_sim::simulate_pipeline(&layers, schedule, &config)
+    let source = super::pipeline::PipelineSource::load(&args.source, &args.opts)?;
+    let config = pebble_sim::PipeConfig::new(source.bandwidth(args.bandwidth), memory);
+    let report = pebble_sim::simulate_pipeline(&source.layers, schedule, &config)
         .map_err(|e| anyhow::anyhow!("invalid schedule `{}`: {e}", args.schedule.display()))?;
     if let Some(path) = &args.timeline.timeline {
-        let title = format!("{} on {}", schedule.solver.as_deref().unwrap_or("schedule"), source.label());
+        let title = format!("{} on {}", schedule.solver.as_deref().unwrap_or("schedule"), source.label);
         let svg = crate::gantt::render(&title, schedule, &report).map_err(|e| anyhow::anyhow!("--timeline: {e}"))?;
         crate::source::write_new_file(path, "--timeline", &svg, args.timeline.force)?;
     }

@@ -327,12 +327,10 @@ fn pipeline(args: &SweepArgs, devices: usize) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|n| pipe_solver(n).map_err(|e| crate::error::bad(format!("--solvers: {e}"))))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let (source, machine) = Source::load(&args.source, &args.opts)?;
-    let Subject::Chain(chain) = source.view(View::Chain)? else { unreachable!("the chain view is a chain") };
-    let layers = pebble_graph::Layers::from_chain(&chain);
-    let is_file = !matches!(source, Source::Model { .. });
-    let bandwidth =
-        args.solve.bandwidth.unwrap_or(if is_file { f64::INFINITY } else { machine.interconnect.bandwidth });
+    let source = super::pipeline::PipelineSource::load(&args.source, &args.opts)?;
+    let layers = &source.layers;
+    let is_file = source.units == crate::source::Units::Plain;
+    let bandwidth = source.bandwidth(args.solve.bandwidth);
     let one = layers.static_bytes(0, layers.len() - 1, 2) + layers.stored_bytes(0, layers.len() - 1);
     let n = args.points as u64;
     let (lo, hi) = (one / (2 * devices as u64).max(1), 2 * one);
@@ -344,7 +342,7 @@ fn pipeline(args: &SweepArgs, devices: usize) -> anyhow::Result<ExitCode> {
     for solver in &solvers {
         let mut points = Vec::new();
         for &m in &memories {
-            let problem = PipeProblem::new(&layers, devices, Some(m), bandwidth);
+            let problem = PipeProblem::new(layers, devices, Some(m), bandwidth);
             let cell = match plan_pipeline(*solver, &problem) {
                 Ok(plan) => Some(plan.report.throughput),
                 Err(PipeError::Infeasible { .. }) => None,
@@ -359,7 +357,7 @@ fn pipeline(args: &SweepArgs, devices: usize) -> anyhow::Result<ExitCode> {
     bar.finish_and_clear();
     if let Some(path) = &args.svg {
         let svg = plot::lines(
-            &format!("{}: {devices} devices", source.label()),
+            &format!("{}: {devices} devices", source.label),
             if is_file { "memory per device (units)" } else { "memory per device (GiB)" },
             "throughput (micro-batches per time unit)",
             &series,

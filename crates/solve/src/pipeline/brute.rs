@@ -5,6 +5,10 @@
 //! schedule: when nothing is stored between forward and backward (every `stored` is 0:
 //! only the weights count, and they do not depend on the schedule), or when memory is
 //! unlimited.
+//!
+//! The loads, links and memory are counted here on their own, not through the solvers'
+//! [`super::onef1b::load_period`], so that the oracle checks that code rather than
+//! repeating it.
 
 use super::PipeProblem;
 

@@ -294,15 +294,28 @@ pub fn without_ilp(problem: &PipeProblem<'_>) -> Result<super::PipeSolution, sup
     Ok(super::PipeSolution { schedule, expected_period: Some(first.expected_period) })
 }
 
+/// [`without_ilp`] as a solver named `madpipe`, for a caller that does not link
+/// `pebble-ilp` (whose `madpipe`, the one registered, adds the ILP). Not registered.
+pub struct WithoutIlp;
+
+impl super::PipeSolver for WithoutIlp {
+    fn name(&self) -> &'static str {
+        "madpipe"
+    }
+    fn description(&self) -> &'static str {
+        "MadPipe, phase 2 by 1F1B*'s construction only (no ILP)"
+    }
+    fn solve(&self, problem: &PipeProblem<'_>) -> Result<super::PipeSolution, super::PipeError> {
+        without_ilp(problem)
+    }
+}
+
 /// MadPipe-DP(`T̂`): the best allocation's period and stages for the target `t_hat`, or
 /// `None` if none fits.
 pub fn dp(problem: &PipeProblem<'_>, t_hat: f64, grid: Grid) -> Option<(f64, Stages)> {
     let l = problem.layers;
     let n = l.len();
-    let mut prefix = vec![0.0; n + 1];
-    for i in 0..n {
-        prefix[i + 1] = prefix[i] + l.uf[i] + l.ub[i];
-    }
+    let prefix = l.load_prefix();
     let total = prefix[n];
     let comms: f64 = (0..n).map(|j| problem.comm(j)).sum();
     let mut dp = Dp {

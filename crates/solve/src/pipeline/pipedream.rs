@@ -19,10 +19,7 @@ pub fn partition(problem: &PipeProblem<'_>, memory_filter: bool) -> Option<(Vec<
     let l = problem.layers;
     let n = l.len();
     let p_max = problem.devices.max(1);
-    let mut prefix = vec![0.0; n + 1];
-    for i in 0..n {
-        prefix[i + 1] = prefix[i] + l.uf[i] + l.ub[i];
-    }
+    let prefix = l.load_prefix();
     let load = |i: usize, j: usize| prefix[j + 1] - prefix[i];
     let passes = |i: usize, j: usize, position: usize| {
         if !memory_filter {
