@@ -802,6 +802,10 @@ pub enum Experiment {
     /// GPipe, 1F1B, interleaved 1F1B, ZB-H1 and ZB-V, on P = 2..8 devices of 3 to 16 GB (a
     /// fixed grid: `--models`, `--batch` and `--image` are Ch. 4's).
     Ch7,
+    /// Zhao's thesis, Ch. 3: HiRemate against Rockmate and Rotor on GPT-2 small and large,
+    /// each cause of its old gap measured alone, and on U-Net, the Transformer,
+    /// Inception-v3 and DenseNet-121 (a fixed grid; `--quick`: GPT-2 small only).
+    Hiremate,
 }
 
 impl ReproduceArgs {
@@ -809,7 +813,7 @@ impl ReproduceArgs {
     pub fn profile(&self) -> String {
         let default = match self.experiment {
             Experiment::Offmate => "rtx3060",
-            Experiment::Ch4 | Experiment::Weights | Experiment::Ch7 => "v100",
+            Experiment::Ch4 | Experiment::Weights | Experiment::Ch7 | Experiment::Hiremate => "v100",
         };
         self.profile.clone().unwrap_or_else(|| default.to_string())
     }

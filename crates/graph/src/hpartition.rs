@@ -65,9 +65,14 @@ pub struct HPartitionConfig {
     pub alpha: f64,
 }
 
+impl HPartitionConfig {
+    /// The defaults, as a constant.
+    pub const DEFAULT: HPartitionConfig = HPartitionConfig { max_sub: 20, max_top: 30, alpha: 0.5 };
+}
+
 impl Default for HPartitionConfig {
     fn default() -> Self {
-        HPartitionConfig { max_sub: 20, max_top: 30, alpha: 0.5 }
+        HPartitionConfig::DEFAULT
     }
 }
 

@@ -30,7 +30,8 @@
 //!   Σ_{k' ≤ k} D[t,k',d] ∈ [0, 1]`, `A ≥ sumComp − D` after the producer, `C ≤ sumComp`,
 //!   and `P[t+1,d] = A` after `d`'s last event in stage `t`.
 //! * (3.25)–(3.26)/(2.16) `D[t,k,d] = 1` iff `k` runs, `d` is not kept into stage `t+1`,
-//!   and no later reader of `d` runs in stage `t` (`P[t+1,d]`, not the printed `P[t+1,k]`);
+//!   and no later reader of `d` runs in stage `t` (`P[t+1,d]`, not the printed `P[t+1,k]`;
+//!   a backward that reads `d` only in some options reads it only when it runs in one);
 //!   linearized with `κ = 2 + #later readers`, plus one row per hazard (tighter).
 //! * (3.27)–(3.33)/(2.18) memory: along each stage, `U` = what is resident after node
 //!   `k`'s frees; while `k` runs, `U[k−1]` + what it allocates (created aNodes, its
@@ -304,6 +305,20 @@ pub fn solve(h: &HGraph, budget: u64, save: Option<u64>, time_limit: Option<f64>
     }
     let sp = |vars: &Vars, t: usize, k: usize, o: usize| vars.sp[t][k].get(o).copied().unwrap_or(Bin::Zero);
     let comp = |vars: &Vars, t: usize, k: usize, o: usize| vars.comp[t][k].get(o).copied().unwrap_or(Bin::Zero);
+    // Whether node `u` reads `d` in stage `t`: it runs, in any option if `d` is one of its
+    // inputs, else in one of the options that read it.
+    let reads = |vars: &Vars, t: usize, u: usize, d: usize| -> Lin {
+        if h.nodes[u].inputs.contains(&d) {
+            return vars.sum_comp(t, u);
+        }
+        let mut e = Lin::default();
+        for (o, opt) in h.nodes[u].options.iter().enumerate() {
+            if opt.reads.contains(&d) {
+                e.add_bin(comp(vars, t, u, o), 1.0);
+            }
+        }
+        e
+    };
 
     for t in 0..n {
         let active: Vec<usize> = (0..=t).filter(|&k| m.may_run(t, k)).collect();
@@ -382,13 +397,15 @@ pub fn solve(h: &HGraph, budget: u64, save: Option<u64>, time_limit: Option<f64>
             let mut alive = Lin::default();
             alive.add_bin(vars.p[t][d], 1.0);
             for (i, &k) in events.iter().enumerate() {
-                let sc = vars.sum_comp(t, k);
+                // Node k touches d: it made it, or runs in an option that reads it.
+                let sc = if k == producer { vars.sum_comp(t, k) } else { reads(&vars, t, k, d) };
                 let later: Vec<usize> = events[i + 1..].iter().copied().filter(|&u| u != producer).collect();
-                // h = (1 − sc_k) + P[t+1] + Σ_later sc_u.
+                // h = (1 − sc_k) + P[t+1] + Σ_later reads_u(d): a later node holds `d` only
+                // if it runs in an option that reads it.
                 let mut haz = Lin::constant(1.0);
                 haz.add_lin(&sc, -1.0).add_bin(next, 1.0);
                 for &u in &later {
-                    haz.add_lin(&vars.sum_comp(t, u), 1.0);
+                    haz.add_lin(&reads(&vars, t, u, d), 1.0);
                 }
                 let del = if haz.is_constant() {
                     if haz.constant.abs() < 0.5 {
@@ -416,7 +433,7 @@ pub fn solve(h: &HGraph, budget: u64, save: Option<u64>, time_limit: Option<f64>
                     row(&mut milp, 395, f64::NEG_INFINITY, &e, 1.0);
                     for &u in &later {
                         let mut e = Lin::default();
-                        e.add_col(dcol, 1.0).add_lin(&vars.sum_comp(t, u), 1.0);
+                        e.add_col(dcol, 1.0).add_lin(&reads(&vars, t, u, d), 1.0);
                         row(&mut milp, 399, f64::NEG_INFINITY, &e, 1.0);
                     }
                     Bin::Var(dcol)

@@ -1,27 +1,39 @@
 //! `hiremate`: Zhao's HiRemate (thesis ch. 3; research digest §3).
 //!
-//! 1. **H-Partition** ([`pebble_graph::h_partition`], Alg. 7) nests the forward graph into
-//!    clusters of at most `M^l` parts (20), the top one at most `M^t` (30); identical
-//!    clusters share their solutions.
+//! 1. **Partition.** Where the forward graph has single-activation cuts (Rockmate's
+//!    sequential blocks), each block of several ops is a cluster, and consecutive blocks
+//!    are grouped until the top has at most `M^t` (30) parts; a graph without such cuts
+//!    (or with a block of more than `M^l` ops) is H-Partitioned
+//!    ([`pebble_graph::h_partition`], Alg. 7) into clusters of at most `M^l` (20) parts.
+//!    Identical clusters share their solutions.
 //! 2. **Bottom-up**, each cluster (children first) becomes an [`HGraph`]: one forward and
 //!    one backward cNode per part (an op, or a sub-cluster whose options were found
 //!    before), the cluster's loss between them, and as aNodes only the tensors that cross
 //!    parts; what a sub-cluster keeps inside is its option's phantom. The H-ILP solves it
-//!    at [`BUDGETS`] budgets evenly spaced from the least any cNode needs to the
-//!    cluster's store-all peak; each distinct solution is an option of the cluster: its
-//!    forward part, its backward part, their times, and the memory they need above what
-//!    they allocate (measured by replaying them on the cluster). A fast forward (every op
-//!    without grad, nothing kept) is always one more forward option.
+//!    over Rockmate's `(M_peak, M_save)` grid (10 × 10; 8 peak budgets alone beyond
+//!    [`crate::rockmate::MEDIUM_BLOCK`] cNodes, where 100 ILPs take minutes per cluster
+//!    on Inception); each distinct solution is an option of the cluster:
+//!    its forward part, its backward part, their times, and the memory they need above
+//!    what they allocate (measured by replaying them on the cluster). A fast forward
+//!    (every op without grad, nothing kept) is always one more forward option.
 //! 3. **Option selection** (§3.4.5): a parent keeps at most [`MAX_OPTIONS`] options of all
-//!    its parts together, each part at least one, in proportion to how many it has,
-//!    picked by the spread greedy on their phantoms (largest, smallest, then the middle
-//!    of the widest gap, …).
+//!    its parts together: first the options no other beats on time, phantom and overheads
+//!    ([`Selection::Pareto`]), then an even share per part, each picked by the spread
+//!    greedy on their phantoms (largest, smallest, then the middle of the widest gap, …).
 //! 4. The top cluster is solved once, at the user's budget; its solution is expanded
 //!    into ops (Lemma 3.2.1: sub-schedules never free their cluster's interface), frees
 //!    come from liveness, and the simulator scores the schedule.
 //!
+//! Why not the thesis's choices (8 peak budgets, options shared in proportion to their
+//! count, `N_o = 60`, H-Partition alone): on GPT-2 they left the attention half of each
+//! layer one option at the top, so HiRemate recomputed whole half-layers where Rockmate
+//! recomputes the attention alone (+12.3% against +5.7% on GPT-2 small at half the
+//! activations). [`HiremateConfig`] keeps each choice switchable; `pebble reproduce
+//! hiremate` measures each alone (docs/benchmarks.md).
+//!
 //! Solving a cluster's ILPs and the top ILP use `--time-limit` each (default
-//! [`DEFAULT_ILP_LIMIT`] s); a time-limited solve keeps its best solution.
+//! [`DEFAULT_ILP_LIMIT`] s, the top six times that); a time-limited solve keeps its best
+//! solution, and the schedule says so ([`Schedule::optimal`]).
 //!
 //! Steps 1 to 3 below the top do not depend on the budget: [`Solver::prepare`] does them
 //! once (a [`Prepared`]) for every budget the caller asks for, and reports each cluster
@@ -30,7 +42,7 @@
 use std::collections::HashMap;
 
 use pebble_graph::{
-    h_partition, identical_clusters, ComputeKind, DataKind, HPartitionConfig, Hierarchy, Part, TrainingGraph,
+    h_partition, identical_clusters, Cluster, ComputeKind, DataKind, HPartitionConfig, Hierarchy, Part, TrainingGraph,
 };
 use pebble_schedule::{Schedule, View};
 use pebble_solve::{Problem, Progress, SolveError, SolveOptions, Solver};
@@ -41,13 +53,82 @@ use crate::sequence::{Liveness, Step};
 use crate::subgraph::SubGraph;
 use crate::IlpError;
 
-/// HiRemate (see the module docs).
-pub struct Hiremate;
+/// HiRemate (see the module docs), with its knobs.
+pub struct Hiremate {
+    /// What it runs with; `hiremate` is [`HiremateConfig::DEFAULT`].
+    pub config: HiremateConfig,
+}
 
-/// Budgets per cluster.
-pub const BUDGETS: usize = 8;
 /// Options a parent keeps over all its parts (the thesis' `N_o`).
-pub const MAX_OPTIONS: usize = 60;
+pub const MAX_OPTIONS: usize = 400;
+
+/// HiRemate's knobs: the partition, each cluster's budget grid, option selection and
+/// the top H-ILP's correction terms. [`HiremateConfig::default`] is what `hiremate`
+/// runs; the other values exist to measure each choice alone (docs/benchmarks.md).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HiremateConfig {
+    /// H-Partition's `M^l`, `M^t` and α.
+    pub partition: HPartitionConfig,
+    /// Whether a graph with single-activation cuts is first cut there (Rockmate's
+    /// blocks), each block then partitioned alone.
+    pub blocks_first: bool,
+    /// `(#M_peak, #M_save)` budgets per cluster; `#M_save = 1` solves at peak budgets
+    /// only (no save budget).
+    pub grid: (usize, usize),
+    /// The same for clusters of more than [`crate::rockmate::MEDIUM_BLOCK`] cNodes.
+    pub coarse_grid: (usize, usize),
+    /// The thesis' `N_o`.
+    pub max_options: usize,
+    /// How a parent picks its parts' options when they exceed `max_options`.
+    pub selection: Selection,
+    /// Each ILP's time limit when the user sets none, in seconds.
+    pub time_limit: f64,
+}
+
+/// How a parent keeps at most `N_o` of its parts' options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Selection {
+    /// The thesis: spread on the phantom alone.
+    Phantom,
+    /// Drop the options another beats on time, phantom and both overheads first, then
+    /// spread on the phantom.
+    Pareto,
+}
+
+impl Default for HiremateConfig {
+    fn default() -> Self {
+        HiremateConfig::DEFAULT
+    }
+}
+
+impl Hiremate {
+    /// `hiremate`, as registered.
+    pub const DEFAULT: Hiremate = Hiremate { config: HiremateConfig::DEFAULT };
+}
+
+impl HiremateConfig {
+    /// What `hiremate` runs.
+    pub const DEFAULT: HiremateConfig = HiremateConfig {
+        partition: HPartitionConfig::DEFAULT,
+        blocks_first: true,
+        grid: (10, 10),
+        coarse_grid: (8, 1),
+        max_options: MAX_OPTIONS,
+        selection: Selection::Pareto,
+        time_limit: DEFAULT_ILP_LIMIT,
+    };
+
+    /// What `hiremate` ran before issue 15: 8 peak budgets per cluster, no save budget,
+    /// the thesis' selection with `N_o = 60`, H-Partition alone.
+    pub const BEFORE_ISSUE_15: HiremateConfig = HiremateConfig {
+        grid: (8, 1),
+        coarse_grid: (8, 1),
+        selection: Selection::Phantom,
+        blocks_first: false,
+        max_options: 60,
+        ..HiremateConfig::DEFAULT
+    };
+}
 /// Each ILP's time limit when the user sets none, in seconds.
 pub const DEFAULT_ILP_LIMIT: f64 = 10.0;
 
@@ -77,7 +158,7 @@ impl Solver for Hiremate {
     ) -> Result<Box<dyn pebble_solve::Prepared + 'a>, SolveError> {
         let g = problem.graph_for("hiremate")?;
         crate::require_forward_links(g, "hiremate")?;
-        Ok(match Prepared::with_progress(g, &HPartitionConfig::default(), options.time_limit, &options.progress) {
+        Ok(match Prepared::with_progress(g, &self.config, options.time_limit, &options.progress) {
             Ok(prepared) => Box::new(crate::Ready { solver: "hiremate", prepared, options }),
             Err(e) => Box::new(crate::Failed { solver: "hiremate", reason: e.to_string() }),
         })
@@ -93,7 +174,7 @@ impl crate::Schedules for Prepared<'_> {
 /// What the progress callback is told while the clusters are solved.
 pub const PROGRESS: &str = "HiRemate: solving clusters";
 
-inventory::submit!(pebble_solve::Registration(&Hiremate));
+inventory::submit!(pebble_solve::Registration(&Hiremate::DEFAULT));
 
 /// One option of a cluster, in its local compute ids.
 #[derive(Debug, Clone, PartialEq)]
@@ -130,16 +211,15 @@ pub struct Prepared<'g> {
     subs: Vec<SubGraph>,
     options: Vec<Option<ClusterOptions>>,
     limit: f64,
+    cfg: HiremateConfig,
+    /// Cluster ILPs solved, and how many of them to optimality.
+    pub solved: (usize, usize),
 }
 
 impl<'g> Prepared<'g> {
     /// Partitions `g` and builds the options of every cluster below the top, each ILP
     /// under `time_limit` seconds (default [`DEFAULT_ILP_LIMIT`]).
-    pub fn new(
-        g: &'g TrainingGraph,
-        cfg: &HPartitionConfig,
-        time_limit: Option<f64>,
-    ) -> Result<Prepared<'g>, IlpError> {
+    pub fn new(g: &'g TrainingGraph, cfg: &HiremateConfig, time_limit: Option<f64>) -> Result<Prepared<'g>, IlpError> {
         Prepared::with_progress(g, cfg, time_limit, &Progress::none())
     }
 
@@ -147,20 +227,27 @@ impl<'g> Prepared<'g> {
     /// done, total).
     pub fn with_progress(
         g: &'g TrainingGraph,
-        cfg: &HPartitionConfig,
+        cfg: &HiremateConfig,
         time_limit: Option<f64>,
         progress: &Progress,
     ) -> Result<Prepared<'g>, IlpError> {
         g.validate().map_err(|e| IlpError::InvalidGraph(e.to_string()))?;
-        let limit = time_limit.unwrap_or(DEFAULT_ILP_LIMIT);
-        let h = h_partition(g, cfg).map_err(|e| IlpError::InvalidGraph(e.to_string()))?;
+        let limit = time_limit.unwrap_or(cfg.time_limit);
+        let h = if cfg.blocks_first {
+            blocks_then_partition(g, &cfg.partition)?
+        } else {
+            h_partition(g, &cfg.partition).map_err(|e| IlpError::InvalidGraph(e.to_string()))?
+        };
         let rep = identical_clusters(g, &h);
         let subs = h.clusters.iter().map(|c| SubGraph::extract(g, &c.ops)).collect::<Result<Vec<_>, _>>()?;
-        let mut p = Prepared { g, options: vec![None; h.clusters.len()], h, rep, subs, limit };
+        let mut p =
+            Prepared { g, options: vec![None; h.clusters.len()], h, rep, subs, limit, cfg: *cfg, solved: (0, 0) };
         let todo: Vec<usize> = (0..p.h.clusters.len()).filter(|&c| c != p.h.top && p.rep[c] == c).collect();
         progress.report(PROGRESS, 0, todo.len());
         for (done, &c) in todo.iter().enumerate() {
-            p.options[c] = Some(p.cluster_options(c)?);
+            let (options, solved) = p.cluster_options(c)?;
+            p.options[c] = Some(options);
+            p.solved = (p.solved.0 + solved.0, p.solved.1 + solved.1);
             progress.report(PROGRESS, done + 1, todo.len());
         }
         Ok(p)
@@ -372,26 +459,47 @@ impl<'g> Prepared<'g> {
         out
     }
 
-    /// Solves cluster `c` at several budgets: its options.
-    fn cluster_options(&self, c: usize) -> Result<ClusterOptions, IlpError> {
+    /// Solves cluster `c` over the budget grid: its options, and how many ILPs were
+    /// solved and how many of them to optimality.
+    fn cluster_options(&self, c: usize) -> Result<(ClusterOptions, (usize, usize)), IlpError> {
         let (h, expand) = self.hgraph(c)?;
-        let (h, remap) = select_options(h);
+        let (h, remap) = select_options(h, &self.cfg);
         let sub = &self.subs[c];
         let lg = &sub.graph;
         let live = Liveness::new(lg);
         let all: Vec<Step> = (0..lg.compute.len()).map(|k| (k, false)).collect();
         let max_peak = live.replay(&all).iter().map(|p| p.0).max().unwrap_or(0);
         let min_peak = min_need(&h);
-        let budgets = crate::linspace(min_peak, max_peak.max(min_peak), BUDGETS);
+        let size = |ids: &[usize]| ids.iter().map(|&d| lg.data[d].size).sum::<u64>();
+        let min_save = size(&sub.outputs) + size(&sub.grads_in);
+        // The H-ILP's time grows fast with its cNodes: the coarse grid beyond Rockmate's
+        // medium block.
+        let (np, ns) = if h.nodes.len() > crate::rockmate::MEDIUM_BLOCK { self.cfg.coarse_grid } else { self.cfg.grid };
+        let mut budgets: Vec<(u64, Option<u64>)> = Vec::new();
+        for peak in crate::linspace(min_peak, max_peak.max(min_peak), np) {
+            if ns <= 1 {
+                budgets.push((peak, None));
+            } else {
+                budgets.extend(crate::linspace(min_save.min(peak), peak, ns).into_iter().map(|s| (peak, Some(s))));
+            }
+        }
         let limit = self.limit;
-        let results = crate::on_two_threads(&budgets, |&m| hilp::solve(&h, m, None, Some(limit)));
+        let results = crate::on_two_threads(&budgets, |&(m, save)| hilp::solve(&h, m, save, Some(limit)));
         let mut options: Vec<ClusterOption> = Vec::new();
+        let mut solved = (0, 0);
         for r in results {
             let sol = match r {
                 Ok(s) => s,
-                Err(IlpError::Infeasible) | Err(IlpError::NoSolution { .. }) => continue,
+                Err(IlpError::Infeasible) => continue,
+                // Stopped before any solution: not proven, so not optimal.
+                Err(IlpError::NoSolution { .. }) => {
+                    solved.0 += 1;
+                    continue;
+                }
                 Err(e) => return Err(e),
             };
+            solved.0 += 1;
+            solved.1 += usize::from(sol.optimal);
             let steps = self.steps(&remap, &expand, &sol.seq);
             let Some(at) = steps.iter().position(|&(k, _)| k == sub.loss) else { continue };
             let (forward, backward) = (steps[..at].to_vec(), steps[at + 1..].to_vec());
@@ -411,11 +519,12 @@ impl<'g> Prepared<'g> {
         let r = live.replay(&ff);
         let outs: u64 = sub.outputs.iter().map(|&d| lg.data[d].size).sum();
         let ff_peak = r[..sub.loss].iter().map(|p| p.0).max().unwrap_or(0);
-        Ok(ClusterOptions {
+        let options = ClusterOptions {
             options,
             ff_time: (0..sub.loss).map(|k| lg.compute[k].time).sum(),
             ff_overhead: ff_peak.saturating_sub(outs),
-        })
+        };
+        Ok((options, solved))
     }
 
     /// Bytes resident whatever the schedule: static memory and inputs.
@@ -428,11 +537,15 @@ impl<'g> Prepared<'g> {
         let infeasible = |reason: String| SolveError::Infeasible { budget, reason };
         let top = self.h.top;
         let (h, expand) = self.hgraph(top).map_err(|e| infeasible(e.to_string()))?;
-        let (h, remap) = select_options(h);
+        let (h, remap) = select_options(h, &self.cfg);
         let sub = &self.subs[top];
-        crate::sequence_within_budget(self.g, budget, options, |memory| {
+        let mut top_optimal = true;
+        let schedule = crate::sequence_within_budget(self.g, budget, options, |memory| {
             let sol = match hilp::solve(&h, memory, None, Some(options.time_limit.unwrap_or(self.limit * 6.0))) {
-                Ok(s) => s,
+                Ok(s) => {
+                    top_optimal = s.optimal;
+                    s
+                }
                 Err(IlpError::Infeasible) => {
                     return Err(infeasible(format!(
                         "the top H-ILP ({} cNodes) has no solution in {memory} bytes",
@@ -449,8 +562,52 @@ impl<'g> Prepared<'g> {
                 .into_iter()
                 .map(|(l, ng)| (sub.compute[l].expect("the top holds the real loss"), ng))
                 .collect())
-        })
+        })?;
+        Ok(schedule.with_optimal(top_optimal && self.solved.0 == self.solved.1))
     }
+}
+
+/// Rockmate's sequential blocks as the first level of the hierarchy: each block of
+/// several ops is a cluster (H-Partition splits one of more than `M^l` ops), and
+/// consecutive blocks are grouped `M^l` at a time until at most `M^t` remain, the top.
+/// A graph with no single-activation cut is H-Partitioned as a whole.
+fn blocks_then_partition(g: &TrainingGraph, cfg: &HPartitionConfig) -> Result<Hierarchy, IlpError> {
+    let blocks = crate::subgraph::sequential_blocks(g);
+    let whole = || h_partition(g, cfg).map_err(|e| IlpError::InvalidGraph(e.to_string()));
+    if blocks.len() < 2 || blocks.iter().any(|b| b.len() > cfg.max_sub) {
+        return whole();
+    }
+    let mut clusters: Vec<Cluster> = Vec::new();
+    let mut level: Vec<(Part, Vec<usize>)> = blocks
+        .into_iter()
+        .map(|b| {
+            if b.len() == 1 {
+                (Part::Op(b[0]), b)
+            } else {
+                clusters.push(Cluster { parts: b.iter().map(|&k| Part::Op(k)).collect(), ops: b.clone() });
+                (Part::Cluster(clusters.len() - 1), b)
+            }
+        })
+        .collect();
+    while level.len() > cfg.max_top {
+        let group = cfg.max_sub.min(level.len().div_ceil(cfg.max_top)).max(2);
+        level = level
+            .chunks(group)
+            .map(|c| {
+                if c.len() == 1 {
+                    return c[0].clone();
+                }
+                let mut ops: Vec<usize> = c.iter().flat_map(|(_, o)| o.iter().copied()).collect();
+                ops.sort_unstable();
+                clusters.push(Cluster { parts: c.iter().map(|(p, _)| *p).collect(), ops: ops.clone() });
+                (Part::Cluster(clusters.len() - 1), ops)
+            })
+            .collect();
+    }
+    let mut ops: Vec<usize> = level.iter().flat_map(|(_, o)| o.iter().copied()).collect();
+    ops.sort_unstable();
+    clusters.push(Cluster { parts: level.into_iter().map(|(p, _)| p).collect(), ops });
+    Ok(Hierarchy { top: clusters.len() - 1, clusters })
 }
 
 /// How a cNode of a cluster's H-graph becomes steps.
@@ -514,10 +671,14 @@ fn min_need(h: &HGraph) -> u64 {
         .unwrap_or(0)
 }
 
-/// Option selection (§3.4.5): at most [`MAX_OPTIONS`] over the H-graph, each pair at
-/// least one, in proportion to its count, chosen by spread on the phantom. A forward's
-/// fast-forward options (beyond its backward's) are always kept.
-fn select_options(mut h: HGraph) -> (HGraph, Vec<Vec<usize>>) {
+/// Option selection (§3.4.5): at most `cfg.max_options` over the H-graph's pairs, each
+/// at least one. [`Selection::Phantom`] is the thesis: each pair's quota in proportion
+/// to its count, chosen by spread on the phantom. [`Selection::Pareto`] first drops the
+/// options another beats on both times, the phantom, both overheads and the reads
+/// ([`dominated`]), then shares the cap evenly (water-filling: no pair gets more than
+/// the level at which the quotas fill the cap) and spreads within each quota. A
+/// forward's fast-forward options (beyond its backward's) are always kept.
+fn select_options(mut h: HGraph, cfg: &HiremateConfig) -> (HGraph, Vec<Vec<usize>>) {
     let mut remap: Vec<Vec<usize>> = h.nodes.iter().map(|n| (0..n.options.len()).collect()).collect();
     let pairs: Vec<(usize, usize)> = (0..h.nodes.len())
         .filter_map(|f| {
@@ -526,18 +687,47 @@ fn select_options(mut h: HGraph) -> (HGraph, Vec<Vec<usize>>) {
             Some((f, b))
         })
         .collect();
-    let total: usize = pairs.iter().map(|&(_, b)| h.nodes[b].options.len()).sum();
-    if total <= MAX_OPTIONS {
-        return (h, remap);
-    }
-    for &(f, b) in &pairs {
+    // The candidates of each pair, by its backward's option index.
+    let candidates: Vec<Vec<usize>> = pairs
+        .iter()
+        .map(|&(f, b)| {
+            let nb = h.nodes[b].options.len();
+            match cfg.selection {
+                Selection::Phantom => (0..nb).collect(),
+                Selection::Pareto => {
+                    let both = |o: usize| (&h.nodes[f].options[o], &h.nodes[b].options[o]);
+                    (0..nb).filter(|&o| !(0..nb).any(|p| dominated(both(o), both(p), o, p))).collect()
+                }
+            }
+        })
+        .collect();
+    let counts: Vec<usize> = candidates.iter().map(Vec::len).collect();
+    let total: usize = counts.iter().sum();
+    let quotas: Vec<usize> = if total <= cfg.max_options {
+        counts.clone()
+    } else {
+        match cfg.selection {
+            Selection::Phantom => counts
+                .iter()
+                .map(|&nb| ((cfg.max_options * nb) as f64 / total as f64).floor().max(1.0) as usize)
+                .collect(),
+            Selection::Pareto => {
+                let fill = |q: usize| counts.iter().map(|&c| c.min(q)).sum::<usize>();
+                let mut q = 1;
+                while fill(q + 1) <= cfg.max_options && q < *counts.iter().max().unwrap_or(&1) {
+                    q += 1;
+                }
+                counts.iter().map(|&c| c.min(q).max(1)).collect()
+            }
+        }
+    };
+    for (i, &(f, b)) in pairs.iter().enumerate() {
         let nb = h.nodes[b].options.len();
-        let quota = ((MAX_OPTIONS * nb) as f64 / total as f64).floor().max(1.0) as usize;
-        if nb <= quota {
+        if counts[i] == nb && nb <= quotas[i] {
             continue;
         }
-        let values: Vec<u64> = (0..nb).map(|o| h.nodes[f].options[o].phantom).collect();
-        let keep = spread(&values, quota);
+        let values: Vec<u64> = candidates[i].iter().map(|&o| h.nodes[f].options[o].phantom).collect();
+        let keep: Vec<usize> = spread(&values, quotas[i]).into_iter().map(|j| candidates[i][j]).collect();
         let nf = h.nodes[f].options.len();
         let mut fkeep = keep.clone();
         fkeep.extend(nb..nf);
@@ -547,6 +737,20 @@ fn select_options(mut h: HGraph) -> (HGraph, Vec<Vec<usize>>) {
         remap[b] = keep;
     }
     (h, remap)
+}
+
+/// Whether option `o` of a pair (its forward's and its backward's [`HOption`]s) is
+/// never better than option `p`: no faster forward or backward, no smaller phantom or
+/// overhead, no fewer reads. Of two equal options the later is the dominated one.
+fn dominated(o: (&HOption, &HOption), p: (&HOption, &HOption), io: usize, ip: usize) -> bool {
+    if io == ip {
+        return false;
+    }
+    let key = |x: (&HOption, &HOption)| (x.0.time, x.1.time, x.0.phantom, x.0.overhead, x.1.overhead);
+    let (a, b) = (key(o), key(p));
+    let no_worse = b.0 <= a.0 && b.1 <= a.1 && b.2 <= a.2 && b.3 <= a.3 && b.4 <= a.4;
+    let reads = p.1.reads.iter().all(|d| o.1.reads.contains(d));
+    no_worse && reads && (a != b || o.1.reads.len() != p.1.reads.len() || ip < io)
 }
 
 /// The spread greedy (§3.4.5, Fig. 3.7): the largest value, the smallest, then the one

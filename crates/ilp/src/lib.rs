@@ -40,7 +40,7 @@ pub mod pipeline;
 #[cfg(test)]
 mod prepare_tests;
 pub mod rockmate;
-pub mod sequence;
+pub use pebble_solve::sequence;
 pub mod subgraph;
 pub mod weight_bound;
 

@@ -105,7 +105,7 @@ fn rockmate_prepares_once_and_gives_what_plan_gives() {
 
 #[test]
 fn hiremate_prepares_once_and_gives_what_plan_gives() {
-    prepared_once_and_pure(&Hiremate, hiremate::PROGRESS);
+    prepared_once_and_pure(&Hiremate::DEFAULT, hiremate::PROGRESS);
 }
 
 /// A graph the preparation refuses fails each budget as `solve` always did (infeasible,
@@ -114,7 +114,7 @@ fn hiremate_prepares_once_and_gives_what_plan_gives() {
 fn a_failed_preparation_fails_each_budget() {
     let mut g = gpt();
     g.compute[0].inputs.push(usize::MAX / 2);
-    for solver in [&Rockmate as &dyn Solver, &Hiremate] {
+    for solver in [&Rockmate as &dyn Solver, &Hiremate::DEFAULT] {
         let results = plan_many(solver, Problem::Graph(&g), &[1 << 30, 1 << 40], &SolveOptions::default()).unwrap();
         for (r, b) in results.into_iter().zip([1u64 << 30, 1 << 40]) {
             match r {

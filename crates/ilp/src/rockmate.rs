@@ -313,11 +313,27 @@ impl<'g> Prepared<'g> {
             })?;
             Ok(self.expand(&sol.ops))
         })
+        .map(|s| s.with_optimal(self.classes.iter().all(|c| c.solved.0 == c.solved.1)))
     }
 }
 
 fn bytes(g: &TrainingGraph, ids: &[usize]) -> u64 {
     ids.iter().map(|&d| g.data[d].size).sum()
+}
+
+/// The `(#M_peak, #M_save)` grid a block of `nodes` compute nodes gets when `grid` is
+/// asked for: coarser beyond [`MEDIUM_BLOCK`] and
+/// [`LARGE_BLOCK`] nodes, none beyond [`MAX_ILP_NODES`].
+pub fn grid_for(nodes: usize, grid: (usize, usize)) -> (usize, usize) {
+    if nodes > MAX_ILP_NODES {
+        (0, 0)
+    } else if nodes > LARGE_BLOCK {
+        (grid.0.min(3), grid.1.min(3))
+    } else if nodes > MEDIUM_BLOCK {
+        (grid.0.min(6), grid.1.min(6))
+    } else {
+        grid
+    }
 }
 
 /// The options of one block: rk-Checkmate over the budget grid.
@@ -346,15 +362,7 @@ pub fn block_options(b: &SubGraph, grid: (usize, usize), limit: f64) -> Result<B
     // rk-Checkmate's time grows fast with the block (a Transformer's decoder is one
     // block of the sequential cut): a coarser grid for large blocks, and only the
     // store-all option beyond [`MAX_ILP_NODES`] nodes (HiRemate is the answer there).
-    let grid = if n > MAX_ILP_NODES {
-        (0, 0)
-    } else if n > LARGE_BLOCK {
-        (grid.0.min(3), grid.1.min(3))
-    } else if n > MEDIUM_BLOCK {
-        (grid.0.min(6), grid.1.min(6))
-    } else {
-        grid
-    };
+    let grid = grid_for(n, grid);
     let mut budgets = Vec::new();
     for peak in crate::linspace(min_peak, max_peak, grid.0).into_iter().filter(|_| grid.0 > 0) {
         for save in crate::linspace(min_save.min(peak), peak, grid.1) {
@@ -368,7 +376,12 @@ pub fn block_options(b: &SubGraph, grid: (usize, usize), limit: f64) -> Result<B
     for r in results {
         let sol = match r {
             Ok(sol) => sol,
-            Err(IlpError::Infeasible) | Err(IlpError::NoSolution { .. }) => continue,
+            Err(IlpError::Infeasible) => continue,
+            // Stopped before any solution: not proven, so not optimal.
+            Err(IlpError::NoSolution { .. }) => {
+                solved.0 += 1;
+                continue;
+            }
             Err(e) => return Err(e),
         };
         solved.0 += 1;

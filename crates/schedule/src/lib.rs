@@ -221,6 +221,11 @@ pub struct Schedule {
     /// Pipeline: the stages, each a range of chain stages on one device, in chain order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<PipeStage>,
+    /// Whether every MILP behind the schedule was solved to optimality: `false` when a
+    /// time limit stopped one at its best solution so far. Absent for solvers that solve
+    /// none (or do not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimal: Option<bool>,
 }
 
 /// Why a schedule could not be read.
@@ -300,12 +305,19 @@ impl Schedule {
             devices: None,
             microbatches: None,
             stages: Vec::new(),
+            optimal: None,
         }
     }
 
     /// Marks the ops as one period of a steady state (see [`Schedule::periodic`]).
     pub fn repeated(mut self) -> Schedule {
         self.periodic = true;
+        self
+    }
+
+    /// The schedule, saying whether the MILPs behind it were solved to optimality.
+    pub fn with_optimal(mut self, optimal: bool) -> Schedule {
+        self.optimal = Some(optimal);
         self
     }
 

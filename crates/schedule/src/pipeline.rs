@@ -50,6 +50,7 @@ impl Schedule {
             solver: None,
             ops,
             periodic: false,
+            optimal: None,
             devices: Some(devices),
             microbatches: Some(microbatches),
             stages,

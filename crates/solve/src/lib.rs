@@ -31,6 +31,7 @@ pub mod revolve;
 pub mod rk_rotor;
 pub mod rotor;
 pub mod rotor_optimal;
+pub mod sequence;
 pub mod weights;
 
 /// What a solver plans.

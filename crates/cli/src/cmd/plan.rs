@@ -168,6 +168,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
                 "predicted_time": time,
                 "overhead": over,
                 "solve_seconds": plan.solve_seconds,
+                "optimal": plan.schedule.optimal,
                 "ops": plan.schedule.ops.len(),
                 "compute_ops": plan.report.compute_ops,
                 "peak_host_bytes": plan.report.peak_host_bytes,
@@ -227,7 +228,12 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     if let Some(b) = bound {
         text.push_str(&format!("bound     offloading alone (no recomputation) takes at least {}\n", units.time(b)));
     }
-    text.push_str(&format!("solved in {:.3} s\n", plan.solve_seconds));
+    let proof = match plan.schedule.optimal {
+        Some(true) => " (every MILP to optimality)",
+        Some(false) => " (a MILP stopped at its time limit: the best solution found, not proven optimal)",
+        None => "",
+    };
+    text.push_str(&format!("solved in {:.3} s{proof}\n", plan.solve_seconds));
     if let Some(path) = &args.output {
         text.push_str(&format!("schedule written to {}\n", path.display()));
     }

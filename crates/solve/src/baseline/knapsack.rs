@@ -1,5 +1,6 @@
-//! `knapsack`: the activation-memory budget of PyTorch's compile partitioner
-//! (`torch._functorch` "memory budget" mode), on the training graph.
+//! `knapsack`: the knapsack step of PyTorch's compile partitioner's activation-memory
+//! budget alone, on the training graph (`pytorch-mincut` is the partitioner: the
+//! knapsack, then the min cut).
 //!
 //! Every tensor the backward reads from the forward (an activation or a saved tensor) is
 //! an item: keeping it costs its size, dropping it costs the time of the forward that
@@ -30,7 +31,8 @@ impl Solver for Knapsack {
     }
 
     fn description(&self) -> &'static str {
-        "PyTorch's compile partitioner: a knapsack picks which saved activations to keep, the rest is recomputed"
+        "the knapsack step of PyTorch's partitioner alone: keep the saved tensors of most recompute time, recompute \
+         the rest on demand (see pytorch-mincut)"
     }
 
     fn views(&self) -> &'static [View] {
@@ -85,21 +87,29 @@ fn items(g: &TrainingGraph) -> Vec<(usize, f64)> {
 /// Which items to keep: the greatest total recomputation time whose sizes, rounded up to
 /// `capacity / SLOTS` units, fit `capacity`.
 fn keep_within(g: &TrainingGraph, items: &[(usize, f64)], capacity: u64) -> Vec<bool> {
-    let total: u64 = items.iter().map(|&(d, _)| g.data[d].size).sum();
+    let sizes: Vec<u64> = items.iter().map(|&(d, _)| g.data[d].size).collect();
+    let values: Vec<f64> = items.iter().map(|&(_, v)| v).collect();
+    knapsack(&sizes, &values, capacity)
+}
+
+/// The 0/1 knapsack of the partitioner's `dp_knapsack`: the items of greatest total
+/// value whose sizes, rounded up to `capacity / SLOTS` units, fit `capacity`.
+pub(crate) fn knapsack(sizes: &[u64], values: &[f64], capacity: u64) -> Vec<bool> {
+    let total: u64 = sizes.iter().sum();
     if capacity >= total {
-        return vec![true; items.len()];
+        return vec![true; sizes.len()];
     }
     if capacity == 0 {
-        return vec![false; items.len()];
+        return vec![false; sizes.len()];
     }
     let unit = capacity.div_ceil(SLOTS as u64).max(1);
     let cap = (capacity / unit) as usize;
-    let weights: Vec<usize> = items.iter().map(|&(d, _)| g.data[d].size.div_ceil(unit) as usize).collect();
-    // best[i][w]: the most time kept with items 0..i in w units.
-    let n = items.len();
+    let weights: Vec<usize> = sizes.iter().map(|&s| s.div_ceil(unit) as usize).collect();
+    // best[i][w]: the most value with items 0..i in w units.
+    let n = sizes.len();
     let mut best = vec![vec![0.0f64; cap + 1]; n + 1];
     for i in 0..n {
-        let (w, v) = (weights[i], items[i].1);
+        let (w, v) = (weights[i], values[i]);
         for c in 0..=cap {
             let skip = best[i][c];
             let take = if w <= c { best[i][c - w] + v } else { f64::NEG_INFINITY };

@@ -15,6 +15,7 @@
 pub mod chen;
 pub mod dtr;
 pub mod knapsack;
+pub mod mincut;
 pub mod paged_adam;
 pub mod recompute_all;
 pub mod revolve;

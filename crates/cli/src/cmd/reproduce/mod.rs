@@ -1,9 +1,11 @@
 //! `pebble reproduce EXPERIMENT`: a seed's headline result, in simulation, with one
 //! command: `ch4` (Shilova's thesis, Ch. 4), `weights` (Beaumont et al. 2022, Table 1) and
-//! `offmate` (Zhao's thesis, Ch. 4).
+//! `offmate` (Zhao's thesis, Ch. 4), `ch7` (Shilova's thesis, Ch. 7) and `hiremate` (Zhao's
+//! thesis, Ch. 3, against Rockmate).
 
 mod ch4;
 mod ch7;
+mod hiremate;
 mod offmate;
 mod weights;
 
@@ -20,6 +22,7 @@ pub fn run(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         Experiment::Weights => weights::table1(args),
         Experiment::Offmate => offmate::offmate(args),
         Experiment::Ch7 => ch7::ch7(args),
+        Experiment::Hiremate => hiremate::hiremate(args),
     }
 }
 

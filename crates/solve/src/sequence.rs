@@ -1,6 +1,6 @@
 //! Compute sequences and their frees.
 //!
-//! Rockmate and HiRemate build a schedule in two steps: which compute nodes run, in
+//! Rockmate, HiRemate and `pytorch-mincut` build a schedule in two steps: which compute nodes run, in
 //! which order and in which mode (a *sequence* of [`Step`]s), then where each tensor is
 //! freed. The second step needs no solver: a tensor is freed right after its last use
 //! before it is produced again, which is as early as any schedule could free it. So the
