@@ -24,6 +24,8 @@ fn rockmate_and_hiremate_plan_within_the_budget_and_beat_rotor() {
         let peak = j["predicted_peak_bytes"].as_u64().expect("predicted_peak_bytes");
         assert!(peak <= j["budget_bytes"].as_u64().expect("budget_bytes"), "{solver}");
         let overhead = j["overhead"].as_f64().expect("overhead");
+        // Whether every MILP was solved to optimality: said by the ILP solvers only.
+        assert_eq!(j["optimal"], if solver == "rotor" { Value::Null } else { Value::Bool(true) }, "{solver}");
         if solver == "rotor" {
             rotor = Some(overhead);
         } else {
@@ -32,6 +34,20 @@ fn rockmate_and_hiremate_plan_within_the_budget_and_beat_rotor() {
             assert!(overhead <= rotor.expect("rotor first") + 1e-9, "{solver}: {overhead} vs rotor's {rotor:?}");
         }
     }
+}
+
+/// A MILP stopped by `--time-limit` before proving its answer: the plan says so.
+#[test]
+fn a_time_limited_plan_is_not_called_optimal() {
+    let mut args = vec!["plan", "--solver", "hiremate", "--activation-budget", "100%", "--time-limit", "0.001"];
+    args.extend(GPT);
+    let run = common::pebble(&args);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("not proven optimal"), "{}", run.stdout);
+    args.push("--json");
+    let (code, j, err) = pebble(&args);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(j["optimal"], false);
 }
 
 #[test]

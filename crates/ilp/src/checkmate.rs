@@ -143,7 +143,7 @@ pub fn solve_graph(g: &TrainingGraph, budget: u64, options: &SolveOptions) -> Re
     crate::within_budget(g, budget, options, gave_up, |slack| {
         let remaining = options.time_limit.map(|l| (l - started.elapsed().as_secs_f64()).max(0.0));
         match inst.solve(budget.saturating_sub(slack), remaining) {
-            Ok(seq) => Ok(inst.schedule(&seq)),
+            Ok((seq, optimal)) => Ok(inst.schedule(&seq).with_optimal(optimal)),
             Err(IlpError::Infeasible) => Err(infeasible(format!(
                 "the Checkmate ILP ({} stages) has no solution ({} bytes are fixed: static memory and inputs)",
                 inst.n, inst.fixed
@@ -333,8 +333,9 @@ impl<'g> Instance<'g> {
         r + s + per_stage
     }
 
-    /// Builds and solves the ILP for `budget` bytes; returns the compute sequence.
-    fn solve(&self, budget: u64, time_limit: Option<f64>) -> Result<Vec<usize>, IlpError> {
+    /// Builds and solves the ILP for `budget` bytes; returns the compute sequence, and
+    /// whether HiGHS proved it optimal.
+    fn solve(&self, budget: u64, time_limit: Option<f64>) -> Result<(Vec<usize>, bool), IlpError> {
         let n = self.n;
         let nd = self.g.data.len();
         let avail = budget.checked_sub(self.fixed).ok_or(IlpError::Infeasible)?;
@@ -468,8 +469,9 @@ impl<'g> Instance<'g> {
         // HiGHS's default gaps, stated: optimal within 0.01% of the recomputation time, or
         // within a millionth of the slowest node's time (the objective's unit).
         let options = [("mip_rel_gap", 1e-4), ("mip_abs_gap", 1e-6)];
-        let cols_values = match m.solve(time_limit, warm_fits, &options)? {
-            Outcome::Optimal(v) | Outcome::Incumbent(v, ..) => v,
+        let (cols_values, optimal) = match m.solve(time_limit, warm_fits, &options)? {
+            Outcome::Optimal(v) => (v, true),
+            Outcome::Incumbent(v, ..) => (v, false),
         };
         let mut seq = Vec::new();
         for t in 0..n {
@@ -479,7 +481,7 @@ impl<'g> Instance<'g> {
                 }
             }
         }
-        Ok(seq)
+        Ok((seq, optimal))
     }
 
     /// The schedule of a compute sequence: each node with grad, each tracked data node

@@ -296,6 +296,12 @@ impl<'g> Prepared<'g> {
         if let Some(e) = too_many_blocks(self.blocks.len()) {
             return Err(e);
         }
+        // Store-all runs every node once: when it fits, nothing is faster (and rk-Rotor's
+        // rounding of sizes up to slots could miss it).
+        let store_all = pebble_solve::baseline::store_all::graph_store_all(self.g);
+        if pebble_sim::simulate_graph(self.g, &store_all, &options.sim_config()).is_ok_and(|r| r.peak_bytes <= budget) {
+            return Ok(store_all.with_optimal(true));
+        }
         let chain = self.chain();
         let slots = match options.slots {
             Slots::Count(s) => Some(s),
@@ -463,7 +469,8 @@ impl Solver for RkCheckmate {
         let infeasible = |reason: String| SolveError::Infeasible { budget, reason };
         g.validate().map_err(|e| infeasible(e.to_string()))?;
         let (h, _) = HGraph::bottom(g).map_err(|e| infeasible(e.to_string()))?;
-        crate::sequence_within_budget(g, budget, options, |memory| {
+        let mut optimal = true;
+        let schedule = crate::sequence_within_budget(g, budget, options, |memory| {
             let sol = match hilp::solve(&h, memory, None, options.time_limit) {
                 Ok(sol) => sol,
                 Err(IlpError::Infeasible) => return Err(infeasible("the rk-Checkmate ILP has no solution".into())),
@@ -472,8 +479,10 @@ impl Solver for RkCheckmate {
                 }
                 Err(e) => return Err(infeasible(e.to_string())),
             };
+            optimal = sol.optimal;
             Ok(sol.seq.iter().map(|&(k, o)| (k, g.compute[k].kind == ComputeKind::Forward && o == 1)).collect())
-        })
+        })?;
+        Ok(schedule.with_optimal(optimal))
     }
 }
 

@@ -37,39 +37,51 @@ fn gpt_blocks_are_cut_at_each_residual_and_identical_layers_share_a_class() {
 }
 
 /// rk-Checkmate has every Checkmate schedule (and fast forwards besides), so on the whole
-/// graph it is never slower; Rockmate, restricted to block options, stays within 5% of
-/// Checkmate's optimum on a one-layer GPT at budgets down to 80% of the activation peak.
+/// graph it is never slower; Rockmate and HiRemate, restricted to block and cluster
+/// options, stay within 2% of Checkmate's optimum on GPTs of one and two layers at
+/// budgets down to 80% of the activation peak (issue 15's acceptance).
 #[test]
 fn rockmate_and_rk_checkmate_against_checkmate() {
-    let g = gpt(1, 64, 32);
-    let f = fixed(&g);
-    let peak = run("store-all", &g, u64::MAX).unwrap().peak_bytes;
     let mut compared = 0;
-    for pct in [100u64, 90, 80] {
-        let budget = f + (peak - f) * pct / 100;
-        let check = run("checkmate", &g, budget);
-        let rk = run("rk-checkmate", &g, budget);
-        let rock = run("rockmate", &g, budget);
-        let hire = run("hiremate", &g, budget);
-        eprintln!(
-            "{pct}%: checkmate {:?} rk-checkmate {:?} rockmate {:?} hiremate {:?}",
-            check.as_ref().map(|r| r.makespan),
-            rk.as_ref().map(|r| r.makespan),
-            rock.as_ref().map(|r| r.makespan),
-            hire.as_ref().map(|r| r.makespan)
-        );
-        if let Some(c) = check {
-            let rk = rk.expect("rk-checkmate finds what checkmate finds");
-            assert!(rk.makespan <= c.makespan * (1.0 + 1e-6), "{pct}%");
-            if let Some(r) = rock {
-                assert!(r.makespan <= c.makespan * 1.05, "{pct}%: rockmate {} vs {}", r.makespan, c.makespan);
+    for layers in [1, 2] {
+        let g = gpt(layers, 64, 32);
+        let f = fixed(&g);
+        let peak = run("store-all", &g, u64::MAX).unwrap().peak_bytes;
+        for pct in [100u64, 90, 80] {
+            let budget = f + (peak - f) * pct / 100;
+            let check = run("checkmate", &g, budget);
+            let rk = run("rk-checkmate", &g, budget);
+            let rock = run("rockmate", &g, budget);
+            let hire = run("hiremate", &g, budget);
+            eprintln!(
+                "{layers} layers, {pct}%: checkmate {:?} rk-checkmate {:?} rockmate {:?} hiremate {:?}",
+                check.as_ref().map(|r| r.makespan),
+                rk.as_ref().map(|r| r.makespan),
+                rock.as_ref().map(|r| r.makespan),
+                hire.as_ref().map(|r| r.makespan)
+            );
+            if let Some(c) = check {
+                let rk = rk.expect("rk-checkmate finds what checkmate finds");
+                assert!(rk.makespan <= c.makespan * (1.0 + 1e-6), "{pct}%");
+                let r = rock.unwrap_or_else(|| panic!("{pct}%: rockmate finds no schedule where checkmate finds one"));
+                assert!(
+                    r.makespan <= c.makespan * 1.02,
+                    "{layers} layers, {pct}%: rockmate {} vs {}",
+                    r.makespan,
+                    c.makespan
+                );
+                let r = hire.unwrap_or_else(|| panic!("{pct}%: hiremate finds no schedule where checkmate finds one"));
+                assert!(
+                    r.makespan <= c.makespan * 1.02,
+                    "{layers} layers, {pct}%: hiremate {} vs {}",
+                    r.makespan,
+                    c.makespan
+                );
                 compared += 1;
             }
-            let r = hire.unwrap_or_else(|| panic!("{pct}%: hiremate finds no schedule where checkmate finds one"));
-            assert!(r.makespan <= c.makespan * 1.05, "{pct}%: hiremate {} vs {}", r.makespan, c.makespan);
         }
     }
-    assert!(compared >= 2);
+    assert!(compared >= 4);
 }
 
 /// HiRemate plans graphs that are not sequential: the encoder-decoder Transformer (the

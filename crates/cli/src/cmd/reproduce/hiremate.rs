@@ -47,7 +47,10 @@ fn variants() -> Vec<(&'static str, HiremateConfig)> {
         ("before issue 15", before),
         ("(peak, save) grid 10×10", HiremateConfig { grid: (10, 10), ..before }),
         ("grid, N_o 400", HiremateConfig { grid: (10, 10), max_options: 400, ..before }),
-        ("grid, N_o 400, Pareto", HiremateConfig { grid: (10, 10), max_options: 400, selection: Selection::Pareto, ..before }),
+        (
+            "grid, N_o 400, Pareto",
+            HiremateConfig { grid: (10, 10), max_options: 400, selection: Selection::Pareto, ..before },
+        ),
         ("Pareto selection, even quotas", HiremateConfig { selection: Selection::Pareto, ..before }),
         ("N_o 60 → 400", HiremateConfig { max_options: 400, ..before }),
         ("blocks first", HiremateConfig { blocks_first: true, ..before }),
