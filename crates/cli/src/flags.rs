@@ -399,9 +399,13 @@ pub struct GraphArgs {
     /// Which view to write.
     #[arg(long, value_enum, default_value = "graph")]
     pub view: ViewArg,
-    /// Where to write it (default: standard output).
+    /// Where to write it (default: standard output). An existing file is kept unless
+    /// --force is given.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Overwrite the --output file if it exists.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// The memory budget of `pebble plan`: exactly one of the two.
@@ -464,7 +468,7 @@ pub struct TimelineArgs {
     /// An existing file is kept unless --force is given.
     #[arg(long, value_name = "FILE.svg")]
     pub timeline: Option<PathBuf>,
-    /// Overwrite the --timeline file if it exists.
+    /// Overwrite the --timeline file (and `plan`'s --output) if it exists.
     #[arg(long)]
     pub force: bool,
 }
@@ -564,9 +568,12 @@ pub struct SweepArgs {
     #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub points: u32,
     /// Plot overhead against budget to this SVG file (with --devices: throughput against
-    /// memory per device).
+    /// memory per device). An existing file is kept unless --force is given.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    /// Overwrite the --svg file if it exists.
+    #[arg(long)]
+    pub force: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -693,9 +700,13 @@ pub struct ProfileArgs {
     /// Optimizer whose state the graph counts [default: adam].
     #[arg(long, value_enum)]
     pub optimizer: Option<OptimizerArg>,
-    /// Where to write it (default: standard output).
+    /// Where to write it (default: standard output). An existing file is kept unless
+    /// --force is given.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Overwrite the --output file if it exists.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `pebble bench`.

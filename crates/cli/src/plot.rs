@@ -10,7 +10,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::source::{write_file, write_new_file, Units};
+use crate::source::{write_new_file, Units};
 
 /// Matplotlib's `tab10`: ten colors told apart easily, also in print.
 pub(crate) const COLORS: [RGBColor; 10] = [
@@ -76,6 +76,7 @@ pub struct Curve {
 /// diamond with a dashed line up from it.
 pub fn sweep(
     path: &Path,
+    force: bool,
     title: &str,
     units: Units,
     budgets: (u64, u64),
@@ -173,7 +174,7 @@ pub fn sweep(
         }
         legend_and_present(&mut chart, &root, SeriesLabelPosition::UpperRight, &draw_err)?;
     }
-    write_file(path, "--svg", &svg)
+    write_new_file(path, "--svg", &svg, force)
 }
 
 /// A black diamond, store-all's marker.

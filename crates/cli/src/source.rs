@@ -22,7 +22,7 @@ pub fn read_file(path: &Path, flag: &str) -> anyhow::Result<String> {
 }
 
 /// Writes a whole file, naming the flag that gave its path.
-pub fn write_file(path: &Path, flag: &str, text: &str) -> anyhow::Result<()> {
+fn write_file(path: &Path, flag: &str, text: &str) -> anyhow::Result<()> {
     std::fs::write(path, text).map_err(|e| bad(format!("{flag} `{}`: cannot write it: {e}", path.display())))
 }
 

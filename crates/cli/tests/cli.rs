@@ -473,6 +473,16 @@ fn graph_writes_both_views() {
     assert_eq!(chain.len(), 4);
     let graph_path = dir.join("graph.json");
     ok(&["graph", "--model", "mlp", "--batch", "2", "-o", s(&graph_path)]);
+    // What a user wrote is kept unless --force: graph, plan's -o and sweep's --svg alike.
+    let before = std::fs::read_to_string(&chain_path).expect("written");
+    bad_input(&["graph", "--model", "mlp", "-o", s(&chain_path)], &["--output", "exists", "--force"]);
+    bad_input(
+        &["plan", "--model", "mlp", "--budget", "100%", "--solver", "store-all", "-o", s(&chain_path)],
+        &["--output", "exists", "--force"],
+    );
+    bad_input(&["sweep", "--model", "mlp", "--points", "2", "--svg", s(&chain_path)], &["--svg", "exists", "--force"]);
+    assert_eq!(std::fs::read_to_string(&chain_path).expect("kept"), before);
+    ok(&["graph", "--model", "mlp", "--batch", "2", "--view", "chain", "-o", s(&chain_path), "--force"]);
     pebble_graph::TrainingGraph::from_json(&std::fs::read_to_string(&graph_path).expect("written")).expect("a graph");
     // Both files plan: a chain solver on the graph file goes through its partition.
     let on_chain =

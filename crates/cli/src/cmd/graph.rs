@@ -4,9 +4,12 @@ use std::process::ExitCode;
 
 use crate::flags::{GraphArgs, ViewArg};
 use crate::out;
-use crate::source::{load_model, write_file};
+use crate::source::load_model;
 
 pub fn run(args: &GraphArgs) -> anyhow::Result<ExitCode> {
+    if let Some(path) = &args.output {
+        crate::source::check_new_file(path, "--output", args.force)?;
+    }
     let (model, _) = load_model(args.model.model_source(), &args.opts)?;
     let mut text = match args.view {
         ViewArg::Chain => model.chain.to_json(),
@@ -14,7 +17,7 @@ pub fn run(args: &GraphArgs) -> anyhow::Result<ExitCode> {
     };
     text.push('\n');
     match &args.output {
-        Some(path) => write_file(path, "--output", &text)?,
+        Some(path) => crate::source::write_new_file(path, "--output", &text, args.force)?,
         None => out::print(&text)?,
     }
     Ok(ExitCode::SUCCESS)

@@ -13,7 +13,7 @@ use crate::error::{bad, Infeasible};
 use crate::flags::{BatchArg, BudgetArgs, PlanArgs, SolveArgs};
 use crate::out;
 use crate::plot;
-use crate::source::{find_solver, view_name, write_file, Source, Subject};
+use crate::source::{find_solver, view_name, Source, Subject};
 
 /// The batch sizes `--batch auto` tries, in turn, until one does not fit.
 const AUTO_BATCHES: [usize; 14] = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64];
@@ -55,6 +55,9 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     }
     let solver = find_solver(&args.solver, "--solver")?;
     check_timeline(&args.timeline)?;
+    if let Some(path) = &args.output {
+        crate::source::check_new_file(path, "--output", args.timeline.force)?;
+    }
     let (source, machine) = Source::load(&args.source, &args.opts)?;
     let subject = source.view_for(solver)?;
     let units = source.units();
@@ -121,7 +124,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.output {
         let mut text = plan.schedule.to_json();
         text.push('\n');
-        write_file(path, "--output", &text)?;
+        crate::source::write_new_file(path, "--output", &text, args.timeline.force)?;
     }
     if let Some(path) = &args.timeline.timeline {
         // The plan's own simulation, again, with the spans and the memory curve recorded.

@@ -9,9 +9,11 @@ use pebble_zoo::Optimizer;
 use super::train::{lift, run_target};
 use crate::flags::{OptimizerArg, ProfileArgs, ViewArg};
 use crate::out;
-use crate::source::write_file;
 
 pub fn run(args: &ProfileArgs) -> anyhow::Result<ExitCode> {
+    if let Some(path) = &args.output {
+        crate::source::check_new_file(path, "--output", args.force)?;
+    }
     let (device, mut options) = run_target(&args.model)?;
     options.optimizer = match args.optimizer {
         Some(OptimizerArg::Sgd) => Optimizer::Sgd,
@@ -25,7 +27,7 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<ExitCode> {
     };
     text.push('\n');
     match &args.output {
-        Some(path) => write_file(path, "--output", &text)?,
+        Some(path) => crate::source::write_new_file(path, "--output", &text, args.force)?,
         None => out::print(&text)?,
     }
     Ok(ExitCode::SUCCESS)

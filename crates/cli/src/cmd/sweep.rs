@@ -53,6 +53,9 @@ struct Reference {
 pub const DEFAULT_SOLVERS: &str = "store-all,sequential,rotor,rockmate";
 
 pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
+    if let Some(path) = &args.svg {
+        crate::source::check_new_file(path, "--svg", args.force)?;
+    }
     if let Some(devices) = args.devices {
         return pipeline(args, devices);
     }
@@ -179,7 +182,7 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
             })
             .collect();
         let title = format!("{}: time overhead vs memory", source.label());
-        plot::sweep(path, &title, units, (total(lo), total(hi)), total(hi), &curves)?;
+        plot::sweep(path, args.force, &title, units, (total(lo), total(hi)), total(hi), &curves)?;
     }
 
     if args.json {
@@ -362,7 +365,7 @@ fn pipeline(args: &SweepArgs, devices: usize) -> anyhow::Result<ExitCode> {
             "throughput (micro-batches per time unit)",
             &series,
         )?;
-        crate::source::write_file(path, "--svg", &svg)?;
+        crate::source::write_new_file(path, "--svg", &svg, args.force)?;
     }
     if args.json {
         out::print_json(
