@@ -48,8 +48,8 @@ impl Solver for PytorchMincut {
     }
 
     fn description(&self) -> &'static str {
-        "PyTorch's compile partitioner: knapsack under the activation-memory budget, then the min cut of what to save; \
-         matmuls, convolutions and attention are never recomputed"
+        "PyTorch's compile partitioner: a knapsack under the activation-memory budget picks which matmuls, \
+         convolutions and attentions are never recomputed, then the min cut picks what to save"
     }
 
     fn views(&self) -> &'static [View] {
