@@ -63,8 +63,8 @@ pub struct Hiremate {
 pub const MAX_OPTIONS: usize = 400;
 
 /// HiRemate's knobs: the partition, each cluster's budget grid, option selection and
-/// the top H-ILP's correction terms. [`HiremateConfig::default`] is what `hiremate`
-/// runs; the other values exist to measure each choice alone (docs/benchmarks.md).
+/// time limit. [`HiremateConfig::default`] is what `hiremate` runs; the other values
+/// exist to measure each choice alone (`pebble reproduce hiremate`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HiremateConfig {
     /// H-Partition's `M^l`, `M^t` and α.
@@ -474,15 +474,8 @@ impl<'g> Prepared<'g> {
         let min_save = size(&sub.outputs) + size(&sub.grads_in);
         // The H-ILP's time grows fast with its cNodes: the coarse grid beyond Rockmate's
         // medium block.
-        let (np, ns) = if h.nodes.len() > crate::rockmate::MEDIUM_BLOCK { self.cfg.coarse_grid } else { self.cfg.grid };
-        let mut budgets: Vec<(u64, Option<u64>)> = Vec::new();
-        for peak in crate::linspace(min_peak, max_peak.max(min_peak), np) {
-            if ns <= 1 {
-                budgets.push((peak, None));
-            } else {
-                budgets.extend(crate::linspace(min_save.min(peak), peak, ns).into_iter().map(|s| (peak, Some(s))));
-            }
-        }
+        let grid = if h.nodes.len() > crate::rockmate::MEDIUM_BLOCK { self.cfg.coarse_grid } else { self.cfg.grid };
+        let budgets = crate::budget_grid(min_peak, max_peak, min_save, grid);
         let limit = self.limit;
         let results = crate::on_two_threads(&budgets, |&(m, save)| hilp::solve(&h, m, save, Some(limit)));
         let mut options: Vec<ClusterOption> = Vec::new();

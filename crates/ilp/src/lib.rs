@@ -97,6 +97,26 @@ pub(crate) fn linspace(lo: u64, hi: u64, n: usize) -> Vec<u64> {
     v
 }
 
+/// Rockmate's and HiRemate's budget grid (thesis §2.6): `np` peak budgets evenly spaced
+/// from `min_peak` to `max_peak`, each with `ns` save budgets from `min_save` (the peak,
+/// if smaller) to the peak; with `ns` ≤ 1 no save budget (one at the peak would bound
+/// nothing the peak does not).
+pub(crate) fn budget_grid(
+    min_peak: u64,
+    max_peak: u64,
+    min_save: u64,
+    (np, ns): (usize, usize),
+) -> Vec<(u64, Option<u64>)> {
+    let peaks = if np == 0 { Vec::new() } else { linspace(min_peak, max_peak.max(min_peak), np) };
+    peaks
+        .into_iter()
+        .flat_map(|peak| match ns {
+            0 | 1 => vec![(peak, None)],
+            _ => linspace(min_save.min(peak), peak, ns).into_iter().map(|s| (peak, Some(s))).collect(),
+        })
+        .collect()
+}
+
 /// `items.iter().map(f)`, the first half on a second thread (a grid's ILPs are
 /// independent; this machine class has two cores).
 pub(crate) fn on_two_threads<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {

@@ -368,14 +368,8 @@ pub fn block_options(b: &SubGraph, grid: (usize, usize), limit: f64) -> Result<B
     // rk-Checkmate's time grows fast with the block (a Transformer's decoder is one
     // block of the sequential cut): a coarser grid for large blocks, and only the
     // store-all option beyond [`MAX_ILP_NODES`] nodes (HiRemate is the answer there).
-    let grid = grid_for(n, grid);
-    let mut budgets = Vec::new();
-    for peak in crate::linspace(min_peak, max_peak, grid.0).into_iter().filter(|_| grid.0 > 0) {
-        for save in crate::linspace(min_save.min(peak), peak, grid.1) {
-            budgets.push((peak, save));
-        }
-    }
-    let solve = |&(peak, save): &(u64, u64)| hilp::solve(&h, peak, Some(save), Some(limit));
+    let budgets = crate::budget_grid(min_peak, max_peak, min_save, grid_for(n, grid));
+    let solve = |&(peak, save): &(u64, Option<u64>)| hilp::solve(&h, peak, save, Some(limit));
     let results = crate::on_two_threads(&budgets, solve);
     let mut options: Vec<BlockPlan> = Vec::new();
     let mut solved = (0, 0);

@@ -10,10 +10,11 @@
 //! recomputed before the backward reads it. The solver tries a ladder of capacities and
 //! returns the fastest schedule whose simulated peak fits the budget.
 
-use pebble_graph::{ComputeKind, DataKind, TrainingGraph};
+use pebble_graph::TrainingGraph;
 use pebble_schedule::{Schedule, View};
 
 use super::fastest_fitting;
+use super::mincut::Network;
 use crate::policy::replay::drop_and_recompute;
 use crate::{Problem, SolveError, SolveOptions, Solver};
 
@@ -64,23 +65,10 @@ inventory::submit!(crate::Registration(&Knapsack));
 /// The knapsack's items: each forward-made tensor a backward reads, with the time of the
 /// forward that would recompute it.
 fn items(g: &TrainingGraph) -> Vec<(usize, f64)> {
-    let mut producer = vec![None; g.data.len()];
-    let mut read_by_backward = vec![false; g.data.len()];
-    for (c, node) in g.compute.iter().enumerate() {
-        if node.kind == ComputeKind::Forward {
-            for &d in &node.outputs {
-                producer[d] = Some(c);
-            }
-        }
-        if node.kind == ComputeKind::Backward {
-            for &d in &node.inputs {
-                read_by_backward[d] = true;
-            }
-        }
-    }
+    let net = Network::new(g);
     (0..g.data.len())
-        .filter(|&d| read_by_backward[d] && matches!(g.data[d].kind, DataKind::Activation | DataKind::Saved))
-        .filter_map(|d| producer[d].map(|p| (d, g.compute[p].time)))
+        .filter(|&d| net.needed[d])
+        .filter_map(|d| net.producer[d].map(|p| (d, g.compute[p].time)))
         .collect()
 }
 
