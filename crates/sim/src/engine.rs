@@ -332,7 +332,7 @@ impl<'s> Engine<'s> {
             need = need.saturating_add(self.t[a].size);
         }
         let ready = start;
-        start = self.wait_for_memory(start, need);
+        start = self.wait_for_memory(start, need, eff.tmp, eff.duration);
         let end = start + eff.duration;
         let mut grow = eff.tmp;
         for &a in eff.allocs {
@@ -633,7 +633,7 @@ impl<'s> Engine<'s> {
         let duration = self.h2d.transfer_time(s.size as f64 * fraction);
         let progressive = self.transfers == TransferMemory::Progressive && duration > 0.0;
         if !progressive {
-            start = self.wait_for_memory(start, bytes);
+            start = self.wait_for_memory(start, bytes, 0, duration);
         }
         let end = start + duration;
         self.h2d_free = end;
@@ -692,13 +692,14 @@ impl<'s> Engine<'s> {
     /// The earliest time from `start` on at which `need` more bytes fit the budget, given
     /// the releases already scheduled (O.3: the device waits for memory); `start` if there
     /// is no budget, if they fit at once, or if no scheduled release makes them fit.
-    fn wait_for_memory(&self, start: f64, need: u64) -> f64 {
+    ///
+    /// They must fit later too, beside what ops earlier in program order already take later
+    /// in time (a prefetch that waited for the link): the first `tmp` bytes of `need` only
+    /// for `duration`, the rest for good. Otherwise an op placed now could push a transfer
+    /// placed before it over the budget.
+    fn wait_for_memory(&self, start: f64, need: u64, tmp: u64, duration: f64) -> f64 {
         let Some(budget) = self.budget else { return start };
         if self.horizon <= start {
-            return start;
-        }
-        let mut level = self.level_at(start, true);
-        if Self::fits(level, need, budget) {
             return start;
         }
         let mut times: Vec<f64> = self
@@ -711,17 +712,33 @@ impl<'s> Engine<'s> {
             .collect();
         times.sort_by(f64::total_cmp);
         times.dedup();
+        let after: Vec<(i128, f64)> = times.iter().map(|&t| self.level_at(t, true)).collect();
+        // Placed at `at`, `need` fits beside the levels after the event times from index
+        // `from` on.
+        let later_fits = |at: f64, from: usize| {
+            times[from..].iter().zip(&after[from..]).all(|(&t, &level)| {
+                let held = if t < at + duration { need } else { need - tmp.min(need) };
+                Self::fits(level, held, budget)
+            })
+        };
+        let mut level = self.level_at(start, true);
+        if Self::fits(level, need, budget) && later_fits(start, 0) {
+            return start;
+        }
         let mut prev = start;
-        for t in times {
+        for (i, &t) in times.iter().enumerate() {
             // Memory is linear between `prev` (after its events) and `t` (before its events).
             let end = self.level_at(t, false);
             if Self::fits(end, need, budget) {
                 let over = (level.0 + need as i128 - budget as i128) as f64 + level.1;
                 let drop = (level.0 - end.0) as f64 + level.1 - end.1;
-                return if drop > 0.0 { prev + (t - prev) * (over / drop).clamp(0.0, 1.0) } else { prev };
+                let at = if drop > 0.0 { prev + (t - prev) * (over / drop).clamp(0.0, 1.0) } else { prev };
+                if later_fits(at, i) {
+                    return at;
+                }
             }
-            level = self.level_at(t, true);
-            if Self::fits(level, need, budget) {
+            level = after[i];
+            if Self::fits(level, need, budget) && later_fits(t, i + 1) {
                 return t;
             }
             prev = t;

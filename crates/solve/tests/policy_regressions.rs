@@ -1,0 +1,36 @@
+//! Run-time policies on graphs that once broke them, each replayed and checked by the
+//! simulator at its budget.
+
+use pebble_graph::TrainingGraph;
+use pebble_sim::{simulate_graph, Machine, SimConfig};
+use pebble_solve::policy::replay::replay;
+use pebble_solve::policy::{Delta, Filter};
+
+/// `gpt` (2 layers of width 64, sequence 64, batch 4) with op times and temporaries
+/// profiled on the CPU: `lm_head`'s temporary is twice its output.
+fn profiled_gpt() -> TrainingGraph {
+    TrainingGraph::from_json(include_str!("data/gpt-2x64-profiled.json")).expect("the fixture is a training graph")
+}
+
+/// DELTA's prefetcher reloaded a tensor while the link was still busy with the one before
+/// it; the simulator placed the next compute op (with `lm_head`'s 2 MB temporary) before
+/// that reload started and did not see the reload land on top of it: 7,261,872 bytes
+/// against a budget of 7,210,964. A compute op now waits until it fits beside what earlier
+/// ops take later in time.
+#[test]
+fn delta_on_a_profiled_gpt_fits_every_budget() {
+    let g = profiled_gpt();
+    let machine = Machine::default().with_bandwidth(10e9);
+    let mut checked = 0;
+    for budget in (6_000_000..9_000_000).step_by(50_000).chain([7_210_964]) {
+        for filter in [Filter::Base, Filter::Lru, Filter::Largest] {
+            let Ok(r) = replay(&g, budget, &Delta::new("delta", filter, 10e9)) else { continue };
+            let config = SimConfig { budget: Some(budget), ..SimConfig::on(machine.clone()) };
+            let s = simulate_graph(&g, &r.schedule, &config)
+                .unwrap_or_else(|e| panic!("{filter:?} at {budget} bytes: the simulator refuses: {e}"));
+            assert!(s.peak_bytes <= budget);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 60, "only {checked} budgets fit");
+}
