@@ -3,8 +3,8 @@
 #
 #   scripts/gpu-check.sh build        # here, no CUDA needed: builds the `cuda` binary,
 #                                     # stripped, to dist/pebble-cuda
-#   scripts/gpu-check.sh run [BIN]    # on the GPU machine: a budget sweep of `pebble train`
-#                                     # on GPT and ResNet, then `pebble bench`; JSON lines
+#   scripts/gpu-check.sh run [BIN]    # on the GPU machine: `pebble train` under the solvers and
+#                                     # policies of issues 11-13 on GPT-2 small, then `pebble bench`; JSON
 #                                     # to ${OUT:-gpu-out}/ and a summary on stdout
 #
 # Burn 0.21's CUDA backend loads the driver and compiles its kernels with NVRTC at run
@@ -24,32 +24,73 @@ build)
 run)
     bin="${2:-dist/pebble-cuda}"
     out="${OUT:-gpu-out}"
+    device="${DEVICE:-cuda}"
     mkdir -p "$out"
-    command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.csv"
-    gpt=(--model gpt --layers 12 --width 768 --heads 12 --seq 1024 --batch 8)
-    resnet=(--model resnet --layers 2 --width 64 --image 224 --batch 64)
-    for spec in gpt resnet; do
-        declare -n args="$spec"
-        for budget in 100% 80% 60% 50% 40%; do
-            for solver in store-all rotor sequential; do
-                [[ "$solver" == store-all && "$budget" != 100% ]] && continue
-                if "$bin" train "${args[@]}" --device cuda --costs profiled --budget "$budget" --solver "$solver" \
-                    --steps 5 --json >"$out/$spec-$solver-$budget.json" 2>"$out/$spec-$solver-$budget.err"; then
-                    python3 - "$out/$spec-$solver-$budget.json" <<'PY'
+    # Burn's CUDA backend loads libcuda and NVRTC at run time: put every NVRTC found on
+    # the loader's path (the CUDA toolkit's, or the one PyTorch's wheels ship).
+    if [[ "$device" == cuda ]]; then
+        command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.csv"
+        for lib in $(find /usr/local /opt /usr/lib -name 'libnvrtc.so*' -not -path '*/stubs/*' 2>/dev/null | head -20); do
+            LD_LIBRARY_PATH="$(dirname "$lib"):${LD_LIBRARY_PATH:-}"
+        done
+        export LD_LIBRARY_PATH RUST_BACKTRACE=1
+        echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+        ldconfig -p | grep -E 'libcuda\.so|libnvrtc' || true
+    fi
+    # One run of `pebble train`: its JSON to $out/NAME.json, one summary line on stdout.
+    train() {
+        local name="$1"
+        shift
+        if ((SECONDS > ${DEADLINE:-100000})); then
+            echo "$name: skipped (past the deadline of $DEADLINE s)"
+            return
+        fi
+        local t0=$SECONDS
+        if timeout "${RUN_TIMEOUT:-120}" "$bin" train "$@" --device "$device" --json >"$out/$name.json" 2>"$out/$name.err"; then
+            python3 - "$out/$name.json" "$name" "$((SECONDS - t0))" <<'PY' || echo "$name: ran, but its JSON did not parse"
 import json, sys
 r = json.load(open(sys.argv[1]))
 steps = sorted(r["step_seconds"][1:] or r["step_seconds"])
-mib = lambda b: "-" if b is None else f"{b / 2**20:.0f} MiB"
-print(f'{r["model"]:8} {r["solver"]:12} budget {mib(r["budget_bytes"]):>10}  predicted {mib(r["predicted_peak_bytes"]):>10}'
-      f'  measured {mib(r["measured_peak_bytes"]):>10}  step {steps[len(steps) // 2]:.3f} s  loss {r["losses"][0]:.3f} -> {r["losses"][-1]:.3f}')
+step = steps[len(steps) // 2]
+mib = lambda b: "-" if b is None else f"{b / 2**20:.0f}"
+sim = r["predicted_time"]
+meas_peak, pred_peak = r["measured_peak_bytes"], r["predicted_peak_bytes"]
+print(f'{sys.argv[2]:22} budget {mib(r["budget_bytes"]):>6} MiB  peak sim {mib(pred_peak):>6} meas {mib(meas_peak):>6} MiB'
+      f' ({100 * (meas_peak / pred_peak - 1):+.1f}%)  step sim {sim:.3f} meas {step:.3f} s ({100 * (step / sim - 1):+.1f}%)'
+      f'  host sim {mib(r.get("predicted_host_peak_bytes"))} meas {mib(r.get("measured_host_peak_bytes"))} MiB'
+      f'  off/rel/rec {r.get("offloads")}/{r.get("reloads")}/{r.get("recomputes")}'
+      f'  link busy d2h {sum(r["d2h_busy"][1:]) / max(1, len(r["d2h_busy"]) - 1):.3f} (sim {r["predicted_d2h_busy"]:.3f}) s'
+      f'  stall {sorted(r["compute_stall"])[len(r["compute_stall"]) // 2]:.3f} (sim {r["predicted_compute_stall"]:.3f}) s'
+      f'  loss {" ".join(f"{l:.6f}" for l in r["losses"])}  [{sys.argv[3]} s]')
 PY
-                else
-                    echo "$spec $solver $budget: $(tail -1 "$out/$spec-$solver-$budget.err")"
-                fi
-            done
-        done
-    done
-    "$bin" bench "${gpt[@]}" --device cuda --steps 5 | tee "$out/bench-gpt.txt"
+        else
+            echo "$name: failed after $((SECONDS - t0)) s: $(tail -3 "$out/$name.err" | tr '\n' ' ')"
+        fi
+    }
+    # A small GPT first: if the backend cannot start, say so at once.
+    small=(--model gpt --layers 2 --width 256 --heads 4 --seq 256 --batch 4 --steps 3)
+    if [[ "${SMOKE:-1}" == 1 ]]; then
+        train smoke-store-all "${small[@]}" --solver store-all --budget 100%
+        if ! grep -q '"losses"' "$out/smoke-store-all.json" 2>/dev/null; then
+            cat "$out/smoke-store-all.err"
+            exit 1
+        fi
+    fi
+    # GPT-2 small (12 x 768, sequence 1024, batch 8) on costs profiled on the device, the
+    # link throttled to a rate below the real one; one run per issue's solver or policy.
+    read -ra model <<<"${MODEL:---model gpt --layers 12 --width 768 --heads 12 --seq 1024 --batch 8}"
+    gpt=("${model[@]}" --profile h100 --costs profiled --bandwidth "${BANDWIDTH:-10e9}" --steps "${STEPS:-4}")
+    train gpt-store-all "${gpt[@]}" --solver store-all --budget 100%
+    train gpt-pofo-50 "${gpt[@]}" --solver pofo --budget 50%          # issue 11
+    train gpt-offmate-40 "${gpt[@]}" --solver offmate --budget 40%    # issue 12
+    train gpt-delta-50 "${gpt[@]}" --policy delta --budget 50%        # issue 13
+    train gpt-dtr-50 "${gpt[@]}" --policy dtr --budget 50%            # issue 13
+    train gpt-zero-offload-50 "${gpt[@]}" --solver zero-offload --budget 50%   # issue 12
+    train gpt-rotor-50 "${gpt[@]}" --solver rotor --budget 50%
+    train gpt-autocapper-50 "${gpt[@]}" --solver autocapper --budget 50%       # issue 11
+    train gpt-offload-dp-70 "${gpt[@]}" --solver offload-dp --budget 70%       # issue 11
+    ((SECONDS > ${DEADLINE:-100000})) && exit 0
+    timeout "${RUN_TIMEOUT:-120}" "$bin" bench "${model[@]}" --profile h100 --device "$device" --steps 4 | tee "$out/bench-gpt.txt" || true
     ;;
 *)
     echo "usage: $0 build | run [BIN]" >&2
