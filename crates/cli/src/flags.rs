@@ -548,6 +548,12 @@ pub struct MaxbatchArgs {
     /// The largest batch tried.
     #[arg(long, value_name = "N", default_value_t = 1 << 16)]
     pub max: usize,
+    /// Then check the answer for real: train one step at the batch the simulation found
+    /// (on `--device cpu|cuda`, the device pool capped at `--memory`, which is really
+    /// allocated: keep it within the host's memory on the CPU), and bisect below it with
+    /// real steps until one runs within `--memory` (on costs profiled on the device).
+    #[arg(long)]
+    pub run: bool,
     /// Print one JSON object instead of a summary.
     #[arg(long)]
     pub json: bool,

@@ -59,3 +59,39 @@ fn bad_requests_name_their_flag() {
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(run.stderr.contains("not even 1") || run.stdout.contains("not even 1"), "{}", run.stderr);
 }
+
+/// `--run` trains one step at the simulated answer, and below it until one runs within the
+/// memory: never above the simulation's batch, every step that ran measured within the
+/// memory, and the answer is one that ran.
+#[test]
+fn run_checks_the_answer_with_real_steps() {
+    const REAL: &str = "64MiB";
+    let memory = 64u64 << 20;
+    let gpt = ["--model", "gpt", "--layers", "2", "--width", "64", "--heads", "4", "--seq", "64"];
+    for planner in [("--solver", "rotor"), ("--policy", "dtr")] {
+        let args = [&["maxbatch"][..], &gpt, &["--memory", REAL, planner.0, planner.1, "--run", "--json"]].concat();
+        let report = ok(&args).json();
+        let simulated = report["max_batch"].as_u64().unwrap();
+        let run = &report["run"];
+        let real = run["max_batch"].as_u64().expect("some batch runs");
+        assert!(real >= 1 && real <= simulated, "{planner:?}: {real} against {simulated} simulated");
+        let tried = run["tried"].as_array().unwrap();
+        assert_eq!(tried[0]["batch"].as_u64(), Some(simulated), "the simulated answer is tried first");
+        for t in tried {
+            if let Some(peak) = t["measured_peak_bytes"].as_u64() {
+                assert!(peak <= memory, "{planner:?}: {t}");
+            }
+        }
+        let answer = tried.iter().find(|t| t["batch"].as_u64() == Some(real)).unwrap();
+        assert_eq!(run["measured_peak_bytes"], answer["measured_peak_bytes"]);
+        // The batch above the answer did not run (or is the simulation's own limit).
+        if real < simulated {
+            let above = tried.iter().find(|t| t["batch"].as_u64() == Some(real + 1)).expect("the next batch was tried");
+            assert!(above["failed"].is_string(), "{planner:?}: {above}");
+        }
+    }
+    // `--device` says where `--run` trains, and means nothing without it.
+    let run = pebble(&["maxbatch", "--model", "mlp", "--memory", REAL, "--solver", "rotor", "--device", "cpu"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("--device"), "{}", run.stderr);
+}

@@ -6,11 +6,17 @@
 //! first that does not. That assumes feasibility is monotone in the batch, which holds for
 //! store-all and the exact solvers; for a heuristic it is the largest batch this search
 //! finds.
+//!
+//! With `--run`, the answer is then checked for real: one training step at that batch,
+//! the device pool capped at the memory, and a bisection below it with real steps if it
+//! does not run within the memory (a step that cannot be planned does not run either, so
+//! the real answer is never above the simulated one).
 
 use std::process::ExitCode;
 
 use pebble_graph::units::BudgetSpec;
 use pebble_solve::{PlanError, SolveError, Solver};
+use pebble_train::{BudgetRequest, Costs, DeviceKind, OptimizerKind, TrainConfig, TrainError};
 use serde_json::json;
 
 use super::plan::Setup;
@@ -82,6 +88,102 @@ impl Search<'_> {
     }
 }
 
+/// "1 real step tried", "3 real steps tried".
+fn steps_tried(n: usize) -> String {
+    format!("{n} real step{} tried", if n == 1 { "" } else { "s" })
+}
+
+/// One batch trained for real: its measured peak and step time if it ran within the memory.
+struct RealTry {
+    batch: usize,
+    ran: Result<(u64, f64), String>,
+}
+
+/// `--run`: one real training step at each batch tried.
+struct RealSearch<'a> {
+    args: &'a MaxbatchArgs,
+    memory: u64,
+    name: &'a str,
+    online: bool,
+    device: DeviceKind,
+    tried: Vec<RealTry>,
+    progress: &'a indicatif::ProgressBar,
+}
+
+impl RealSearch<'_> {
+    /// Trains one step at `batch`: whether it ran within the memory.
+    fn fits(&mut self, batch: usize) -> anyhow::Result<bool> {
+        self.progress.set_message(format!("{}: batch {batch}, one real step", self.name));
+        let profile = match self.args.opts.profile_name().map_err(bad)? {
+            Some(name) => pebble_machine::Profile::lookup(&name).map_err(|e| bad(format!("--profile: {e}")))?,
+            None => pebble_zoo::ModelOptions::default().profile,
+        };
+        let size = &self.args.opts.size;
+        let options = pebble_zoo::ModelOptions {
+            batch: Some(batch),
+            image: size.image,
+            seq: size.seq,
+            layers: size.layers,
+            width: size.width,
+            heads: size.heads,
+            ..pebble_zoo::ModelOptions { profile, ..Default::default() }
+        };
+        let solve = super::solve_options(&self.args.solve, &options.profile.machine);
+        let config = TrainConfig {
+            model: self.args.model.clone(),
+            options,
+            budget: BudgetRequest::Total(self.args.memory),
+            solver: self.name.to_string(),
+            online: self.online,
+            steps: 1,
+            seed: 0,
+            optimizer: OptimizerKind::AdamW { lr: 1e-3, weight_decay: 0.01 },
+            // Op times and temporaries measured on the device: a declared temporary can
+            // be smaller than what the backend takes.
+            costs: Costs::Profiled,
+            solve,
+        };
+        let ran = match pebble_train::train_on(self.device, &config) {
+            Ok(r) => match r.measured_peak_bytes {
+                Some(peak) if peak > self.memory => Err(format!("measured peak {peak} bytes")),
+                peak => Ok((peak.unwrap_or(0), r.step_seconds.iter().sum())),
+            },
+            Err(e @ (TrainError::Infeasible { .. } | TrainError::Runtime(_))) => Err(e.to_string()),
+            Err(e) => return Err(super::train::lift(e)),
+        };
+        let fits = ran.is_ok();
+        self.tried.push(RealTry { batch, ran });
+        Ok(fits)
+    }
+
+    /// The largest batch up to `simulated` that runs: steps down from it by 1, 2, 4, …
+    /// (the answer is usually close) until one runs, then bisects; `None` if not even 1.
+    fn largest(&mut self, simulated: usize) -> anyhow::Result<Option<usize>> {
+        if self.fits(simulated)? {
+            return Ok(Some(simulated));
+        }
+        let (mut lo, mut hi, mut step) = (0, simulated, 1);
+        while hi > 1 {
+            let b = hi.saturating_sub(step).max(1);
+            if self.fits(b)? {
+                lo = b;
+                break;
+            }
+            hi = b;
+            step *= 2;
+        }
+        while lo > 0 && hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if self.fits(mid)? {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok((lo > 0).then_some(lo))
+    }
+}
+
 pub fn run(args: &MaxbatchArgs) -> anyhow::Result<ExitCode> {
     let BudgetSpec::Bytes(memory) = args.memory else {
         return Err(bad(
@@ -91,6 +193,21 @@ pub fn run(args: &MaxbatchArgs) -> anyhow::Result<ExitCode> {
     if args.max == 0 {
         return Err(bad("--max: must be at least 1"));
     }
+    // `--device cpu|cuda` says where `--run` trains; any other value is the old spelling
+    // of `--profile`.
+    let mut args = args.clone();
+    let device = match args.opts.device.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        Some("cpu") => Some(DeviceKind::Cpu),
+        Some("cuda" | "gpu") => Some(DeviceKind::Cuda),
+        _ => None,
+    };
+    if device.is_some() {
+        args.opts.device = None;
+        if !args.run {
+            return Err(bad("--device: where to train, which only `--run` does"));
+        }
+    }
+    let args = &args;
     let (name, is_policy) = solver_or_policy(&args.solver, &args.policy)?;
     let solver = find_solver(name, if is_policy { "--policy" } else { "--solver" })?;
     let store_all = find_solver("store-all", "--solver")?;
@@ -99,13 +216,35 @@ pub fn run(args: &MaxbatchArgs) -> anyhow::Result<ExitCode> {
     let found = search.largest()?;
     let mut reference = Search { args, solver: store_all, tried: Vec::new(), progress: &progress };
     let baseline = reference.largest()?;
-    progress.finish_and_clear();
     let Some((batch, step)) = found else {
+        progress.finish_and_clear();
         return Err(Infeasible(format!("`{name}` fits no batch in {memory} bytes, not even 1")).into());
     };
+    let real = if args.run {
+        let device = device.unwrap_or(DeviceKind::Cpu);
+        let mut real =
+            RealSearch { args, memory, name, online: is_policy, device, tried: Vec::new(), progress: &progress };
+        let found = real.largest(batch)?;
+        Some((found, real.tried))
+    } else {
+        None
+    };
+    progress.finish_and_clear();
     let capped = batch == args.max;
     let growth = baseline.map(|(b, _)| batch as f64 / b as f64);
     let tried: Vec<_> = search.tried.iter().map(|t| json!({ "batch": t.batch, "step_seconds": t.step })).collect();
+    let run = real.as_ref().map(|(found, tried)| {
+        let at = |b: usize| tried.iter().find(|t| t.batch == b).and_then(|t| t.ran.as_ref().ok());
+        json!({
+            "max_batch": found,
+            "measured_peak_bytes": found.and_then(at).map(|r| r.0),
+            "step_seconds": found.and_then(at).map(|r| r.1),
+            "tried": tried.iter().map(|t| match &t.ran {
+                Ok((peak, step)) => json!({ "batch": t.batch, "measured_peak_bytes": peak, "step_seconds": step }),
+                Err(why) => json!({ "batch": t.batch, "failed": why }),
+            }).collect::<Vec<_>>(),
+        })
+    });
     let report = json!({
         "model": args.model,
         "planner": name,
@@ -118,6 +257,7 @@ pub fn run(args: &MaxbatchArgs) -> anyhow::Result<ExitCode> {
         "store_all_step_seconds": baseline.map(|(_, s)| s),
         "growth": growth,
         "tried": tried,
+        "run": run,
     });
     if args.json {
         out::print_json(&report)?;
@@ -127,11 +267,23 @@ pub fn run(args: &MaxbatchArgs) -> anyhow::Result<ExitCode> {
         Some((b, s)) => format!("store-all: {b} ({s:.4} s a step), {:.2}× its batch", batch as f64 / b as f64),
         None => "store-all fits no batch".into(),
     };
-    out::print(&format!(
+    let mut text = format!(
         "{} under `{name}`: batch {batch}{} ({step:.4} s a step, {:.1} samples/s); {against}\n",
         args.model,
         if capped { " (the --max cap)" } else { "" },
         batch as f64 / step,
-    ))?;
+    );
+    if let Some((found, tried)) = &real {
+        let ran = |b: usize| tried.iter().find(|t| t.batch == b).and_then(|t| t.ran.as_ref().ok());
+        text.push_str(&match found.and_then(|b| ran(b).map(|r| (b, r))) {
+            Some((b, (peak, secs))) => format!(
+                "for real: batch {b} ran within the memory (measured peak {:.1} MiB, one step {secs:.3} s); {}\n",
+                *peak as f64 / (1u64 << 20) as f64,
+                steps_tried(tried.len())
+            ),
+            None => format!("for real: no batch ran within the memory ({})\n", steps_tried(tried.len())),
+        });
+    }
+    out::print(&text)?;
     Ok(ExitCode::SUCCESS)
 }
