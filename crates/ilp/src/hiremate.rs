@@ -5,7 +5,10 @@
 //!    are grouped until the top has at most `M^t` (30) parts; a graph without such cuts
 //!    (or with a block of more than `M^l` ops) is H-Partitioned
 //!    ([`pebble_graph::h_partition`], Alg. 7) into clusters of at most `M^l` (20) parts.
-//!    Identical clusters share their solutions.
+//!    Where the blocks exist, the graph is also H-Partitioned as a whole, in a second
+//!    thread, and each budget keeps the faster of the two plans: the blocks suit a
+//!    Transformer's layers (GPT-2 large +3.2% against +16.6%), H-Partition a CNN's
+//!    modules (SqueezeNet +5.8% against +8.3%). Identical clusters share their solutions.
 //! 2. **Bottom-up**, each cluster (children first) becomes an [`HGraph`]: one forward and
 //!    one backward cNode per part (an op, or a sub-cluster whose options were found
 //!    before), the cluster's loss between them, and as aNodes only the tensors that cross
@@ -72,6 +75,10 @@ pub struct HiremateConfig {
     /// Whether a graph with single-activation cuts is first cut there (Rockmate's
     /// blocks), each block then partitioned alone.
     pub blocks_first: bool,
+    /// With `blocks_first`, also partition the graph with H-Partition alone (in a second
+    /// thread) and keep, at each budget, whichever plan the simulator runs faster: the
+    /// blocks suit a Transformer's layers, H-Partition's scored groups a CNN's modules.
+    pub also_h_partition: bool,
     /// `(#M_peak, #M_save)` budgets per cluster; `#M_save = 1` solves at peak budgets
     /// only (no save budget).
     pub grid: (usize, usize),
@@ -111,6 +118,7 @@ impl HiremateConfig {
     pub const DEFAULT: HiremateConfig = HiremateConfig {
         partition: HPartitionConfig::DEFAULT,
         blocks_first: true,
+        also_h_partition: true,
         grid: (10, 10),
         coarse_grid: (8, 1),
         max_options: MAX_OPTIONS,
@@ -125,6 +133,7 @@ impl HiremateConfig {
         coarse_grid: (8, 1),
         selection: Selection::Phantom,
         blocks_first: false,
+        also_h_partition: false,
         max_options: 60,
         ..HiremateConfig::DEFAULT
     };
@@ -158,9 +167,28 @@ impl Solver for Hiremate {
     ) -> Result<Box<dyn pebble_solve::Prepared + 'a>, SolveError> {
         let g = problem.graph_for("hiremate")?;
         crate::require_forward_links(g, "hiremate")?;
-        Ok(match Prepared::with_progress(g, &self.config, options.time_limit, &options.progress) {
-            Ok(prepared) => Box::new(crate::Ready { solver: "hiremate", prepared, options }),
-            Err(e) => Box::new(crate::Failed { solver: "hiremate", reason: e.to_string() }),
+        let cfg = &self.config;
+        let failed = |e: IlpError| -> Box<dyn pebble_solve::Prepared + 'a> {
+            Box::new(crate::Failed { solver: "hiremate", reason: e.to_string() })
+        };
+        if !(cfg.blocks_first && cfg.also_h_partition && blocks_partition(g, &cfg.partition).is_some()) {
+            return Ok(match Prepared::with_progress(g, cfg, options.time_limit, &options.progress) {
+                Ok(prepared) => Box::new(crate::Ready { solver: "hiremate", prepared, options }),
+                Err(e) => failed(e),
+            });
+        }
+        let alone = HiremateConfig { blocks_first: false, ..*cfg };
+        let (blocks, whole) = std::thread::scope(|s| {
+            let whole = s.spawn(|| Prepared::new(g, &alone, options.time_limit));
+            let blocks = Prepared::with_progress(g, cfg, options.time_limit, &options.progress);
+            (blocks, whole.join().expect("H-Partition's preparation does not panic"))
+        });
+        Ok(match (blocks, whole) {
+            (Ok(a), Ok(b)) => Box::new(crate::Ready { solver: "hiremate", prepared: Faster { problem, plans: [a, b] }, options }),
+            (Ok(prepared), Err(_)) | (Err(_), Ok(prepared)) => {
+                Box::new(crate::Ready { solver: "hiremate", prepared, options })
+            }
+            (Err(e), Err(_)) => failed(e),
         })
     }
 }
@@ -168,6 +196,33 @@ impl Solver for Hiremate {
 impl crate::Schedules for Prepared<'_> {
     fn schedule(&self, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
         Prepared::schedule(self, budget, options)
+    }
+}
+
+/// Two preparations of one graph (Rockmate's blocks first, H-Partition alone): at each
+/// budget, the schedule the simulator runs faster.
+struct Faster<'g> {
+    problem: Problem<'g>,
+    plans: [Prepared<'g>; 2],
+}
+
+impl crate::Schedules for Faster<'_> {
+    fn schedule(&self, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
+        let mut candidates = Vec::new();
+        let mut failure = None;
+        for plan in &self.plans {
+            match plan.schedule(budget, options) {
+                Ok(s) => candidates.push(s),
+                Err(e) => failure = failure.or(Some(e)),
+            }
+        }
+        let first = candidates.first().cloned();
+        match pebble_solve::fastest_within(self.problem, candidates, budget, options) {
+            Ok(s) => Ok(s),
+            // Neither passes the simulator: hand one on, for `plan` to report.
+            Err(Some(_)) => Ok(first.expect("a simulated candidate")),
+            Err(None) => Err(failure.expect("each plan answers")),
+        }
     }
 }
 
@@ -233,10 +288,10 @@ impl<'g> Prepared<'g> {
     ) -> Result<Prepared<'g>, IlpError> {
         g.validate().map_err(|e| IlpError::InvalidGraph(e.to_string()))?;
         let limit = time_limit.unwrap_or(cfg.time_limit);
-        let h = if cfg.blocks_first {
-            blocks_then_partition(g, &cfg.partition)?
-        } else {
-            h_partition(g, &cfg.partition).map_err(|e| IlpError::InvalidGraph(e.to_string()))?
+        let blocks = if cfg.blocks_first { blocks_partition(g, &cfg.partition) } else { None };
+        let h = match blocks {
+            Some(h) => h,
+            None => h_partition(g, &cfg.partition).map_err(|e| IlpError::InvalidGraph(e.to_string()))?,
         };
         let rep = identical_clusters(g, &h);
         let subs = h.clusters.iter().map(|c| SubGraph::extract(g, &c.ops)).collect::<Result<Vec<_>, _>>()?;
@@ -561,14 +616,13 @@ impl<'g> Prepared<'g> {
 }
 
 /// Rockmate's sequential blocks as the first level of the hierarchy: each block of
-/// several ops is a cluster (H-Partition splits one of more than `M^l` ops), and
-/// consecutive blocks are grouped `M^l` at a time until at most `M^t` remain, the top.
-/// A graph with no single-activation cut is H-Partitioned as a whole.
-fn blocks_then_partition(g: &TrainingGraph, cfg: &HPartitionConfig) -> Result<Hierarchy, IlpError> {
+/// several ops is a cluster, and consecutive blocks are grouped `M^l` at a time until at
+/// most `M^t` remain, the top. `None` for a graph with fewer than two blocks, or a block
+/// of more than `M^l` ops: H-Partition then cuts it as a whole.
+fn blocks_partition(g: &TrainingGraph, cfg: &HPartitionConfig) -> Option<Hierarchy> {
     let blocks = crate::subgraph::sequential_blocks(g);
-    let whole = || h_partition(g, cfg).map_err(|e| IlpError::InvalidGraph(e.to_string()));
     if blocks.len() < 2 || blocks.iter().any(|b| b.len() > cfg.max_sub) {
-        return whole();
+        return None;
     }
     let mut clusters: Vec<Cluster> = Vec::new();
     let mut level: Vec<(Part, Vec<usize>)> = blocks
@@ -600,7 +654,7 @@ fn blocks_then_partition(g: &TrainingGraph, cfg: &HPartitionConfig) -> Result<Hi
     let mut ops: Vec<usize> = level.iter().flat_map(|(_, o)| o.iter().copied()).collect();
     ops.sort_unstable();
     clusters.push(Cluster { parts: level.into_iter().map(|(p, _)| p).collect(), ops });
-    Ok(Hierarchy { top: clusters.len() - 1, clusters })
+    Some(Hierarchy { top: clusters.len() - 1, clusters })
 }
 
 /// How a cNode of a cluster's H-graph becomes steps.

@@ -338,12 +338,12 @@ pub fn simulate(problem: Problem<'_>, schedule: &Schedule, config: &SimConfig) -
     }
 }
 
-/// Among chain schedules with transfers, the fastest the simulator runs within `budget`
-/// (memory waits included; the first of equals). `Err` holds the last simulator error,
-/// `None` if there was no candidate. For solvers that build several candidates and
-/// let the simulator pick.
+/// Among schedules of `problem`, the fastest the simulator runs within `budget` (memory
+/// waits included; the first of equals). `Err` holds the last simulator error, `None` if
+/// there was no candidate. For solvers that build several candidates and let the
+/// simulator pick.
 pub fn fastest_within(
-    chain: &Chain,
+    problem: Problem<'_>,
     candidates: impl IntoIterator<Item = Schedule>,
     budget: u64,
     options: &SolveOptions,
@@ -352,7 +352,7 @@ pub fn fastest_within(
     let mut last = None;
     let mut best: Option<(f64, Schedule)> = None;
     for s in candidates {
-        match pebble_sim::simulate_chain(chain, &s, &config) {
+        match simulate(problem, &s, &config) {
             Ok(r) if best.as_ref().is_none_or(|b| r.makespan < b.0) => best = Some((r.makespan, s)),
             Ok(_) => {}
             Err(e) => last = Some(e),

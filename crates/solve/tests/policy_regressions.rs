@@ -25,7 +25,7 @@ fn delta_on_a_profiled_gpt_fits_every_budget() {
     for budget in (6_000_000..9_000_000).step_by(50_000).chain([7_210_964]) {
         for filter in [Filter::Base, Filter::Lru, Filter::Largest] {
             let Ok(r) = replay(&g, budget, &Delta::new("delta", filter, 10e9)) else { continue };
-            let config = SimConfig { budget: Some(budget), ..SimConfig::on(machine.clone()) };
+            let config = SimConfig { budget: Some(budget), ..SimConfig::on(machine) };
             let s = simulate_graph(&g, &r.schedule, &config)
                 .unwrap_or_else(|e| panic!("{filter:?} at {budget} bytes: the simulator refuses: {e}"));
             assert!(s.peak_bytes <= budget);

@@ -722,7 +722,7 @@ impl Solver for PofoSolver {
         if let Ok(s) = super::OffloadDp.solve(problem, budget, options) {
             candidates.push(s);
         }
-        crate::fastest_within(chain, candidates, budget, options)
+        crate::fastest_within(crate::Problem::Chain(chain), candidates, budget, options)
             .map_err(|_| SolveError::Infeasible { budget, reason: "pofo finds no schedule within the budget".into() })
     }
 }

@@ -687,7 +687,7 @@ mod tests {
                             continue;
                         }
                     };
-                    let config = pebble_sim::SimConfig { budget: Some(budget), ..pebble_sim::SimConfig::on(machine.clone()) };
+                    let config = pebble_sim::SimConfig { budget: Some(budget), ..pebble_sim::SimConfig::on(machine) };
                     let s = pebble_sim::simulate_graph(&g, &r.schedule, &config).unwrap_or_else(|e| {
                         let ops: Vec<String> = r.schedule.ops.iter().map(|o| o.to_string()).collect();
                         panic!("{what}: {e}\n{}", ops.join(" "))

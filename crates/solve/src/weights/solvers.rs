@@ -20,7 +20,7 @@ fn best_simulated(
     options: &SolveOptions,
     solver: &str,
 ) -> Result<Schedule, SolveError> {
-    crate::fastest_within(chain, candidates, budget, options).map(|s| s.with_solver(solver)).map_err(|last| {
+    crate::fastest_within(crate::Problem::Chain(chain), candidates, budget, options).map(|s| s.with_solver(solver)).map_err(|last| {
         SolveError::Infeasible {
             budget,
             reason: match last {
