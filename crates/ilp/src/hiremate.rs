@@ -171,7 +171,9 @@ impl Solver for Hiremate {
         let failed = |e: IlpError| -> Box<dyn pebble_solve::Prepared + 'a> {
             Box::new(crate::Failed { solver: "hiremate", reason: e.to_string() })
         };
-        if !(cfg.blocks_first && cfg.also_h_partition && blocks_partition(g, &cfg.partition).is_some()) {
+        // An invalid graph goes the one-partition way, whose preparation reports it.
+        let both = cfg.blocks_first && cfg.also_h_partition && g.validate().is_ok();
+        if !(both && blocks_partition(g, &cfg.partition).is_some()) {
             return Ok(match Prepared::with_progress(g, cfg, options.time_limit, &options.progress) {
                 Ok(prepared) => Box::new(crate::Ready { solver: "hiremate", prepared, options }),
                 Err(e) => failed(e),
