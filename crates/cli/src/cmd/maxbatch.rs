@@ -101,26 +101,24 @@ struct RealTry {
 
 /// `--run`: one real training step at each batch tried.
 struct RealSearch<'a> {
-    args: &'a MaxbatchArgs,
+    /// Everything of the step but its batch: the model, `--memory`, the planner, the cost
+    /// profile and the solver options, resolved once.
+    config: TrainConfig,
     memory: u64,
-    name: &'a str,
-    online: bool,
     device: DeviceKind,
     tried: Vec<RealTry>,
     progress: &'a indicatif::ProgressBar,
 }
 
 impl RealSearch<'_> {
-    /// Trains one step at `batch`: whether it ran within the memory.
-    fn fits(&mut self, batch: usize) -> anyhow::Result<bool> {
-        self.progress.set_message(format!("{}: batch {batch}, one real step", self.name));
-        let profile = match self.args.opts.profile_name().map_err(bad)? {
+    /// The step `--run` trains, at any batch.
+    fn config(args: &MaxbatchArgs, name: &str, online: bool) -> anyhow::Result<TrainConfig> {
+        let profile = match args.opts.profile_name().map_err(bad)? {
             Some(name) => pebble_machine::Profile::lookup(&name).map_err(|e| bad(format!("--profile: {e}")))?,
             None => pebble_zoo::ModelOptions::default().profile,
         };
-        let size = &self.args.opts.size;
+        let size = &args.opts.size;
         let options = pebble_zoo::ModelOptions {
-            batch: Some(batch),
             image: size.image,
             seq: size.seq,
             layers: size.layers,
@@ -128,13 +126,13 @@ impl RealSearch<'_> {
             heads: size.heads,
             ..pebble_zoo::ModelOptions { profile, ..Default::default() }
         };
-        let solve = super::solve_options(&self.args.solve, &options.profile.machine);
-        let config = TrainConfig {
-            model: self.args.model.clone(),
+        let solve = super::solve_options(&args.solve, &options.profile.machine);
+        Ok(TrainConfig {
+            model: args.model.clone(),
             options,
-            budget: BudgetRequest::Total(self.args.memory),
-            solver: self.name.to_string(),
-            online: self.online,
+            budget: BudgetRequest::Total(args.memory),
+            solver: name.to_string(),
+            online,
             steps: 1,
             seed: 0,
             optimizer: OptimizerKind::AdamW { lr: 1e-3, weight_decay: 0.01 },
@@ -142,8 +140,15 @@ impl RealSearch<'_> {
             // be smaller than what the backend takes.
             costs: Costs::Profiled,
             solve,
-        };
-        let ran = match pebble_train::train_on(self.device, &config) {
+        })
+    }
+
+    /// Trains one step at `batch`: whether it ran within the memory.
+    fn fits(&mut self, batch: usize) -> anyhow::Result<bool> {
+        self.progress.set_message(format!("{}: batch {batch}, one real step", self.config.solver));
+        self.config.options.batch = Some(batch);
+        let config = &self.config;
+        let ran = match pebble_train::train_on(self.device, config) {
             Ok(r) => match r.measured_peak_bytes {
                 Some(peak) if peak > self.memory => Err(format!("measured peak {peak} bytes")),
                 peak => Ok((peak.unwrap_or(0), r.step_seconds.iter().sum())),
@@ -222,8 +227,8 @@ pub fn run(args: &MaxbatchArgs) -> anyhow::Result<ExitCode> {
     };
     let real = if args.run {
         let device = device.unwrap_or(DeviceKind::Cpu);
-        let mut real =
-            RealSearch { args, memory, name, online: is_policy, device, tried: Vec::new(), progress: &progress };
+        let config = RealSearch::config(args, name, is_policy)?;
+        let mut real = RealSearch { config, memory, device, tried: Vec::new(), progress: &progress };
         let found = real.largest(batch)?;
         Some((found, real.tried))
     } else {
