@@ -186,7 +186,9 @@ impl Solver for Hiremate {
             (blocks, whole.join().expect("H-Partition's preparation does not panic"))
         });
         Ok(match (blocks, whole) {
-            (Ok(a), Ok(b)) => Box::new(crate::Ready { solver: "hiremate", prepared: Faster { problem, plans: [a, b] }, options }),
+            (Ok(a), Ok(b)) => {
+                Box::new(crate::Ready { solver: "hiremate", prepared: Faster { problem, plans: [a, b] }, options })
+            }
             (Ok(prepared), Err(_)) | (Err(_), Ok(prepared)) => {
                 Box::new(crate::Ready { solver: "hiremate", prepared, options })
             }

@@ -681,7 +681,8 @@ impl Offmate {
                     break;
                 }
             };
-            match pebble_solve::fastest_within(Problem::Chain(chain), [offmate_schedule(chain, &plan)], budget, options) {
+            match pebble_solve::fastest_within(Problem::Chain(chain), [offmate_schedule(chain, &plan)], budget, options)
+            {
                 Ok(s) => {
                     options.progress.report("OffMate: solving the MILP", TIGHTEN.len(), TIGHTEN.len());
                     return Ok(s);

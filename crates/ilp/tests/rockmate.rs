@@ -123,7 +123,8 @@ fn hiremate_keeps_the_faster_of_its_two_partitions() {
     use pebble_solve::Solver;
     let blocks = Hiremate { config: HiremateConfig { also_h_partition: false, ..HiremateConfig::DEFAULT } };
     let alone = Hiremate { config: HiremateConfig { blocks_first: false, ..HiremateConfig::DEFAULT } };
-    let resnet = ModelOptions { image: Some(16), batch: Some(1), layers: Some(1), width: Some(4), ..Default::default() };
+    let resnet =
+        ModelOptions { image: Some(16), batch: Some(1), layers: Some(1), width: Some(4), ..Default::default() };
     let g = pebble_zoo::build("resnet", &resnet).unwrap().graph;
     let f = fixed(&g);
     let budget = f + (run("store-all", &g, u64::MAX).unwrap().peak_bytes - f) * 70 / 100;

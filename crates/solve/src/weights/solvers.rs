@@ -20,15 +20,15 @@ fn best_simulated(
     options: &SolveOptions,
     solver: &str,
 ) -> Result<Schedule, SolveError> {
-    crate::fastest_within(crate::Problem::Chain(chain), candidates, budget, options).map(|s| s.with_solver(solver)).map_err(|last| {
-        SolveError::Infeasible {
+    crate::fastest_within(crate::Problem::Chain(chain), candidates, budget, options)
+        .map(|s| s.with_solver(solver))
+        .map_err(|last| SolveError::Infeasible {
             budget,
             reason: match last {
                 Some(e) => format!("no cut of the weight schedule runs within the budget ({e})"),
                 None => "no cut of the weight schedule fits the budget".into(),
             },
-        }
-    })
+        })
 }
 
 /// Weight buffers kept free by the selection, as tried: Algorithm 1 makes every
