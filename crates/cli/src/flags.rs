@@ -176,7 +176,7 @@ pub struct SizeOpts {
     /// Layer count, for models of variable depth.
     #[arg(long, value_name = "N")]
     pub layers: Option<usize>,
-    /// Width (channels or embedding size), for models of variable width (`gpt`, `resnet`).
+    /// Width (channels or embedding size), for models of variable width (`gpt`, `resnet`, `mlp`).
     #[arg(long, value_name = "N")]
     pub width: Option<usize>,
     /// Attention heads, for models with a variable head count (`gpt`).

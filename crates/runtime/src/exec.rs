@@ -61,6 +61,10 @@
 //!
 //! Graph schedules move whole data nodes: an offload takes the device copy to the host
 //! (let go when the copy is done), a prefetch brings it back, waited for by its reader.
+//! With the graph's sizes ([`GraphSizes`](crate::transfer::GraphSizes), in the step's
+//! [`StageTemporaries`]) the device pool counts a graph schedule as the simulator does and
+//! holds it under the cap: a compute node whose outputs and temporaries would go over
+//! waits for the offloads in flight, so a link slower than planned costs time, not memory.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -1446,11 +1450,17 @@ impl<B: Backend> Runner<'_, B> {
         options: &TransferOptions,
     ) -> Result<TransferReport, RuntimeError> {
         let device = self.device;
-        // The device pool is the chain schedules' (their tensors' declared sizes): a graph
-        // schedule's memory is what the allocator counts.
-        let options = TransferOptions { device_cap: None, host_cap: None, ..*options };
+        // With the graph's sizes, the pool counts as the simulator does, under the cap: a
+        // compute op (or a reload) that would go over it waits for the offloads in flight,
+        // as the simulator's does. Without them it counts nothing and caps nothing.
+        let sizes = &self.step.temporaries.graph;
+        let (options, base) = if sizes.fits(index.data) {
+            (TransferOptions { host_cap: None, ..*options }, sizes.resident)
+        } else {
+            (TransferOptions { device_cap: None, host_cap: None, ..*options }, 0)
+        };
         let (result, finished) = std::thread::scope(|scope| {
-            let mut xfer = Transfers::<B, usize>::new(scope, device, options, 0, HashMap::new());
+            let mut xfer = Transfers::<B, usize>::new(scope, device, options, base, HashMap::new());
             let result = self.graph_ops(index, drive, &mut xfer);
             let ok = result.is_ok();
             (result, xfer.finish(ok))
@@ -1491,9 +1501,18 @@ impl<B: Backend> Runner<'_, B> {
         let net = &self.p.net;
         let mut data: Vec<Option<Value<B>>> = (0..index.data).map(|_| None).collect();
         // Inputs of the step are resident from the start.
+        // Each data node's bytes in the device pool (declared sizes, where the step has
+        // them); the inputs are in the pool's base from the start.
+        let sizes = &self.step.temporaries.graph;
+        let counted = sizes.fits(index.data);
+        let mut dev = vec![0u64; index.data];
         for (t, tensor) in net.tensors.iter().enumerate() {
             if tensor.producer.is_none() && index.tensor[t] != usize::MAX {
-                data[index.tensor[t]] = Some(self.static_value(t)?);
+                let d = index.tensor[t];
+                data[d] = Some(self.static_value(t)?);
+                if counted {
+                    dev[d] = sizes.data[d];
+                }
             }
         }
         // Which compute node is which op's forward or backward.
@@ -1534,6 +1553,20 @@ impl<B: Backend> Runner<'_, B> {
                 }
                 _ => {}
             }
+            // The outputs a compute node allocates and its temporaries must fit in the
+            // pool; the temporaries go back when it is done.
+            let mut tmp = 0;
+            if let (Op::Compute { node, no_grad }, true) = (*sop, counted) {
+                tmp = sizes.tmp.get(node).copied().unwrap_or(0);
+                let mut need = tmp;
+                for &(d, saved) in sizes.outputs.get(node).map_or(&[][..], Vec::as_slice) {
+                    if dev[d] == 0 && !(no_grad && saved) {
+                        dev[d] = sizes.data[d];
+                        need += sizes.data[d];
+                    }
+                }
+                xfer.reserve(k, &sop.to_string(), need)?;
+            }
             match *sop {
                 Op::Compute { node, no_grad } => {
                     if node == index.loss {
@@ -1551,6 +1584,7 @@ impl<B: Backend> Runner<'_, B> {
                                 self.graph_grad(index, &mut data, op.inputs[j], g)?;
                             }
                         }
+                        xfer.release(tmp);
                         return Ok(());
                     }
                     let Some(&(o, is_backward)) = node_op.get(&node) else {
@@ -1605,6 +1639,7 @@ impl<B: Backend> Runner<'_, B> {
                             add_into::<B>(&mut self.grads[op.params[j]], g);
                         }
                     }
+                    xfer.release(tmp);
                 }
                 Op::Free { tensor: Tensor::Data(d) } => {
                     if d < data.len() {
@@ -1616,6 +1651,7 @@ impl<B: Backend> Runner<'_, B> {
                             xfer.drop_host(job);
                         }
                         data[d] = None;
+                        xfer.release(std::mem::take(&mut dev[d]));
                     }
                 }
                 Op::Offload { tensor: Tensor::Data(d), fraction } if fraction >= 1.0 && d < data.len() => {
@@ -1629,7 +1665,9 @@ impl<B: Backend> Runner<'_, B> {
                     if let Some((old, _)) = host_job[d].take() {
                         xfer.drop_host(old);
                     }
-                    let bytes = value.bytes();
+                    // At its declared size where the pool counts them, as the simulator moves it.
+                    let bytes = if counted { sizes.data[d] } else { value.bytes() };
+                    dev[d] = 0;
                     xfer.offload(k, &sop.to_string(), vec![(d, value)], bytes, true)?;
                     host_job[d] = Some((k, bytes));
                 }
@@ -1641,6 +1679,7 @@ impl<B: Backend> Runner<'_, B> {
                         return Err(sched_err(k, sop, "prefetches a data node already on the device"));
                     }
                     xfer.prefetch(k, &sop.to_string(), vec![(job, None)], bytes)?;
+                    dev[d] = bytes;
                     prefetch_job[d] = Some(k);
                     in_flight += 1;
                 }
@@ -1649,7 +1688,6 @@ impl<B: Backend> Runner<'_, B> {
                 }
                 _ => return Err(sched_err(k, sop, "not a graph op (compute or free)")),
             }
-
             Ok(())
         };
         drive(&mut exec)

@@ -74,8 +74,8 @@ pub struct TransferOptions {
     /// The device pool's cap in bytes (`None`: none). The pool counts what the step
     /// holds from its start (`StepInputs::resident_bytes` and the parameters' gradients)
     /// and the schedule's tensors at their declared sizes, and a running op's temporaries
-    /// where the session has them ([`StageTemporaries`]). Chain schedules only: graph
-    /// schedules run uncapped.
+    /// where the session has them ([`StageTemporaries`]). A graph schedule runs under it
+    /// where the session has its graph's sizes ([`GraphSizes`]), uncapped otherwise.
     pub device_cap: Option<u64>,
     /// The host pool's cap in bytes (`None`: none): an offload that would take the host
     /// copies above it waits for the host CPU's updates in flight to release their
@@ -93,18 +93,29 @@ pub struct TransferOptions {
 /// temporaries while it runs, as the simulator does, so that an op waits for offloads in
 /// flight to make room for them (O.3) instead of running over the budget beside copies
 /// the link has not taken yet. Without them the pool counts tensors only.
+///
+/// For graph schedules it also holds the training graph's sizes ([`GraphSizes`]): with
+/// them, a graph schedule's pool counts as the simulator does and runs under the cap.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StageTemporaries {
     /// `ftmp[i]`: bytes stage `i`'s forward holds while it runs.
     pub forward: Vec<u64>,
     /// `btmp[i]`: bytes stage `i`'s backward holds while it runs (`i = L`: the loss).
     pub backward: Vec<u64>,
+    /// The training graph's sizes, for graph schedules (empty: they run uncapped).
+    pub graph: GraphSizes,
 }
 
 impl StageTemporaries {
     /// A chain's `ftmp` and `btmp`.
     pub fn of(chain: &pebble_graph::Chain) -> StageTemporaries {
-        StageTemporaries { forward: chain.ftmp.clone(), backward: chain.btmp.clone() }
+        StageTemporaries { forward: chain.ftmp.clone(), backward: chain.btmp.clone(), graph: GraphSizes::default() }
+    }
+
+    /// A chain's `ftmp` and `btmp`, and the sizes of the training graph of the same
+    /// network: what the pool counts for a schedule of either view.
+    pub fn of_views(chain: &pebble_graph::Chain, graph: &pebble_graph::TrainingGraph) -> StageTemporaries {
+        StageTemporaries { graph: GraphSizes::of(graph), ..StageTemporaries::of(chain) }
     }
 
     /// The temporaries of compute op `op` (0 for a stage it does not know).
@@ -116,6 +127,51 @@ impl StageTemporaries {
             Op::Backward { stage } => at(&self.backward, stage),
             _ => 0,
         }
+    }
+}
+
+/// What the device pool counts for a graph schedule, as the simulator does
+/// (`pebble_sim`'s graph semantics): the inputs and static nodes from the start, each
+/// data node at its declared size from the compute node that allocates it (or the
+/// prefetch that brings it back) until its free (or its offload's end), and each compute
+/// node's temporaries while it runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GraphSizes {
+    /// Each data node's declared size.
+    pub data: Vec<u64>,
+    /// Bytes of the data nodes resident from the step's start (inputs and static nodes).
+    pub resident: u64,
+    /// Each compute node's temporaries.
+    pub tmp: Vec<u64>,
+    /// Each compute node's outputs that it allocates (static ones accumulate in place),
+    /// each with whether it is a saved node (which a `no_grad` forward skips).
+    pub outputs: Vec<Vec<(usize, bool)>>,
+}
+
+impl GraphSizes {
+    /// The sizes of `graph`.
+    pub fn of(graph: &pebble_graph::TrainingGraph) -> GraphSizes {
+        use pebble_graph::DataKind;
+        let fixed = |kind: DataKind| kind == DataKind::Input || kind.is_static();
+        GraphSizes {
+            data: graph.data.iter().map(|d| d.size).collect(),
+            resident: graph.data.iter().filter(|d| fixed(d.kind)).map(|d| d.size).sum(),
+            tmp: graph.compute.iter().map(|c| c.tmp).collect(),
+            outputs: graph
+                .compute
+                .iter()
+                .map(|c| {
+                    let outs = c.outputs.iter().filter(|&&d| d < graph.data.len() && !graph.data[d].kind.is_static());
+                    outs.map(|&d| (d, graph.data[d].kind == DataKind::Saved)).collect()
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether these are the sizes of a graph of `data` data nodes (a graph schedule of
+    /// another graph, or of none, runs uncapped).
+    pub fn fits(&self, data: usize) -> bool {
+        !self.data.is_empty() && self.data.len() == data
     }
 }
 

@@ -194,7 +194,7 @@ fn check_extras(op: &NetOp, extras: &[Value<F>]) {
         assert_eq!(&v.dims(), shape, "{}: extra {i} shape", op.name);
         let kind = match elem {
             Elem::Float => "float",
-            Elem::Int => "int",
+            Elem::Int | Elem::Index => "int",
             Elem::Byte => "bool",
         };
         assert_eq!(v.kind(), kind, "{}: extra {i} kind", op.name);
@@ -925,7 +925,7 @@ fn check_net(net: &Network, tol: f32) {
                     let b = int_bound(net, t).clamp(1, 1 << 20);
                     Host::I((0..n).map(|_| rng.below(b)).collect(), tensor.shape.clone())
                 }
-                Elem::Byte => panic!("{name}: byte input"),
+                Elem::Byte | Elem::Index => panic!("{name}: byte or index input"),
             };
             host.insert(t, h);
         }

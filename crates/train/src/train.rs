@@ -158,7 +158,9 @@ pub fn lower<B: Backend>(
     costs: Option<&dyn OpCosts>,
 ) -> Result<Lowered, TrainError> {
     check_int_width::<B>(&options.profile)?;
-    let network = pebble_zoo::build(name, options)?.network;
+    let mut network = pebble_zoo::build(name, options)?.network;
+    // Pooling indices as wide as this backend stores them.
+    network.index_bytes = pebble_runtime::backend::index_bytes::<B>(&B::Device::default());
     let analytic = pebble_zoo::CostModel { profile: options.profile.clone() };
     let costs: &dyn OpCosts = costs.unwrap_or(&analytic);
     let (graph, index) = network.training_graph_indexed(costs, options.optimizer);
@@ -307,7 +309,7 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     // host CPU's updates the simulator has done by then.
     let host_cap = (plan.report.peak_host_bytes > 0).then_some(plan.report.peak_host_bytes);
     session.set_transfers(TransferOptions { host_cap, ..transfer_options(&solve.machine, Some(cap)) });
-    session.set_temporaries(StageTemporaries::of(&lowered.chain));
+    session.set_temporaries(StageTemporaries::of_views(&lowered.chain, &lowered.graph));
     // One unmeasured pass first, without an update (the losses stay those of the steps):
     // what the backend allocates once and keeps (kernel caches, thread pools) is not the
     // schedule's memory. The profiler does the same for `Costs::Profiled`.

@@ -64,7 +64,7 @@ macro_rules! spec {
 }
 
 static CATALOG: &[ModelSpec] = &[
-    spec!("mlp", "mlp", "A 4-layer perceptron (tests and examples)", None, batch 32, image None, seq None, layers Some(4), mlp::mlp),
+    spec!("mlp", "mlp", "A perceptron of `--layers` layers, `--width` wide (tests and examples)", None, batch 32, image None, seq None, max_seq None, layers Some(4), width Some(1024), heads None, mlp::mlp),
     spec!("resnet", "resnet", "A ResNet of basic blocks: `--layers` blocks per stage, `--width` channels in the first", None, batch 8, image Some(64), seq None, max_seq None, layers Some(2), width Some(64), heads None, resnet::resnet_custom),
     spec!("resnet18", "resnet", "ResNet-18 (He et al. 2016)", Some((11_689_512, TV)), batch 32, image Some(224), seq None, layers None, resnet::resnet18),
     spec!("resnet34", "resnet", "ResNet-34", Some((21_797_672, TV)), batch 32, image Some(224), seq None, layers None, resnet::resnet34),
