@@ -104,21 +104,3 @@ pub fn run_on<W: OnBackend>(kind: DeviceKind, work: W) -> Result<W::Output, Unav
         DeviceKind::Cuda => Err(Unavailable::CudaNotBuilt),
     }
 }
-
-/// Bytes of one max-pooling index on backend `B`, asked of it on `device` with a 2×2
-/// pool: burn-flex stores them as `i64` whatever its `IntElem`, so the planner's graph
-/// must size them by the backend, not by the profile's integer width.
-pub fn index_bytes<B: Backend>(device: &B::Device) -> u64 {
-    use burn_backend::{TensorData, TensorMetadata};
-    let x = B::float_from_data(TensorData::new(vec![0.0f32; 4], [1, 1, 2, 2]), device);
-    let pooled = B::max_pool2d_with_indices(x, [2, 2], [2, 2], [0, 0], [1, 1], false);
-    pooled.indices.dtype().size() as u64
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn burn_flex_stores_pooling_indices_as_i64() {
-        assert_eq!(super::index_bytes::<super::Cpu>(&burn_flex::FlexDevice), 8);
-    }
-}

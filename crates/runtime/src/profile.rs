@@ -54,7 +54,7 @@ fn operand<B: Backend>(shape: &[usize], elem: Elem, range: u64, rng: &mut SplitM
             TensorData::new((0..n).map(|_| 2.0 * rng.unit() - 1.0).collect::<Vec<f32>>(), shape.to_vec()),
             device,
         )),
-        Elem::Int | Elem::Byte | Elem::Index => {
+        Elem::Int | Elem::Byte => {
             let ids: Vec<i64> = (0..n).map(|_| rng.below(range) as i64).collect();
             Value::Int(B::int_from_data(TensorData::new(ids, shape.to_vec()).convert::<B::IntElem>(), device))
         }

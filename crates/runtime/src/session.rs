@@ -319,7 +319,7 @@ pub(crate) fn synthetic_batch<B: Backend>(
             Elem::Float => {
                 Value::Float(float_tensor::<B>((0..n).map(|_| 2.0 * rng.unit() - 1.0).collect(), &tensor.shape, device))
             }
-            Elem::Int | Elem::Byte | Elem::Index => {
+            Elem::Int | Elem::Byte => {
                 let mut range = 2u64;
                 for op in net.ops.iter().filter(|o| o.inputs.contains(&t)) {
                     match &op.kind {

@@ -194,10 +194,19 @@ fn check_extras(op: &NetOp, extras: &[Value<F>]) {
         assert_eq!(&v.dims(), shape, "{}: extra {i} shape", op.name);
         let kind = match elem {
             Elem::Float => "float",
-            Elem::Int | Elem::Index => "int",
+            Elem::Int => "int",
             Elem::Byte => "bool",
         };
         assert_eq!(v.kind(), kind, "{}: extra {i} kind", op.name);
+        // As wide as the planner counts it (max pooling's indices too, which burn-flex
+        // returns as i64).
+        let width = match elem {
+            Elem::Float => 4,
+            Elem::Int => std::mem::size_of::<<F as burn_backend::BackendTypes>::IntElem>() as u64,
+            Elem::Byte => 1,
+        };
+        let n: usize = shape.iter().product();
+        assert_eq!(v.bytes(), n as u64 * width, "{}: extra {i} bytes", op.name);
     }
 }
 
@@ -925,7 +934,7 @@ fn check_net(net: &Network, tol: f32) {
                     let b = int_bound(net, t).clamp(1, 1 << 20);
                     Host::I((0..n).map(|_| rng.below(b)).collect(), tensor.shape.clone())
                 }
-                Elem::Byte | Elem::Index => panic!("{name}: byte or index input"),
+                Elem::Byte => panic!("{name}: byte input"),
             };
             host.insert(t, h);
         }

@@ -158,9 +158,7 @@ pub fn lower<B: Backend>(
     costs: Option<&dyn OpCosts>,
 ) -> Result<Lowered, TrainError> {
     check_int_width::<B>(&options.profile)?;
-    let mut network = pebble_zoo::build(name, options)?.network;
-    // Pooling indices as wide as this backend stores them.
-    network.index_bytes = pebble_runtime::backend::index_bytes::<B>(&B::Device::default());
+    let network = pebble_zoo::build(name, options)?.network;
     let analytic = pebble_zoo::CostModel { profile: options.profile.clone() };
     let costs: &dyn OpCosts = costs.unwrap_or(&analytic);
     let (graph, index) = network.training_graph_indexed(costs, options.optimizer);

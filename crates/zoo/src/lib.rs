@@ -311,7 +311,6 @@ impl Model {
         // ids and labels alike.
         let mut network = network;
         network.int_bytes = options.profile.machine.runtime.int_bytes;
-        network.index_bytes = network.int_bytes;
         let memory = options.param_memory(spec.name)?;
         let cost = CostModel { profile: options.profile.clone() };
         let graph = network.training_graph(&cost, memory);

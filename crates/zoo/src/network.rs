@@ -75,10 +75,6 @@ pub struct Network {
     /// executor stores them (Burn's `i32`), unless the profile's runtime says otherwise
     /// (`Model::from_network` applies it).
     pub int_bytes: u64,
-    /// Bytes of a max-pooling index ([`Elem::Index`]): what the backend that runs the
-    /// network stores (burn-flex: 8, its `i64`; burn-cuda: 4). `pebble_train::lower`
-    /// asks the backend; a network planned without one takes [`Network::int_bytes`].
-    pub index_bytes: u64,
 }
 
 /// Where each tensor of a [`Network`] lands in its [`TrainingGraph`]: the numbering
@@ -150,7 +146,6 @@ impl NetBuilder {
                 ops: Vec::new(),
                 // As the executor stores them (Burn's `i32`); a profile may say otherwise.
                 int_bytes: pebble_machine::RuntimeOverhead::BURN.int_bytes,
-                index_bytes: pebble_machine::RuntimeOverhead::BURN.int_bytes,
             },
             stage: 0,
             stage_used: false,
@@ -321,7 +316,6 @@ impl Network {
             Elem::Float => self.dtype.bytes(),
             Elem::Int => self.int_bytes,
             Elem::Byte => 1,
-            Elem::Index => self.index_bytes,
         }
     }
 

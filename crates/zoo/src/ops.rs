@@ -15,15 +15,10 @@ pub type Shape = Vec<usize>;
 pub enum Elem {
     /// The model's float type (fp32 or bf16).
     Float,
-    /// Integers (token ids, labels), as wide as the executor stores them
-    /// ([`Network::int_bytes`](crate::Network::int_bytes)).
+    /// 64-bit integers (token ids, labels, pooling indices).
     Int,
     /// One byte per element (dropout and ReLU masks).
     Byte,
-    /// Max pooling's argmax indices, as wide as the backend stores them
-    /// ([`Network::index_bytes`](crate::Network::index_bytes)): burn-flex keeps them as
-    /// `i64` whatever its integer type.
-    Index,
 }
 
 /// What an op's backward needs from its forward, beyond parameters and the output gradient.
@@ -602,7 +597,7 @@ impl OpKind {
                 if matches!(self, OpKind::MaxPool2d { .. }) {
                     d.saved = vec![
                         Saved::Input(0),
-                        Saved::Extra { name: "indices", shape: d.output.clone(), elem: Elem::Index },
+                        Saved::Extra { name: "indices", shape: d.output.clone(), elem: Elem::Int },
                     ];
                 }
             }
@@ -742,7 +737,7 @@ impl OpKind {
                 if *max {
                     d.saved = vec![
                         Saved::Input(0),
-                        Saved::Extra { name: "indices", shape: d.output.clone(), elem: Elem::Index },
+                        Saved::Extra { name: "indices", shape: d.output.clone(), elem: Elem::Int },
                     ];
                 }
             }

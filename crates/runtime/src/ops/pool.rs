@@ -1,12 +1,18 @@
 //! Max, average and adaptive average pooling.
 //!
-//! Max pooling saves its input and its argmax indices (an integer tensor, Burn's layout);
+//! Max pooling saves its input and its argmax indices (an integer tensor, Burn's layout,
+//! stored as the backend's integers: burn-flex returns them as `i64` whatever its
+//! `IntElem`, and the planner counts them at the integer width the executor stores);
 //! average pooling (`count_include_pad = true`, PyTorch's default) and adaptive average
 //! pooling save nothing: their backwards need only the input's shape, given to Burn's
 //! primitives as a broadcast stand-in that holds no memory.
 
-use burn_backend::tensor::FloatTensor;
-use burn_backend::{Backend, TensorMetadata};
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use burn_backend::tensor::{FloatTensor, IntTensor};
+use burn_backend::{Backend, Element, IntDType, TensorData, TensorMetadata};
 use pebble_zoo::{NetOp, OpKind};
 
 use super::util::{saved_float, shape_only};
@@ -25,7 +31,7 @@ pub(super) fn forward<B: Backend>(
             let (k, s, p) = ([*kernel; 2], [*stride; 2], [*padding; 2]);
             if ctx.grad {
                 let r = B::max_pool2d_with_indices(x, k, s, p, [1, 1], false);
-                extras.push(Value::Int(r.indices));
+                extras.push(Value::Int(B::int_cast(r.indices, IntDType::from(B::IntElem::dtype()))));
                 r.output
             } else {
                 // Same maximum, without the indices the planner did not count.
@@ -59,6 +65,7 @@ pub(super) fn backward<B: Backend>(
             let v = s.next().ok_or_else(|| unsupported(op, "missing its indices"))?;
             let kind = v.kind();
             let idx = v.int().ok_or_else(|| unsupported(op, &format!("indices must be integers, got {kind}")))?;
+            let idx = B::int_cast(idx, native_indices::<B>(&device));
             B::max_pool2d_with_indices_backward(
                 x,
                 [*kernel; 2],
@@ -82,4 +89,20 @@ pub(super) fn backward<B: Backend>(
         _ => return Err(unsupported(op, "not a pooling")),
     };
     Ok(Grads { inputs: vec![Some(dx)], params: Vec::new() })
+}
+
+/// The integer type backend `B`'s max pooling gives its indices in, which its backward
+/// reads them in (burn-flex: `i64`), asked of it once with a 2×2 pool.
+fn native_indices<B: Backend>(device: &B::Device) -> IntDType {
+    static NATIVE: OnceLock<Mutex<HashMap<TypeId, IntDType>>> = OnceLock::new();
+    let known = NATIVE.get_or_init(Default::default);
+    let key = TypeId::of::<B>();
+    if let Some(&dtype) = known.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return dtype;
+    }
+    let x = B::float_from_data(TensorData::new(vec![0.0f32; 4], [1, 1, 2, 2]), device);
+    let indices: IntTensor<B> = B::max_pool2d_with_indices(x, [2, 2], [2, 2], [0, 0], [1, 1], false).indices;
+    let dtype = IntDType::from(indices.dtype());
+    known.lock().unwrap_or_else(|e| e.into_inner()).insert(key, dtype);
+    dtype
 }

@@ -205,8 +205,6 @@ pub(crate) fn check_backward<B: Backend>(
         let (want, want_elem) = match s {
             Saved::Input(k) => (input_dims[*k].clone(), elem),
             Saved::Output => (op.decl.output.clone(), op.decl.output_elem),
-            // Pooling indices are integers of the backend's own width.
-            Saved::Extra { shape, elem: Elem::Index, .. } => (shape.clone(), Elem::Int),
             Saved::Extra { shape, elem, .. } => (shape.clone(), *elem),
         };
         if v.dims() != want || elem_of(v) != want_elem {
