@@ -9,12 +9,11 @@
 use burn_flex::{Flex, FlexDevice};
 use pebble_ilp as _;
 use pebble_runtime::memory::CountingAlloc;
-use pebble_runtime::profile::profile;
 use pebble_runtime::{OptimizerKind, Session, StageTemporaries};
 use pebble_solve::budget::total_for;
 use pebble_solve::policy::replay::replay;
 use pebble_solve::{Problem, SolveOptions};
-use pebble_train::{drive_policy, lower, transfer_options};
+use pebble_train::{drive_policy, lower_profiled, transfer_options};
 use pebble_zoo::ModelOptions;
 
 #[global_allocator]
@@ -78,10 +77,7 @@ fn check(model: &str, options: ModelOptions, graph_solvers: &[&str], report: &mu
     let optimizer = OptimizerKind::AdamW { lr: 1e-3, weight_decay: 0.01 };
     let mut options = options;
     options.optimizer = optimizer.planner();
-    let first = lower::<Flex>(model, &options, None).expect("model");
-    let measured = profile::<Flex>(&first.network, &FlexDevice, 1).expect("profile");
-    drop(first);
-    let lowered = lower::<Flex>(model, &options, Some(&measured)).expect("model");
+    let lowered = lower_profiled::<Flex>(model, &options, 1, &FlexDevice).expect("model");
     let chain = lowered.chain.clone();
     let problem = Problem::Chain(&chain);
     // The executor's reserve, as the profile describes it: solvers plan in the rest.
@@ -148,10 +144,7 @@ fn policies(model: &str, options: ModelOptions, report: &mut Vec<String>) {
     let optimizer = OptimizerKind::AdamW { lr: 1e-3, weight_decay: 0.01 };
     let mut options = options;
     options.optimizer = optimizer.planner();
-    let first = lower::<Flex>(model, &options, None).expect("model");
-    let measured = profile::<Flex>(&first.network, &FlexDevice, 1).expect("profile");
-    drop(first);
-    let lowered = lower::<Flex>(model, &options, Some(&measured)).expect("model");
+    let lowered = lower_profiled::<Flex>(model, &options, 1, &FlexDevice).expect("model");
     let overhead = options.profile.machine.runtime;
     let budget_for = |planned: u64| total_for(planned, &overhead);
     let reserve = |budget: u64| overhead.reserve(budget);
