@@ -383,6 +383,19 @@ fn throttle(start: Instant, seconds: f64) {
     }
 }
 
+/// Waits, before a transfer is issued, for the work queued on the device (a no-op on the
+/// CPU, whose ops run as they are called). On CUDA this holds the compute stream back at
+/// every transfer; `PEBBLE_TRANSFER_SYNC=0` skips it, leaving the order of a read after
+/// the kernels that write its tensor to Burn and CubeCL (an experiment for the next GPU
+/// session, docs/gpu.md).
+fn issue_sync<B: Backend>(device: &B::Device) -> Result<(), RuntimeError> {
+    static SKIP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *SKIP.get_or_init(|| std::env::var("PEBBLE_TRANSFER_SYNC").is_ok_and(|v| v == "0")) {
+        return Ok(());
+    }
+    crate::sync::<B>(device)
+}
+
 fn transfer_err(index: usize, op: &str, why: impl Into<String>) -> RuntimeError {
     RuntimeError::Transfer { index, op: op.to_string(), why: why.into() }
 }
@@ -537,7 +550,7 @@ impl<'scope, 'env, B: Backend, K: Clone + PartialEq + Send + Sync + 'static> Tra
     ) -> Result<(), RuntimeError> {
         self.start(job, op)?;
         // Issued when the compute before it has finished, also on a device that queues it.
-        crate::sync::<B>(self.device)?;
+        issue_sync::<B>(self.device)?;
         {
             let mut b = self.shared.lock();
             b.offloading.insert(job);
@@ -584,7 +597,7 @@ impl<'scope, 'env, B: Backend, K: Clone + PartialEq + Send + Sync + 'static> Tra
         bytes: u64,
     ) -> Result<(), RuntimeError> {
         self.start(job, op)?;
-        crate::sync::<B>(self.device)?;
+        issue_sync::<B>(self.device)?;
         let sent = self.h2d.as_ref().expect("started").send(Prefetch { job, op: op.to_string(), sources, bytes });
         sent.map_err(|_| self.check().err().unwrap_or_else(|| transfer_err(job, op, "the host→device thread stopped")))
     }
