@@ -41,6 +41,28 @@ fn the_largest_batch_fits_and_the_next_does_not() {
 }
 
 #[test]
+fn a_start_near_the_answer_finds_it_in_fewer_probes() {
+    let (from_one, report) = max_batch(("--solver", "rotor"));
+    let probes = |r: &serde_json::Value| r["tried"].as_array().expect("tried").len();
+    for start in [from_one, from_one + 1, 3 * from_one, from_one / 3] {
+        let s = start.to_string();
+        let args = ["maxbatch", "--model", "mlp", "--layers", "3", "--memory", MEMORY, "--solver", "rotor"];
+        let run = ok(&[&args[..], &["--batch", &s, "--json"]].concat());
+        let r = run.json();
+        assert_eq!(r["max_batch"].as_u64(), Some(from_one), "from {start}");
+        assert_eq!(r["tried"][0]["batch"].as_u64(), Some(start), "the search starts at --batch");
+        if start == from_one {
+            assert!(
+                probes(&r) < probes(&report),
+                "from the answer: {} probes, from 1: {}",
+                probes(&r),
+                probes(&report)
+            );
+        }
+    }
+}
+
+#[test]
 fn bad_requests_name_their_flag() {
     let base = ["maxbatch", "--model", "mlp"];
     for (extra, needle) in [

@@ -2,10 +2,10 @@
 //! solver or a run-time policy, in simulation; and store-all's beside it, for the growth
 //! DELTA's tables report.
 //!
-//! The batch doubles from 1 while it fits, then bisects between the last that fits and the
-//! first that does not. That assumes feasibility is monotone in the batch, which holds for
-//! store-all and the exact solvers; for a heuristic it is the largest batch this search
-//! finds.
+//! The batch doubles from 1 (or from `--batch`) while it fits, halving first if the start
+//! does not, then bisects between the last that fits and the first that does not. That
+//! assumes feasibility is monotone in the batch, which holds for store-all and the exact
+//! solvers; for a heuristic it is the largest batch this search finds.
 //!
 //! With `--run`, the answer is then checked for real: one training step at that batch,
 //! the device pool capped at the memory, and a bisection below it with real steps if it
@@ -64,10 +64,31 @@ impl Search<'_> {
     }
 
     /// The largest batch up to `--max` that fits, and its step time; `None` if not even 1.
+    /// The search starts at `--batch` (1 by default): doubling while it fits, halving
+    /// while it does not, then bisecting; a start near the answer saves the slow solvers
+    /// their probes far from it.
     fn largest(&mut self) -> anyhow::Result<Option<(usize, f64)>> {
         let max = self.args.max;
-        let Some(mut best) = self.fits(1)? else { return Ok(None) };
-        let (mut lo, mut hi) = (1, None);
+        let start = match self.args.opts.size.batch {
+            Some(BatchArg::Fixed(b)) => b.clamp(1, max),
+            _ => 1,
+        };
+        let (mut lo, mut hi) = (start, None);
+        let mut best = match self.fits(start)? {
+            Some(step) => step,
+            None => loop {
+                // Halve until a batch fits; the bisection then runs between it and the last
+                // that did not.
+                if lo == 1 {
+                    return Ok(None);
+                }
+                hi = Some(lo);
+                lo /= 2;
+                if let Some(step) = self.fits(lo)? {
+                    break step;
+                }
+            },
+        };
         while hi.is_none() && lo < max {
             let next = (lo * 2).min(max);
             match self.fits(next)? {
