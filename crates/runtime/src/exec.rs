@@ -1500,9 +1500,9 @@ impl<B: Backend> Runner<'_, B> {
     ) -> Result<(), RuntimeError> {
         let net = &self.p.net;
         let mut data: Vec<Option<Value<B>>> = (0..index.data).map(|_| None).collect();
-        // Inputs of the step are resident from the start.
-        // Each data node's bytes in the device pool (declared sizes, where the step has
-        // them); the inputs are in the pool's base from the start.
+        // Inputs of the step are resident from the start. `dev`: each data node's bytes in
+        // the device pool (declared sizes, where the step has them; the inputs' are in the
+        // pool's base).
         let sizes = &self.step.temporaries.graph;
         let counted = sizes.fits(index.data);
         let mut dev = vec![0u64; index.data];
