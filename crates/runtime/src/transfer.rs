@@ -152,10 +152,9 @@ impl GraphSizes {
     /// The sizes of `graph`.
     pub fn of(graph: &pebble_graph::TrainingGraph) -> GraphSizes {
         use pebble_graph::DataKind;
-        let fixed = |kind: DataKind| kind == DataKind::Input || kind.is_static();
         GraphSizes {
             data: graph.data.iter().map(|d| d.size).collect(),
-            resident: graph.data.iter().filter(|d| fixed(d.kind)).map(|d| d.size).sum(),
+            resident: graph.fixed_bytes(),
             tmp: graph.compute.iter().map(|c| c.tmp).collect(),
             outputs: graph
                 .compute

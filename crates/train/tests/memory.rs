@@ -204,11 +204,10 @@ fn graph_range(graph: &pebble_graph::TrainingGraph, sim: &pebble_sim::SimConfig)
         .expect("store-all")
         .peak_bytes;
     let resident = |d: &usize| graph.data[*d].kind.is_static() || graph.data[*d].kind == pebble_graph::DataKind::Input;
-    let fixed: u64 = (0..graph.data.len()).filter(resident).map(|d| graph.data[d].size).sum();
     let node = |c: &pebble_graph::ComputeNode| {
         c.tmp + c.inputs.iter().chain(&c.outputs).filter(|d| !resident(d)).map(|&d| graph.data[d].size).sum::<u64>()
     };
-    (top, fixed + graph.compute.iter().map(node).max().unwrap_or(0))
+    (top, graph.fixed_bytes() + graph.compute.iter().map(node).max().unwrap_or(0))
 }
 
 #[test]
