@@ -4,53 +4,11 @@
 # scripts/fixtures/torch/ (or the PLAN.json ACTIONS.csv pairs given). Not part of the
 # default test run: PyTorch is a large install, made here only, in target/torch-venv.
 #
-# How PyTorch is installed (once; a venv whose torch imports is reused):
-#   1. the CPU-only wheel from PyTorch's own index;
-#   2. else, with 8 GiB free on the disk, the wheel from PyPI with its CUDA dependencies;
-#   3. else the PyPI wheel without its dependencies, its pure-Python dependencies, and
-#      stub CUDA libraries (scripts/torch_cuda_stubs.py) so that it runs on CPU: the
-#      NVIDIA wheels alone take several GiB.
-# TORCH_SPEC overrides the version (default: the one crates/schedule/src/torch.rs
-# follows, whose `_PipelineScheduleRuntime._load_csv` format the export writes).
+# PyTorch is installed once by scripts/torch-venv.sh.
 #
 # Usage: scripts/torch_pipeline.sh [PLAN.json ACTIONS.csv]...
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-venv=target/torch-venv
-stubs="$venv/cuda-stubs"
-spec="${TORCH_SPEC:-torch==2.15.0}"
-py="$venv/bin/python"
-
-with_stubs() {
-    if [ -d "$stubs" ]; then
-        LD_LIBRARY_PATH="$(pwd)/$stubs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"
-    else
-        "$@"
-    fi
-}
-
-if ! [ -x "$py" ] || ! with_stubs "$py" -c "import torch.distributed.pipelining" 2>/dev/null; then
-    command -v python3 >/dev/null || { echo "torch_pipeline: python3 is required" >&2; exit 1; }
-    rm -rf "$venv"
-    python3 -m venv "$venv"
-    pip=("$venv/bin/pip" install --disable-pip-version-check --no-cache-dir)
-    free_kib=$(df -Pk target | awk 'NR == 2 { print $4 }')
-    if "${pip[@]}" --retries 1 "$spec" --index-url https://download.pytorch.org/whl/cpu; then
-        echo "torch_pipeline: installed $spec, CPU-only, from PyTorch's index"
-    elif [ "$free_kib" -ge $((8 * 1024 * 1024)) ]; then
-        echo "torch_pipeline: PyTorch's index unreachable; installing $spec from PyPI"
-        "${pip[@]}" "$spec"
-    else
-        echo "torch_pipeline: PyTorch's index unreachable and $((free_kib / 1024 / 1024)) GiB free;" \
-            "installing $spec from PyPI without its CUDA dependencies, with stub CUDA libraries"
-        command -v readelf >/dev/null && command -v cc >/dev/null ||
-            { echo "torch_pipeline: the stubs need readelf (binutils) and cc" >&2; exit 1; }
-        "${pip[@]}" --no-deps "$spec"
-        "${pip[@]}" filelock typing-extensions sympy networkx jinja2 fsspec numpy
-        site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-        "$py" scripts/torch_cuda_stubs.py "$site" "$stubs"
-    fi
-fi
+. scripts/torch-venv.sh
 
 with_stubs "$py" scripts/torch_pipeline.py "$@"

@@ -354,10 +354,25 @@ fn unsupported_ops_are_named() {
     assert!(matches!(&err, OnnxError::UnsupportedOp { op, node, .. } if op == "Sigmoid" && node == "gate"), "{err}");
     assert_eq!(err.to_string(), "node `gate`: unsupported op `Sigmoid`");
     // A known op used in a way pebble cannot represent.
-    let nodes = vec![node("MatMul", "scores", &["x", "x"], &["y"], vec![])];
-    let err = import_bytes(&model(nodes, vec![], value("x", &[2, 2], None), "y"), "m", &ImportOptions::default())
-        .expect_err("activation × activation");
-    assert!(err.to_string().starts_with("node `scores` (MatMul): unsupported: a product of two activations"), "{err}");
+    let nodes = vec![node("Split", "heads", &["x"], &["a", "b"], vec![int("axis", 0)])];
+    let err = import_bytes(&model(nodes, vec![], value("x", &[2, 2], None), "a"), "m", &ImportOptions::default())
+        .expect_err("split along the batch");
+    assert!(err.to_string().starts_with("node `heads` (Split): unsupported: a split of [2, 2] along axis 0"), "{err}");
+    let up = |strides: &[i64]| {
+        let attrs = vec![ints("kernel_shape", &[2, 2]), ints("strides", strides)];
+        let nodes = vec![node("ConvTranspose", "up", &["x", "w"], &["y"], attrs)];
+        model(nodes, vec![weight("w", &[3, 4, 2, 2])], value("x", &[1, 3, 8, 8], None), "y")
+    };
+    let err = import_bytes(&up(&[1, 1]), "m", &ImportOptions::default()).expect_err("stride 1");
+    assert!(
+        err.to_string().starts_with("node `up` (ConvTranspose): unsupported: kernel [2, 2], strides [1, 1]"),
+        "{err}"
+    );
+    let net =
+        import_bytes(&up(&[2, 2]), "m", &ImportOptions { batch: Some(5), ..Default::default() }).expect("stride 2");
+    assert_eq!(net.ops[0].kind, OpKind::ConvTranspose2d { out_channels: 4, kernel: 2, bias: false });
+    assert_eq!(net.ops[0].decl.output, vec![5, 4, 16, 16]);
+    assert_eq!(net.param_count(), 3 * 4 * 2 * 2);
     // A shape mismatch names the node and the weight.
     let nodes = vec![node("Conv", "conv", &["x", "w"], &["c"], vec![])];
     let err = import_bytes(
@@ -390,4 +405,58 @@ fn the_new_ops_declare_shapes_and_saved_tensors() {
     assert_eq!(d.saved.len(), 2);
     let avg = OpKind::Pool2d { max: false, kernel: [7, 7], stride: [1, 1], pads: [0, 0, 1, 1] };
     assert_eq!(avg.declare(&[x(&[1, 4, 6, 6])]).expect("avg").output, vec![1, 4, 1, 1]);
+}
+
+/// Attention as PyTorch exports it unfused: a packed projection split three ways, the
+/// scores and the mix as products of two activations, and a causal mask that is a graph
+/// input of its own size (not batched).
+#[test]
+fn unfused_attention_imports_with_an_unbatched_mask() {
+    let nodes = vec![
+        node("Split", "qkv", &["x", "parts"], &["q", "k", "v"], vec![int("axis", -1)]),
+        node("Transpose", "kt", &["k"], &["kt"], vec![ints("perm", &[0, 2, 1])]),
+        node("MatMul", "scores", &["q", "kt"], &["s"], vec![]),
+        node("Add", "masked", &["s", "mask"], &["sm"], vec![]),
+        node("Softmax", "probs", &["sm"], &["p"], vec![int("axis", -1)]),
+        node("MatMul", "mix", &["p", "v"], &["o"], vec![]),
+        node("MatMul", "head", &["o", "w"], &["y"], vec![]),
+    ];
+    let bytes = ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 13 }],
+        producer_name: "pebble tests".into(),
+        graph: Some(GraphProto {
+            node: nodes,
+            name: "g".into(),
+            initializer: vec![ints_tensor("parts", &[2, 2, 2]), weight("w", &[2, 5])],
+            input: vec![value("x", &[1, 4, 6], None), value("mask", &[4, 4], None)],
+            output: vec![ValueInfoProto { name: "y".into(), r#type: None }],
+            value_info: vec![],
+        }),
+    }
+    .encode_to_vec();
+    let net = import_bytes(&bytes, "attn", &ImportOptions { batch: Some(3), ..Default::default() }).expect("imports");
+    let by_name = |n: &str| net.ops.iter().find(|o| o.name == n).unwrap_or_else(|| panic!("no op {n}"));
+    // Each part of the split is a slice of the last dimension.
+    assert_eq!(by_name("qkv.0").kind, OpKind::Slice { start: 0, len: 2 });
+    assert_eq!(by_name("qkv.2").kind, OpKind::Slice { start: 4, len: 2 });
+    // The mask keeps its [4, 4]: only the tokens take the batch.
+    let mask = net.tensors.iter().find(|t| t.name == "mask").expect("mask input");
+    assert_eq!(mask.shape, vec![4, 4]);
+    let scores = by_name("scores");
+    assert_eq!(scores.kind, OpKind::MatMul);
+    assert_eq!(scores.decl.output, vec![3, 4, 4]);
+    // 3 × 4 × 4 outputs of 2 multiply-adds each; the backward reads both factors.
+    assert_eq!(scores.decl.forward_flops, 2.0 * 48.0 * 2.0);
+    assert_eq!(scores.decl.saved, vec![Saved::Input(0), Saved::Input(1)]);
+    assert_eq!(by_name("mix").decl.output, vec![3, 4, 2]);
+    assert_eq!(by_name("head").kind, OpKind::Linear { out_features: 5, bias: false });
+    assert_eq!(net.param_count(), 10);
+    net.training_graph(&CostModel::default_v100(), Optimizer::Sgd).validate().expect("valid");
+    // Two activations that do not multiply are named.
+    let bad = OpKind::MatMul.declare(&[
+        Operand { shape: vec![3, 4, 2], elem: Elem::Float },
+        Operand { shape: vec![3, 4, 2], elem: Elem::Float },
+    ]);
+    assert!(bad.expect_err("shapes").to_string().contains("cannot multiply [3, 4, 2] by [3, 4, 2]"));
 }

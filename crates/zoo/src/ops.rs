@@ -212,6 +212,10 @@ pub enum OpKind {
         /// The permutation.
         perm: Vec<usize>,
     },
+    /// A batched product of two activations, `[.., m, k] × [.., k, n]` with the same
+    /// leading dimensions (attention's scores and mix, as ONNX writes an unfused
+    /// attention). Its backward reads both inputs.
+    MatMul,
     /// A per-channel affine map `y = x·w + b` along dimension `dim`, with learned `w`
     /// and `b` of `x[dim]` entries (Caffe's Scale layer; a batch norm folded into Mul and
     /// Add). Its backward needs its input only when it scales (for the weight gradient).
@@ -328,6 +332,7 @@ impl OpKind {
             OpKind::Conv2dRect { .. } => "conv2d_rect",
             OpKind::Lrn { .. } => "lrn",
             OpKind::Permute { .. } => "permute",
+            OpKind::MatMul => "matmul",
             OpKind::ChannelAffine { .. } => "channel_affine",
             OpKind::Pool2d { .. } => "pool2d",
         }
@@ -694,6 +699,24 @@ impl OpKind {
                 }
                 d.output = perm.iter().map(|&p| x[p]).collect();
                 d.output_elem = inputs[0].elem;
+            }
+            OpKind::MatMul => {
+                arity(2)?;
+                float(0)?;
+                float(1)?;
+                let y = &inputs[1].shape;
+                let r = x.len();
+                if r < 2 || y.len() != r || x[..r - 2] != y[..r - 2] || x[r - 1] != y[r - 2] {
+                    return Err(bad(format!("cannot multiply {x:?} by {y:?}")));
+                }
+                let mut out = x.clone();
+                out[r - 1] = y[r - 1];
+                let macs = numel(&out) * x[r - 1];
+                d.output = out;
+                d.forward_flops = 2.0 * macs as f64;
+                d.backward_flops = 4.0 * macs as f64;
+                d.matmul = true;
+                d.saved = vec![Saved::Input(0), Saved::Input(1)];
             }
             OpKind::ChannelAffine { dim, scale, bias } => {
                 arity(1)?;

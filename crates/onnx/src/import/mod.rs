@@ -286,6 +286,7 @@ impl Importer<'_> {
         }
         match node.op_type.as_str() {
             "Conv" => self.conv(&ctx, node),
+            "ConvTranspose" => self.conv_transpose(&ctx, node),
             "MaxPool" | "AveragePool" => self.pool(&ctx, node),
             "GlobalAveragePool" => self.global_average_pool(&ctx, node),
             "BatchNormalization" | "SpatialBN" => self.batch_norm(&ctx, node),
@@ -304,6 +305,7 @@ impl Importer<'_> {
             "Flatten" => self.flatten(&ctx, node),
             "Squeeze" | "Unsqueeze" => self.squeeze(&ctx, node),
             "Transpose" => self.transpose(&ctx, node),
+            "Split" => self.split(&ctx, node),
             "Cast" => self.cast(&ctx, node),
             "Constant" => self.constant_node(&ctx, node),
             "ConstantOfShape" => self.constant_of_shape(&ctx, node),

@@ -7,7 +7,7 @@ use pebble_zoo::ops::{Elem, Shape};
 use pebble_zoo::OpKind;
 
 use super::shapes::normalize_axis;
-use super::{attr_float, attr_int, numel, Const, Ctx, Data, Importer, Value};
+use super::{attr_float, attr_int, attr_ints, numel, Const, Ctx, Data, Importer, Value};
 use crate::error::OnnxError;
 use crate::proto::NodeProto;
 
@@ -56,6 +56,46 @@ impl Importer<'_> {
                  symmetric padding, and groups only with a square kernel"
             )));
         };
+        let mut weights = vec![&w];
+        weights.extend(b.as_ref());
+        let t = self.add(ctx, &ctx.node, kind, vec![x], &weights)?;
+        self.set(node, Value::Tensor(t));
+        Ok(())
+    }
+
+    /// `ConvTranspose` whose stride equals its square kernel, without padding, groups or
+    /// output padding (U-Net's up-sampling): `conv_transpose2d`.
+    pub(super) fn conv_transpose(&mut self, ctx: &Ctx, node: &NodeProto) -> Result<(), OnnxError> {
+        let x = self.tensor(ctx, node, 0)?;
+        let xs = self.tensors[x].shape.clone();
+        if xs.len() != 4 {
+            return Err(ctx.unsupported(format!("a transposed convolution of a {xs:?} input: only 2-D ([N, C, H, W])")));
+        }
+        let w = self.constant(ctx, node, 1)?;
+        let b = self.opt_constant(ctx, node, 2)?;
+        let ws = &w.shape;
+        if ws.len() != 4 || ws[0] != xs[1] {
+            return Err(ctx.err(format!(
+                "weight `{}` has shape {ws:?}, not [C, M, kH, kW] with C = {} input channels",
+                node.input[1], xs[1]
+            )));
+        }
+        let plain = |name: &str| attr_ints(node, name).is_none_or(|v| v.iter().all(|&p| p == 0));
+        if attr_int(node, "group").unwrap_or(1) != 1
+            || !plain("output_padding")
+            || attr_ints(node, "output_shape").is_some()
+        {
+            return Err(ctx.unsupported("groups, `output_padding` or `output_shape`: only plain up-sampling"));
+        }
+        let win = self.window(ctx, node, &xs, Some([ws[2], ws[3]]))?;
+        let (k, s, p) = (win.kernel, win.stride, win.pads);
+        if k[0] != k[1] || s != k || p != [0; 4] {
+            return Err(ctx.unsupported(format!(
+                "kernel {k:?}, strides {s:?}, pads {p:?}: pebble's transposed convolution has its stride equal to \
+                 its square kernel, and no padding"
+            )));
+        }
+        let kind = OpKind::ConvTranspose2d { out_channels: ws[1], kernel: k[0], bias: b.is_some() };
         let mut weights = vec![&w];
         weights.extend(b.as_ref());
         let t = self.add(ctx, &ctx.node, kind, vec![x], &weights)?;
@@ -212,15 +252,17 @@ impl Importer<'_> {
         Ok(())
     }
 
-    /// `MatMul` by a constant weight: `linear` without bias (a following `Add` may fuse
-    /// one).
+    /// `MatMul`: by a constant weight, `linear` without bias (a following `Add` may fuse
+    /// one); of two activations, `matmul`.
     pub(super) fn matmul(&mut self, ctx: &Ctx, node: &NodeProto) -> Result<(), OnnxError> {
         let x = self.tensor(ctx, node, 0)?;
         let b = Self::opt_input(node, 1).ok_or_else(|| ctx.err("input 1 is missing"))?;
         if !self.is_const(b) && !matches!(self.values.get(b), Some(Value::Input(_))) {
-            return Err(ctx.unsupported(
-                "a product of two activations (e.g. attention scores): only products with a constant weight",
-            ));
+            // A product of two activations (attention's scores and mix).
+            let y = self.tensor_named(ctx, b)?;
+            let t = self.add(ctx, &ctx.node, OpKind::MatMul, vec![x, y], &[])?;
+            self.set(node, Value::Tensor(t));
+            return Ok(());
         }
         let w = self.constant(ctx, node, 1)?;
         let xs = &self.tensors[x].shape;

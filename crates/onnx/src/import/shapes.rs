@@ -23,7 +23,8 @@ pub(super) struct Window {
 }
 
 impl Importer<'_> {
-    /// The declared shape of graph input `i`, the batch applied to its first dimension.
+    /// The declared shape of graph input `i`, the batch applied to its first dimension
+    /// (when that is the file's batch, the first input's).
     pub(super) fn input_shape(&mut self, i: usize) -> Result<(Shape, Elem), OnnxError> {
         let info: &ValueInfoProto = &self.graph.input[i];
         let bad = |why: String| OnnxError::Input { input: info.name.clone(), why };
@@ -48,6 +49,11 @@ impl Importer<'_> {
                 (_, Some(v)) => v,
                 (_, None) => return Err(bad(format!("dimension {k} is {what}: only the batch dimension may be"))),
             });
+            // An input whose fixed leading dimension is not the first input's batch (a
+            // mask of [S, S] beside [1, S] tokens) is not batched.
+            if k == 0 && v.is_some() && self.file_batch.is_some_and(|fb| v != Some(fb)) {
+                continue;
+            }
             if k == 0 {
                 if v.is_some() {
                     self.file_batch.get_or_insert(shape[0]);

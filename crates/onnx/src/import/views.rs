@@ -155,6 +155,44 @@ impl Importer<'_> {
         Ok(())
     }
 
+    /// `Split` of a tensor along its last dimension (a packed projection into q, k, v):
+    /// one `slice` view per output. The sizes come from input 1 (opset 13), the `split`
+    /// attribute (before), or `num_outputs` equal parts (opset 18).
+    pub(super) fn split(&mut self, ctx: &Ctx, node: &NodeProto) -> Result<(), OnnxError> {
+        let x = self.tensor(ctx, node, 0)?;
+        let shape = self.tensors[x].shape.clone();
+        let axis = attr_int(node, "axis").unwrap_or(0);
+        let a = normalize_axis(axis, shape.len()).ok_or_else(|| ctx.err(format!("axis {axis} out of range")))?;
+        if a + 1 != shape.len() {
+            return Err(ctx.unsupported(format!("a split of {shape:?} along axis {axis}: only along the last")));
+        }
+        let outputs = node.output.len();
+        let sizes = match Self::opt_input(node, 1) {
+            Some(_) => self.ints(ctx, node, 1)?,
+            None => match attr_ints(node, "split") {
+                Some(v) => v,
+                None if shape[a].is_multiple_of(outputs.max(1)) => vec![(shape[a] / outputs.max(1)) as i64; outputs],
+                None => {
+                    return Err(ctx.unsupported(format!("an uneven split of {} into {outputs} parts", shape[a])));
+                }
+            },
+        };
+        if sizes.len() != outputs || sizes.iter().any(|&v| v <= 0) || sizes.iter().sum::<i64>() != shape[a] as i64 {
+            return Err(ctx.err(format!("split sizes {sizes:?} for {outputs} outputs of a dimension of {}", shape[a])));
+        }
+        let mut start = 0;
+        for (k, (out, &len)) in node.output.iter().zip(&sizes).enumerate() {
+            let len = len as usize;
+            // A part nobody reads is not sliced.
+            if self.uses.get(out).copied().unwrap_or(0) > 0 {
+                let t = self.add(ctx, &format!("{}.{k}", ctx.node), OpKind::Slice { start, len }, vec![x], &[])?;
+                self.values.insert(out.clone(), Value::Tensor(t));
+            }
+            start += len;
+        }
+        Ok(())
+    }
+
     /// `Cast`: converts a constant's values; on a tensor, only to its own element type (an
     /// alias).
     pub(super) fn cast(&mut self, ctx: &Ctx, node: &NodeProto) -> Result<(), OnnxError> {

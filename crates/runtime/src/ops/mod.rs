@@ -115,7 +115,11 @@ pub fn forward<B: Backend>(
             pool::forward(op, inputs, ctx)?
         }
         OpKind::Attention { .. } | OpKind::Rope { .. } => attention::forward(op, inputs, ctx)?,
-        OpKind::Lrn { .. } | OpKind::Permute { .. } | OpKind::ChannelAffine { .. } | OpKind::Pool2d { .. } => {
+        OpKind::Lrn { .. }
+        | OpKind::Permute { .. }
+        | OpKind::MatMul
+        | OpKind::ChannelAffine { .. }
+        | OpKind::Pool2d { .. } => {
             return Err(unsupported(op, NOT_EXECUTABLE));
         }
         OpKind::CrossEntropy | OpKind::Mse => unreachable!("losses are handled above"),
@@ -167,9 +171,11 @@ pub fn backward<B: Backend>(
         OpKind::Attention { .. } | OpKind::Rope { .. } => {
             attention::backward(op, input_dims, grad_out, saved, needs, ctx)
         }
-        OpKind::Lrn { .. } | OpKind::Permute { .. } | OpKind::ChannelAffine { .. } | OpKind::Pool2d { .. } => {
-            Err(unsupported(op, NOT_EXECUTABLE))
-        }
+        OpKind::Lrn { .. }
+        | OpKind::Permute { .. }
+        | OpKind::MatMul
+        | OpKind::ChannelAffine { .. }
+        | OpKind::Pool2d { .. } => Err(unsupported(op, NOT_EXECUTABLE)),
         OpKind::CrossEntropy | OpKind::Mse => Err(unsupported(op, "a loss runs through `loss`, not `backward`")),
     }
 }
