@@ -12,10 +12,16 @@ const TINY_GPT: [&str; 12] =
     ["--model", "gpt", "--layers", "2", "--width", "32", "--heads", "4", "--seq", "32", "--batch", "2"];
 const MLP: [&str; 6] = ["--model", "mlp", "--batch", "4", "--layers", "3"];
 
+/// Trains 3 steps with AdamW. The link is throttled to 0.2 GB/s: a weight gradient's
+/// offload then outlasts the next backward, so the next gradient's copy is queued behind
+/// it and reaches the host while the CPU still updates the first, in the run as in the
+/// simulation. At full speed, on a loaded machine, the backward could outlast the CPU's
+/// update and the host would hold one gradient where the simulator counts two.
 fn train(model: &[&str], solver: &str, budget: &str) -> Value {
     let mut args = vec!["train"];
     args.extend_from_slice(model);
-    args.extend_from_slice(&["--solver", solver, "--budget", budget, "--steps", "3", "--optimizer", "adamw", "--json"]);
+    args.extend_from_slice(&["--solver", solver, "--budget", budget, "--steps", "3", "--optimizer", "adamw"]);
+    args.extend_from_slice(&["--bandwidth", "2e8", "--json"]);
     ok(&args).json()
 }
 
