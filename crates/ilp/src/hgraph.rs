@@ -28,6 +28,22 @@ pub struct HOption {
     pub phantom: u64,
     /// For a backward: aNodes this option reads beyond [`HNode::inputs`].
     pub reads: Vec<usize>,
+    /// For a cluster's option, the correction terms (3.34): its memory substep by
+    /// substep, where inputs it has done with free early. Empty: `overhead` holds
+    /// throughout.
+    pub substeps: Vec<Substep>,
+}
+
+/// One substep of a cluster option (Zhao, §3.4.4.1): while it runs, the option needs
+/// `overhead` bytes (which may be negative) above what [`HOption::overhead`] is counted
+/// above, less the inputs in `dead` that the H-ILP deletes after this cNode: no later
+/// substep reads them, so the schedule frees them before this one runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Substep {
+    /// Bytes above what is resident before the cNode, its outputs and its phantom.
+    pub overhead: i64,
+    /// aNodes (inputs of the cNode) already freed, if the cNode deletes them.
+    pub dead: Vec<usize>,
 }
 
 /// What a cNode is.
@@ -125,7 +141,7 @@ impl HGraph {
 /// one option.
 pub fn op_options(g: &TrainingGraph, k: usize) -> Vec<HOption> {
     let c = &g.compute[k];
-    let one = |phantom| HOption { time: c.time, overhead: c.tmp, phantom, reads: Vec::new() };
+    let one = |phantom| HOption { time: c.time, overhead: c.tmp, phantom, reads: Vec::new(), substeps: Vec::new() };
     let saved: u64 = c.outputs.iter().filter(|&&d| g.data[d].kind == DataKind::Saved).map(|&d| g.data[d].size).sum();
     if c.kind == ComputeKind::Forward && saved > 0 {
         vec![one(saved), one(0)]

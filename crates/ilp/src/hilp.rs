@@ -39,8 +39,12 @@
 //!   runs (the simulator frees saved tensors after the backward, not before).
 //! * (2.19) with a save budget: `U` right after the loss, in its stage, ≤ `M_save`.
 //!
-//! The correction terms (3.34) are not added: without them a node's frees count until
-//! it ends, which over-estimates the peak and never under-estimates it.
+//! * (3.34) correction terms: a cluster option with [`Substep`](crate::hgraph::Substep)s is held substep by
+//!   substep instead of by its largest overhead: inputs that no later substep reads and
+//!   that the cNode deletes (`D[t,k,d]`, or a gradient's fixed end) no longer count, as
+//!   the schedule frees them after their last reader. Unlike the thesis (top level only),
+//!   every level's ILP gets them: each cluster's options come from a replay of op-level
+//!   steps, where the frees are exact.
 //!
 //! The objective is `Σ time[k,o] · Comp[t,k,o]`. The solution is a sequence of
 //! `(node, option)`; the schedule's frees come from liveness (`sequence.rs`).
@@ -485,11 +489,47 @@ pub fn solve(h: &HGraph, budget: u64, save: Option<u64>, time_limit: Option<f64>
                     }
                 }
             }
+            // What node `k` deletes after it runs: its D column for `d`, if any.
+            let deleted_after = |d: usize| -> Option<Bin> {
+                match m.life[d] {
+                    Life::Variable { .. } => delete[d].iter().find(|(kk, _)| *kk == k).map(|&(_, b)| b),
+                    Life::Fixed { end: Some(e), .. } if e == k && t == k => Some(Bin::One),
+                    _ => None,
+                }
+            };
+            // (3.33). An option with correction terms is held by its substeps instead: its
+            // outputs and phantom may never be resident beside all of its inputs, so the
+            // row leaves it the slack its substeps allow at most (they imply the row).
             let mut with_tmp = peak.clone();
             for (o, opt) in node.options.iter().enumerate() {
-                with_tmp.add_bin(comp(&vars, t, k, o), mem(opt.overhead));
+                if opt.substeps.is_empty() {
+                    with_tmp.add_bin(comp(&vars, t, k, o), mem(opt.overhead));
+                } else {
+                    let slack = opt
+                        .substeps
+                        .iter()
+                        .map(|s| s.dead.iter().map(|&d| h.sizes[d] as i64).sum::<i64>() - s.overhead)
+                        .min()
+                        .unwrap_or(0)
+                        .max(0);
+                    with_tmp.add_bin(comp(&vars, t, k, o), -(slack as f64) / mu);
+                }
             }
             row(&mut milp, 454, f64::NEG_INFINITY, &with_tmp, cap);
+            // (3.34): substep `i` of option `o`, less the inputs no later substep reads,
+            // when `k` deletes them.
+            for (o, opt) in node.options.iter().enumerate() {
+                for step in &opt.substeps {
+                    let mut e = peak.clone();
+                    e.add_bin(comp(&vars, t, k, o), step.overhead as f64 / mu);
+                    for &d in &step.dead {
+                        if let Some(del) = deleted_after(d) {
+                            e.add_bin(del, -mem(h.sizes[d]));
+                        }
+                    }
+                    row(&mut milp, 473, f64::NEG_INFINITY, &e, cap);
+                }
+            }
             // After the frees.
             let mut after = peak;
             for (d, dels) in delete.iter().enumerate() {

@@ -50,7 +50,7 @@ use pebble_graph::{
 use pebble_schedule::{Schedule, View};
 use pebble_solve::{Problem, Progress, SolveError, SolveOptions, Solver};
 
-use crate::hgraph::{op_options, HGraph, HKind, HNode, HOption};
+use crate::hgraph::{op_options, HGraph, HKind, HNode, HOption, Substep};
 use crate::hilp;
 use crate::sequence::{Liveness, Step};
 use crate::subgraph::SubGraph;
@@ -90,6 +90,9 @@ pub struct HiremateConfig {
     pub selection: Selection,
     /// Each ILP's time limit when the user sets none, in seconds.
     pub time_limit: f64,
+    /// Whether a parent's H-ILP holds its clusters' options substep by substep, with the
+    /// correction terms (3.34), or by their largest overhead.
+    pub correction_terms: bool,
 }
 
 /// How a parent keeps at most `N_o` of its parts' options.
@@ -124,10 +127,11 @@ impl HiremateConfig {
         max_options: MAX_OPTIONS,
         selection: Selection::Pareto,
         time_limit: DEFAULT_ILP_LIMIT,
+        correction_terms: true,
     };
 
     /// What `hiremate` ran before issue 15: 8 peak budgets per cluster, no save budget,
-    /// the thesis' selection with `N_o = 60`, H-Partition alone.
+    /// the thesis' selection with `N_o = 60`, H-Partition alone, no correction terms.
     pub const BEFORE_ISSUE_15: HiremateConfig = HiremateConfig {
         grid: (8, 1),
         coarse_grid: (8, 1),
@@ -135,6 +139,7 @@ impl HiremateConfig {
         blocks_first: false,
         also_h_partition: false,
         max_options: 60,
+        correction_terms: false,
         ..HiremateConfig::DEFAULT
     };
 }
@@ -249,6 +254,9 @@ struct ClusterOption {
     phantom: u64,
     /// Local data ids of the interface activations the backward part reads.
     reads: Vec<usize>,
+    /// The correction terms of the forward and backward parts, in local data ids.
+    fwd_substeps: Vec<Substep>,
+    bwd_substeps: Vec<Substep>,
 }
 
 /// A cluster's options, and its fast forward.
@@ -257,6 +265,7 @@ struct ClusterOptions {
     options: Vec<ClusterOption>,
     ff_time: f64,
     ff_overhead: u64,
+    ff_substeps: Vec<Substep>,
 }
 
 /// A graph partitioned, every non-top cluster's options built: everything but the top
@@ -400,6 +409,7 @@ impl<'g> Prepared<'g> {
                 Part::Cluster(cc) => {
                     let co = self.options_of(cc);
                     let child = &self.subs[cc];
+                    let substeps = |steps: &[Substep]| self.substeps_in(child, sub, &anode, steps);
                     let ls: Vec<usize> = fwd_nodes(p).collect();
                     let outputs = an(&mut ls.iter().flat_map(|&l| lg.compute[l].outputs.iter()));
                     // What one op of the part makes and another reads is not an input.
@@ -413,9 +423,16 @@ impl<'g> Prepared<'g> {
                             overhead: o.fwd_overhead,
                             phantom: o.phantom,
                             reads: Vec::new(),
+                            substeps: substeps(&o.fwd_substeps),
                         })
                         .collect();
-                    options.push(HOption { time: co.ff_time, overhead: co.ff_overhead, phantom: 0, reads: Vec::new() });
+                    options.push(HOption {
+                        time: co.ff_time,
+                        overhead: co.ff_overhead,
+                        phantom: 0,
+                        reads: Vec::new(),
+                        substeps: substeps(&co.ff_substeps),
+                    });
                     nodes.push(HNode { kind: HKind::Forward { pair: p }, inputs, outputs, options });
                     expand.push(Expand::Cluster {
                         child: cc,
@@ -431,7 +448,13 @@ impl<'g> Prepared<'g> {
             kind: HKind::Loss,
             inputs: an(&mut loss.inputs.iter()),
             outputs: an(&mut loss.outputs.iter()),
-            options: vec![HOption { time: loss.time, overhead: loss.tmp, phantom: 0, reads: Vec::new() }],
+            options: vec![HOption {
+                time: loss.time,
+                overhead: loss.tmp,
+                phantom: 0,
+                reads: Vec::new(),
+                substeps: Vec::new(),
+            }],
         });
         expand.push(Expand::Loss(sub.loss));
         // Backward cNodes, last part first.
@@ -454,6 +477,7 @@ impl<'g> Prepared<'g> {
                 Part::Cluster(cc) => {
                     let co = self.options_of(cc);
                     let child = &self.subs[cc];
+                    let substeps = |steps: &[Substep]| self.substeps_in(child, sub, &anode, steps);
                     // Always read: the gradients that come back; per option: interface
                     // activations its backward part reads.
                     let grads: Vec<usize> = child.grads_in.iter().map(|&d| child.data[d]).collect();
@@ -468,6 +492,7 @@ impl<'g> Prepared<'g> {
                             time: o.bwd_time,
                             overhead: o.bwd_overhead,
                             phantom: 0,
+                            substeps: substeps(&o.bwd_substeps),
                             reads: an(&mut o
                                 .reads
                                 .iter()
@@ -490,6 +515,28 @@ impl<'g> Prepared<'g> {
 
     /// Maps a child's local compute ids (through its class representative's) to this
     /// cluster's local ids.
+    /// A child cluster's correction terms in the parent's aNode ids (`anode`, indexed by
+    /// the parent's local data ids). An input that is no aNode of the parent is not
+    /// freed by its H-ILP, so it leaves the dead sets.
+    fn substeps_in(&self, child: &SubGraph, parent: &SubGraph, anode: &[usize], steps: &[Substep]) -> Vec<Substep> {
+        if !self.cfg.correction_terms {
+            return Vec::new();
+        }
+        let to_anode = |cd: usize| {
+            let global = child.data[cd];
+            parent.data.iter().position(|&x| x == global).map(|l| anode[l]).filter(|&a| a != usize::MAX)
+        };
+        let mapped: Vec<Substep> = steps
+            .iter()
+            .map(|s| Substep { overhead: s.overhead, dead: s.dead.iter().filter_map(|&cd| to_anode(cd)).collect() })
+            .collect();
+        if mapped.iter().all(|s| s.dead.is_empty()) {
+            Vec::new()
+        } else {
+            mapped
+        }
+    }
+
     fn local_map(&self, child: &SubGraph, global_to_local: &HashMap<usize, usize>) -> Vec<usize> {
         child.compute.iter().map(|k| k.and_then(|k| global_to_local.get(&k).copied()).unwrap_or(usize::MAX)).collect()
     }
@@ -575,6 +622,7 @@ impl<'g> Prepared<'g> {
             options,
             ff_time: (0..sub.loss).map(|k| lg.compute[k].time).sum(),
             ff_overhead: ff_peak.saturating_sub(outs),
+            ff_substeps: substeps_of(sub, &ff[..sub.loss], &r[..sub.loss], outs),
         };
         Ok((options, solved))
     }
@@ -698,15 +746,55 @@ fn option_of(sub: &SubGraph, live: &Liveness<'_>, forward: Vec<Step>, backward: 
     let bwd_peak = r[nf + 1..].iter().map(|p| p.0).max().unwrap_or(0);
     let at_start = phantom + size(&sub.grads_in) + outputs_read;
     let time = |s: &[Step]| s.iter().map(|&(k, _)| lg.compute[k].time).sum::<f64>();
+    let bwd_base = at_start + size(&sub.grads_out);
     ClusterOption {
         fwd_time: time(&forward),
         bwd_time: time(&backward),
         fwd_overhead: fwd_peak.saturating_sub(outs + phantom),
-        bwd_overhead: bwd_peak.saturating_sub(at_start + size(&sub.grads_out)),
+        bwd_overhead: bwd_peak.saturating_sub(bwd_base),
         phantom,
         reads,
+        fwd_substeps: substeps_of(sub, &forward, &r[..nf], outs + phantom),
+        bwd_substeps: substeps_of(sub, &backward, &r[nf + 1..], bwd_base),
         forward,
         backward,
+    }
+}
+
+/// The correction terms (3.34) of one part of an option: its steps, their replayed
+/// peaks (which count neither the cluster's inputs nor anything resident before it) and
+/// what the H-ILP already counts at the top (`base`). Substep `i` is charged its peak
+/// above `base`, less the inputs of the cluster no step from `i` on reads: the schedule
+/// frees them after their last reader when the cNode deletes them. Substeps with the same
+/// dead inputs keep their largest peak; one that another dominates (no smaller peak, no
+/// more dead inputs) is dropped; if only the substeps with no dead input remain, there is
+/// nothing to correct and the list is empty.
+fn substeps_of(sub: &SubGraph, steps: &[Step], peaks: &[(u64, u64)], base: u64) -> Vec<Substep> {
+    let lg = &sub.graph;
+    // The last step reading each input of the cluster.
+    let last: Vec<Option<usize>> =
+        sub.inputs.iter().map(|&d| steps.iter().rposition(|&(k, _)| lg.compute[k].inputs.contains(&d))).collect();
+    let mut groups: Vec<Substep> = Vec::new();
+    for (i, &(peak, _)) in peaks.iter().enumerate() {
+        let dead: Vec<usize> =
+            sub.inputs.iter().zip(&last).filter(|(_, l)| l.is_some_and(|l| l < i)).map(|(&d, _)| d).collect();
+        let overhead = peak as i64 - base as i64;
+        match groups.iter_mut().find(|g| g.dead == dead) {
+            Some(g) => g.overhead = g.overhead.max(overhead),
+            None => groups.push(Substep { overhead, dead }),
+        }
+    }
+    let dominated = |a: &Substep, b: &Substep| b.overhead >= a.overhead && b.dead.iter().all(|d| a.dead.contains(d));
+    let kept: Vec<Substep> = groups
+        .iter()
+        .enumerate()
+        .filter(|&(i, a)| !groups.iter().enumerate().any(|(j, b)| j != i && dominated(a, b) && (a != b || j < i)))
+        .map(|(_, a)| a.clone())
+        .collect();
+    if kept.iter().all(|g| g.dead.is_empty()) {
+        Vec::new()
+    } else {
+        kept
     }
 }
 

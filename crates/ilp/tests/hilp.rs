@@ -7,12 +7,13 @@
 //! the next stage or freed right after its last use in the stage (an untouched tensor
 //! stays); a phantom lives from its forward to its backward, one option at a time. The
 //! memory of a node is what the H-ILP's rows (3.27)–(3.33) count: what is resident, what
-//! it creates, its phantom and its option's overhead; its frees count until it ends (no
-//! correction terms). It was written from the module's documentation, not from its code.
+//! it creates, its phantom and its option's overhead; its frees count until it ends,
+//! except, with correction terms (3.34), at a substep after an input's last use. It was
+//! written from the module's documentation, not from its code.
 
 use std::collections::HashMap;
 
-use pebble_ilp::hgraph::{HGraph, HKind, HNode, HOption};
+use pebble_ilp::hgraph::{HGraph, HKind, HNode, HOption, Substep};
 use pebble_ilp::hilp::{solve, HSolution};
 use pebble_ilp::IlpError;
 use pebble_testkit::Rng;
@@ -215,21 +216,30 @@ fn stage(
             if is_forward(node) {
                 peak += phantom(h, k, o);
             }
-            if peak + opt.overhead > budget {
+            // What k frees after it runs.
+            let mut freed: Vec<usize> = touched
+                .iter()
+                .copied()
+                .filter(|&d| last_touch(d) == Some(k) && alive >> d & 1 == 1 && !keep(d))
+                .collect();
+            freed.extend((0..na).filter(|&d| fixed(d) && last_reader(d) == Some(k) && t == k));
+            // Its option's overhead, or with correction terms each substep's, less what
+            // it has done with and frees.
+            let fits = if opt.substeps.is_empty() {
+                peak + opt.overhead <= budget
+            } else {
+                opt.substeps.iter().all(|s| {
+                    let early: u64 = s.dead.iter().filter(|d| freed.contains(d)).map(|&d| h.sizes[d]).sum();
+                    peak as i64 + s.overhead - early as i64 <= budget as i64
+                })
+            };
+            if !fits {
                 continue 'keep;
             }
             let mut after = peak;
-            for &d in &touched {
-                if last_touch(d) == Some(k) && alive >> d & 1 == 1 && !keep(d) {
-                    after -= h.sizes[d];
-                    alive &= !(1 << d);
-                }
-            }
-            for d in (0..na).filter(|&d| fixed(d)) {
-                let end = last_reader(d);
-                if end == Some(k) && t == k {
-                    after -= h.sizes[d];
-                }
+            for &d in &freed {
+                after -= h.sizes[d];
+                alive &= !(1 << d);
             }
             if let HKind::Backward { .. } = node.kind {
                 let f = forward_of(h, k);
@@ -284,7 +294,7 @@ fn time_of(h: &HGraph, sol: &HSolution) -> f64 {
 }
 
 fn option(time: f64, overhead: u64, phantom: u64, reads: Vec<usize>) -> HOption {
-    HOption { time, overhead, phantom, reads }
+    HOption { time, overhead, phantom, reads, substeps: Vec::new() }
 }
 
 /// A random chain of `pairs` forward/backward pairs as an H-graph: forward `i` reads
@@ -392,6 +402,64 @@ fn the_h_ilp_matches_exhaustive_search_on_small_clusters() {
     );
     // The sweep reaches every regime: infeasible, recomputation, store-all.
     assert!(compared > 200 && infeasible > 100 && recomputing > 100, "{compared} {infeasible} {recomputing}");
+}
+
+/// `random_hgraph` with correction terms (3.34) on about half of the options that read
+/// an input: a substep after it (its input dead, when the node frees it) and one before.
+fn random_hgraph_with_substeps(rng: &mut Rng, pairs: usize) -> HGraph {
+    let mut h = random_hgraph(rng, pairs);
+    for node in &mut h.nodes {
+        let inputs = node.inputs.clone();
+        for opt in &mut node.options {
+            let candidates: Vec<usize> = inputs.iter().chain(&opt.reads).copied().collect();
+            if candidates.is_empty() || rng.one_in(2) {
+                continue;
+            }
+            let dead: Vec<usize> = candidates.iter().copied().filter(|_| !rng.one_in(3)).collect();
+            let late = rng.range(0, 6) as i64;
+            let early = rng.range(0, 3) as i64 - 1;
+            opt.substeps = vec![Substep { overhead: early, dead: Vec::new() }, Substep { overhead: late, dead }];
+            opt.overhead = late.max(early).max(0) as u64;
+        }
+    }
+    h
+}
+
+/// With correction terms, the H-ILP's optimum still equals the exhaustive search's, and
+/// they let some budgets fit, or run faster, than the largest overhead would.
+#[test]
+fn correction_terms_match_exhaustive_search() {
+    let mut rng = Rng::new(334);
+    let (mut compared, mut gained) = (0, 0);
+    for case in 0..10 {
+        let pairs = if case % 5 == 4 { 3 } else { 2 };
+        let h = random_hgraph_with_substeps(&mut rng, pairs);
+        let mut without = h.clone();
+        for opt in without.nodes.iter_mut().flat_map(|n| n.options.iter_mut()) {
+            opt.substeps.clear();
+        }
+        let total: u64 = h.sizes.iter().sum::<u64>()
+            + h.nodes.iter().map(|n| n.options.iter().map(|o| o.phantom + o.overhead).max().unwrap_or(0)).sum::<u64>();
+        for budget in (1..=total).step_by(2) {
+            let want = brute(&h, budget, None);
+            let got = solve(&h, budget, None, Some(30.0));
+            match (want, &got) {
+                (None, Err(IlpError::Infeasible)) => {}
+                (Some(w), Ok(sol)) => {
+                    assert!(sol.optimal);
+                    let g = time_of(&h, sol);
+                    assert!((g - w).abs() < 1e-6, "case {case}, budget {budget}: H-ILP {g}, search {w}\n{h:#?}");
+                    compared += 1;
+                    let before = brute(&without, budget, None);
+                    assert!(before.is_none_or(|b| b >= w - 1e-9), "case {case}, budget {budget}: slower with them");
+                    gained += usize::from(before.is_none_or(|b| b > w + 1e-9));
+                }
+                _ => panic!("case {case}, budget {budget}: search {want:?}, H-ILP {got:?}\n{h:#?}"),
+            }
+        }
+    }
+    eprintln!("{compared} compared, {gained} gained");
+    assert!(compared > 60 && gained > 5, "{compared} compared, {gained} gained");
 }
 
 /// F0 → F1 → loss → B1 → B0 with one option each (no phantoms): a0 (size 4), a1 (2),

@@ -77,42 +77,63 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         "baseline_time": store_all.makespan,
     });
     extend(&mut report, budget_json(&resolved, &machine));
+    // Infeasible: the message, with the least budget the solver fits (`min`, planned).
+    let mut infeasible = |min_planned: Option<u64>, start: std::time::Instant| -> anyhow::Result<ExitCode> {
+        let min = min_planned.map(|planned| pebble_solve::budget::total_for(planned, &machine.runtime));
+        let message = match min {
+            Some(m) => format!(
+                "infeasible: no schedule of `{}` fits in {}; the minimum feasible budget is {} ({} of store-all)",
+                solver.name(),
+                units.size(budget),
+                units.size(m),
+                percent_of(m, resolved.reference_bytes)
+            ),
+            None => format!(
+                "infeasible: no schedule of `{}` fits in {}, nor in any budget",
+                solver.name(),
+                units.size(budget)
+            ),
+        };
+        if args.json {
+            extend(
+                &mut report,
+                json!({
+                    "feasible": false,
+                    "predicted_peak_bytes": null,
+                    "predicted_time": null,
+                    "overhead": null,
+                    "solve_seconds": start.elapsed().as_secs_f64(),
+                    "min_feasible_budget_bytes": min,
+                    "error": message,
+                }),
+            );
+            out::print_json(&report)?;
+        }
+        Err(Infeasible(message).into())
+    };
     let start = std::time::Instant::now();
     let plan = match pebble_solve::plan(solver, problem, resolved.planned_bytes, &options) {
         Ok(plan) => plan,
         Err(PlanError::Solve(SolveError::Infeasible { .. })) => {
-            let min = pebble_solve::min_feasible_budget(solver, problem, &options)?
-                .map(|planned| pebble_solve::budget::total_for(planned, &machine.runtime));
-            let message = match min {
-                Some(m) => format!(
-                    "infeasible: no schedule of `{}` fits in {}; the minimum feasible budget is {} ({} of store-all)",
+            let min_planned = pebble_solve::min_feasible_budget(solver, problem, &options)?;
+            // A solver whose feasibility is not monotone in the budget (time-limited
+            // MILPs, discretized sizes) may fit a smaller budget: that plan fits this one.
+            if let Some(m) = min_planned.filter(|&m| m < resolved.planned_bytes) {
+                eprintln!(
+                    "note: `{}` found no schedule at {} itself, but one at {} (its feasibility is not monotone \
+                     in the budget): that one is reported",
                     solver.name(),
-                    units.size(budget),
-                    units.size(m),
-                    percent_of(m, resolved.reference_bytes)
-                ),
-                None => format!(
-                    "infeasible: no schedule of `{}` fits in {}, nor in any budget",
-                    solver.name(),
-                    units.size(budget)
-                ),
-            };
-            if args.json {
-                extend(
-                    &mut report,
-                    json!({
-                        "feasible": false,
-                        "predicted_peak_bytes": null,
-                        "predicted_time": null,
-                        "overhead": null,
-                        "solve_seconds": start.elapsed().as_secs_f64(),
-                        "min_feasible_budget_bytes": min,
-                        "error": message,
-                    }),
+                    units.size(resolved.planned_bytes),
+                    units.size(m)
                 );
-                out::print_json(&report)?;
+                match pebble_solve::plan(solver, problem, m, &options) {
+                    Ok(plan) => plan,
+                    Err(PlanError::Solve(SolveError::Infeasible { .. })) => return infeasible(min_planned, start),
+                    Err(e) => return Err(e.into()),
+                }
+            } else {
+                return infeasible(min_planned, start);
             }
-            return Err(Infeasible(message).into());
         }
         Err(PlanError::Solve(
             e @ (SolveError::NotApplicable { .. } | SolveError::TooLarge { .. } | SolveError::Unsupported { .. }),
