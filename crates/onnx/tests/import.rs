@@ -198,6 +198,15 @@ fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str], attrs: Vec<Attr
 }
 
 fn model(nodes: Vec<NodeProto>, initializers: Vec<TensorProto>, input: ValueInfoProto, output: &str) -> Vec<u8> {
+    model_with_inputs(nodes, initializers, vec![input], output)
+}
+
+fn model_with_inputs(
+    nodes: Vec<NodeProto>,
+    initializers: Vec<TensorProto>,
+    inputs: Vec<ValueInfoProto>,
+    output: &str,
+) -> Vec<u8> {
     ModelProto {
         ir_version: 8,
         opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 13 }],
@@ -206,7 +215,7 @@ fn model(nodes: Vec<NodeProto>, initializers: Vec<TensorProto>, input: ValueInfo
             node: nodes,
             name: "g".into(),
             initializer: initializers,
-            input: vec![input],
+            input: inputs,
             // No shapes beyond the input's: the importer infers them.
             output: vec![ValueInfoProto { name: output.into(), r#type: None }],
             value_info: vec![],
@@ -421,20 +430,8 @@ fn unfused_attention_imports_with_an_unbatched_mask() {
         node("MatMul", "mix", &["p", "v"], &["o"], vec![]),
         node("MatMul", "head", &["o", "w"], &["y"], vec![]),
     ];
-    let bytes = ModelProto {
-        ir_version: 8,
-        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 13 }],
-        producer_name: "pebble tests".into(),
-        graph: Some(GraphProto {
-            node: nodes,
-            name: "g".into(),
-            initializer: vec![ints_tensor("parts", &[2, 2, 2]), weight("w", &[2, 5])],
-            input: vec![value("x", &[1, 4, 6], None), value("mask", &[4, 4], None)],
-            output: vec![ValueInfoProto { name: "y".into(), r#type: None }],
-            value_info: vec![],
-        }),
-    }
-    .encode_to_vec();
+    let inits = vec![ints_tensor("parts", &[2, 2, 2]), weight("w", &[2, 5])];
+    let bytes = model_with_inputs(nodes, inits, vec![value("x", &[1, 4, 6], None), value("mask", &[4, 4], None)], "y");
     let net = import_bytes(&bytes, "attn", &ImportOptions { batch: Some(3), ..Default::default() }).expect("imports");
     let by_name = |n: &str| net.ops.iter().find(|o| o.name == n).unwrap_or_else(|| panic!("no op {n}"));
     // Each part of the split is a slice of the last dimension.

@@ -12,15 +12,26 @@ use crate::error::OnnxError;
 use crate::proto::NodeProto;
 
 impl Importer<'_> {
-    /// `Conv`: `conv2d`, or `conv2d_rect` for a rectangular kernel.
-    pub(super) fn conv(&mut self, ctx: &Ctx, node: &NodeProto) -> Result<(), OnnxError> {
+    /// A convolution's image `[N, C, H, W]` (its id and shape), weight and optional bias.
+    fn conv_operands(
+        &mut self,
+        ctx: &Ctx,
+        node: &NodeProto,
+        what: &str,
+    ) -> Result<(usize, Shape, Const, Option<Const>), OnnxError> {
         let x = self.tensor(ctx, node, 0)?;
         let xs = self.tensors[x].shape.clone();
         if xs.len() != 4 {
-            return Err(ctx.unsupported(format!("a convolution of a {xs:?} input: only 2-D ([N, C, H, W])")));
+            return Err(ctx.unsupported(format!("{what} of a {xs:?} input: only 2-D ([N, C, H, W])")));
         }
         let w = self.constant(ctx, node, 1)?;
         let b = self.opt_constant(ctx, node, 2)?;
+        Ok((x, xs, w, b))
+    }
+
+    /// `Conv`: `conv2d`, or `conv2d_rect` for a rectangular kernel.
+    pub(super) fn conv(&mut self, ctx: &Ctx, node: &NodeProto) -> Result<(), OnnxError> {
+        let (x, xs, w, b) = self.conv_operands(ctx, node, "a convolution")?;
         let ws = &w.shape;
         if ws.len() != 4 {
             return Err(ctx.err(format!("weight `{}` has shape {ws:?}, not [M, C/group, kH, kW]", node.input[1])));
@@ -66,13 +77,7 @@ impl Importer<'_> {
     /// `ConvTranspose` whose stride equals its square kernel, without padding, groups or
     /// output padding (U-Net's up-sampling): `conv_transpose2d`.
     pub(super) fn conv_transpose(&mut self, ctx: &Ctx, node: &NodeProto) -> Result<(), OnnxError> {
-        let x = self.tensor(ctx, node, 0)?;
-        let xs = self.tensors[x].shape.clone();
-        if xs.len() != 4 {
-            return Err(ctx.unsupported(format!("a transposed convolution of a {xs:?} input: only 2-D ([N, C, H, W])")));
-        }
-        let w = self.constant(ctx, node, 1)?;
-        let b = self.opt_constant(ctx, node, 2)?;
+        let (x, xs, w, b) = self.conv_operands(ctx, node, "a transposed convolution")?;
         let ws = &w.shape;
         if ws.len() != 4 || ws[0] != xs[1] {
             return Err(ctx.err(format!(
