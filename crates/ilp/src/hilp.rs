@@ -42,9 +42,8 @@
 //! * (3.34) correction terms: a cluster option with [`Substep`](crate::hgraph::Substep)s is held substep by
 //!   substep instead of by its largest overhead: inputs that no later substep reads and
 //!   that the cNode deletes (`D[t,k,d]`, or a gradient's fixed end) no longer count, as
-//!   the schedule frees them after their last reader. Unlike the thesis (top level only),
-//!   every level's ILP gets them: each cluster's options come from a replay of op-level
-//!   steps, where the frees are exact.
+//!   the schedule frees them after their last reader. HiRemate gives them to the top
+//!   level's ILP only, as the thesis does.
 //!
 //! The objective is `Σ time[k,o] · Comp[t,k,o]`. The solution is a sequence of
 //! `(node, option)`; the schedule's frees come from liveness (`sequence.rs`).

@@ -6,7 +6,8 @@
 //! * **the suspects** on GPT-2 small (50%, 40%) and large (50%, 30%): HiRemate as it was
 //!   before issue 15 ([`HiremateConfig::BEFORE_ISSUE_15`]: H-Partition alone, 8 peak
 //!   budgets per cluster, the thesis' option selection with `N_o = 60`, no correction
-//!   terms), then that with one change each, then every change (today's `hiremate`);
+//!   terms), then that with one change each, then every change (today's `hiremate`), and
+//!   that with the correction terms too;
 //! * **the non-sequential models** (U-Net, the encoder-decoder Transformer,
 //!   Inception-v3, DenseNet-121) at 50%: `hiremate` against `rockmate` and `rotor`.
 //!
@@ -56,6 +57,7 @@ fn variants() -> Vec<(&'static str, HiremateConfig)> {
         ("blocks first", HiremateConfig { blocks_first: true, ..before }),
         ("correction terms (3.34)", HiremateConfig { correction_terms: true, ..before }),
         ("all (hiremate)", HiremateConfig::DEFAULT),
+        ("all, with correction terms", HiremateConfig { correction_terms: true, ..HiremateConfig::DEFAULT }),
     ]
 }
 
