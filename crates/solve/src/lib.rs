@@ -361,6 +361,49 @@ pub fn fastest_within(
     best.map(|(_, s)| s).ok_or(last)
 }
 
+/// What [`plan_or_least`] found.
+#[derive(Debug)]
+pub enum Fit {
+    /// A plan within the budget. `at`: the smaller budget it was made for, when the solver
+    /// found nothing at the budget itself (its feasibility is not monotone: time-limited
+    /// MILPs, discretized sizes).
+    Plan {
+        /// The plan.
+        plan: Plan,
+        /// The budget it was planned in, if not the one asked for.
+        at: Option<u64>,
+    },
+    /// Nothing fits; the least budget that does ([`min_feasible_budget`]), if any.
+    Infeasible {
+        /// The least feasible budget.
+        min_budget: Option<u64>,
+    },
+}
+
+/// [`plan`] within `budget`, or, when the solver finds nothing there, the least budget it
+/// fits. If that lies below `budget`, its plan fits `budget` too and is returned.
+pub fn plan_or_least(
+    solver: &dyn Solver,
+    problem: Problem<'_>,
+    budget: u64,
+    options: &SolveOptions,
+) -> Result<Fit, PlanError> {
+    match plan(solver, problem, budget, options) {
+        Ok(plan) => return Ok(Fit::Plan { plan, at: None }),
+        Err(PlanError::Solve(SolveError::Infeasible { .. })) => {}
+        Err(e) => return Err(e),
+    }
+    let min_budget = min_feasible_budget(solver, problem, options)?;
+    if let Some(m) = min_budget.filter(|&m| m < budget) {
+        match plan(solver, problem, m, options) {
+            Ok(plan) => return Ok(Fit::Plan { plan, at: Some(m) }),
+            Err(PlanError::Solve(SolveError::Infeasible { .. })) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Fit::Infeasible { min_budget })
+}
+
 /// The smallest budget at which [`plan`] with `solver` succeeds, by bisection.
 ///
 /// The search starts from the peak of the store-all schedule (simulated without a

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use pebble_machine::Machine;
 use pebble_sim::{SimConfig, SimReport};
 use pebble_solve::budget::Budget;
-use pebble_solve::{PlanError, SolveError, SolveOptions};
+use pebble_solve::{Fit, PlanError, SolveError, SolveOptions};
 use serde_json::json;
 
 use super::{budget_json, check_timeline, overhead, percent_of, resolve_budget, solve_options, timeline_bars};
@@ -112,13 +112,9 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         Err(Infeasible(message).into())
     };
     let start = std::time::Instant::now();
-    let plan = match pebble_solve::plan(solver, problem, resolved.planned_bytes, &options) {
-        Ok(plan) => plan,
-        Err(PlanError::Solve(SolveError::Infeasible { .. })) => {
-            let min_planned = pebble_solve::min_feasible_budget(solver, problem, &options)?;
-            // A solver whose feasibility is not monotone in the budget (time-limited
-            // MILPs, discretized sizes) may fit a smaller budget: that plan fits this one.
-            if let Some(m) = min_planned.filter(|&m| m < resolved.planned_bytes) {
+    let plan = match pebble_solve::plan_or_least(solver, problem, resolved.planned_bytes, &options) {
+        Ok(Fit::Plan { plan, at }) => {
+            if let Some(m) = at {
                 eprintln!(
                     "note: `{}` found no schedule at {} itself, but one at {} (its feasibility is not monotone \
                      in the budget): that one is reported",
@@ -126,15 +122,10 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
                     units.size(resolved.planned_bytes),
                     units.size(m)
                 );
-                match pebble_solve::plan(solver, problem, m, &options) {
-                    Ok(plan) => plan,
-                    Err(PlanError::Solve(SolveError::Infeasible { .. })) => return infeasible(min_planned, start),
-                    Err(e) => return Err(e.into()),
-                }
-            } else {
-                return infeasible(min_planned, start);
             }
+            plan
         }
+        Ok(Fit::Infeasible { min_budget }) => return infeasible(min_budget, start),
         Err(PlanError::Solve(
             e @ (SolveError::NotApplicable { .. } | SolveError::TooLarge { .. } | SolveError::Unsupported { .. }),
         )) => {
