@@ -368,8 +368,8 @@ pub enum Fit {
     /// found nothing at the budget itself (its feasibility is not monotone: time-limited
     /// MILPs, discretized sizes).
     Plan {
-        /// The plan.
-        plan: Plan,
+        /// The plan (boxed: a plan is large beside the other variant).
+        plan: Box<Plan>,
         /// The budget it was planned in, if not the one asked for.
         at: Option<u64>,
     },
@@ -389,14 +389,14 @@ pub fn plan_or_least(
     options: &SolveOptions,
 ) -> Result<Fit, PlanError> {
     match plan(solver, problem, budget, options) {
-        Ok(plan) => return Ok(Fit::Plan { plan, at: None }),
+        Ok(plan) => return Ok(Fit::Plan { plan: Box::new(plan), at: None }),
         Err(PlanError::Solve(SolveError::Infeasible { .. })) => {}
         Err(e) => return Err(e),
     }
     let min_budget = min_feasible_budget(solver, problem, options)?;
     if let Some(m) = min_budget.filter(|&m| m < budget) {
         match plan(solver, problem, m, options) {
-            Ok(plan) => return Ok(Fit::Plan { plan, at: Some(m) }),
+            Ok(plan) => return Ok(Fit::Plan { plan: Box::new(plan), at: Some(m) }),
             Err(PlanError::Solve(SolveError::Infeasible { .. })) => {}
             Err(e) => return Err(e),
         }

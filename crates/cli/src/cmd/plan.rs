@@ -123,7 +123,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
                     units.size(m)
                 );
             }
-            plan
+            *plan
         }
         Ok(Fit::Infeasible { min_budget }) => return infeasible(min_budget, start),
         Err(PlanError::Solve(
