@@ -388,14 +388,18 @@ pub fn plan_or_least(
     budget: u64,
     options: &SolveOptions,
 ) -> Result<Fit, PlanError> {
-    match plan(solver, problem, budget, options) {
+    let start = Instant::now();
+    // Prepared once for the three (HiRemate's cluster options take minutes).
+    let prepared = solver.prepare(problem, options)?;
+    let at = |b: u64| plan_prepared(prepared.as_ref(), problem, b, options, start);
+    match at(budget) {
         Ok(plan) => return Ok(Fit::Plan { plan: Box::new(plan), at: None }),
         Err(PlanError::Solve(SolveError::Infeasible { .. })) => {}
         Err(e) => return Err(e),
     }
-    let min_budget = min_feasible_budget(solver, problem, options)?;
+    let min_budget = min_feasible_prepared(prepared.as_ref(), problem, options)?;
     if let Some(m) = min_budget.filter(|&m| m < budget) {
-        match plan(solver, problem, m, options) {
+        match at(m) {
             Ok(plan) => return Ok(Fit::Plan { plan: Box::new(plan), at: Some(m) }),
             Err(PlanError::Solve(SolveError::Infeasible { .. })) => {}
             Err(e) => return Err(e),
@@ -421,7 +425,6 @@ pub fn min_feasible_budget(
     problem: Problem<'_>,
     options: &SolveOptions,
 ) -> Result<Option<u64>, PlanError> {
-    const CAP: u64 = 1 << 63;
     let prepared = match solver.prepare(problem, options) {
         Ok(p) => p,
         Err(SolveError::NotApplicable { .. } | SolveError::TooLarge { .. } | SolveError::Unsupported { .. }) => {
@@ -429,8 +432,18 @@ pub fn min_feasible_budget(
         }
         Err(e) => return Err(e.into()),
     };
+    min_feasible_prepared(prepared.as_ref(), problem, options)
+}
+
+/// [`min_feasible_budget`] with a prepared solver.
+fn min_feasible_prepared(
+    prepared: &dyn Prepared,
+    problem: Problem<'_>,
+    options: &SolveOptions,
+) -> Result<Option<u64>, PlanError> {
+    const CAP: u64 = 1 << 63;
     // Ok(Some(true)): feasible; Ok(Some(false)): not at this budget; Ok(None): never.
-    let ok = |budget: u64| match plan_prepared(prepared.as_ref(), problem, budget, options, Instant::now()) {
+    let ok = |budget: u64| match plan_prepared(prepared, problem, budget, options, Instant::now()) {
         Ok(_) => Ok(Some(true)),
         Err(PlanError::Solve(
             SolveError::NotApplicable { .. } | SolveError::TooLarge { .. } | SolveError::Unsupported { .. },
