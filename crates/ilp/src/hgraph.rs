@@ -35,8 +35,9 @@ pub struct HOption {
 }
 
 /// One substep of a cluster option (Zhao, §3.4.4.1): while it runs, the option needs
-/// `overhead` bytes (which may be negative) above what [`HOption::overhead`] is counted
-/// above, less the inputs in `dead` that the H-ILP deletes after this cNode: no later
+/// `overhead` bytes (which may be negative) beyond what the H-ILP counts for the cNode
+/// without [`HOption::overhead`] (what is resident before it, its outputs and its
+/// phantom), less the inputs in `dead` that the H-ILP deletes after this cNode: no later
 /// substep reads them, so the schedule frees them before this one runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Substep {

@@ -531,14 +531,9 @@ pub fn solve(h: &HGraph, budget: u64, save: Option<u64>, time_limit: Option<f64>
             }
             // After the frees.
             let mut after = peak;
-            for (d, dels) in delete.iter().enumerate() {
-                if let Some(&(_, del)) = dels.iter().find(|(kk, _)| *kk == k) {
+            for d in 0..na {
+                if let Some(del) = deleted_after(d) {
                     after.add_bin(del, -mem(h.sizes[d]));
-                }
-                if let Life::Fixed { end: Some(e), .. } = m.life[d] {
-                    if e == k && t == k {
-                        after.add_bin(Bin::One, -mem(h.sizes[d]));
-                    }
                 }
             }
             if let HKind::Backward { .. } = node.kind {

@@ -515,8 +515,6 @@ impl<'g> Prepared<'g> {
         Ok((HGraph { nodes, sizes }, expand))
     }
 
-    /// Maps a child's local compute ids (through its class representative's) to this
-    /// cluster's local ids.
     /// A child cluster's correction terms in the parent's aNode ids (`anode`, indexed by
     /// the parent's local data ids), when the parent is the top. An input that is no
     /// aNode of the parent is not freed by its H-ILP, so it leaves the dead sets.
@@ -541,6 +539,8 @@ impl<'g> Prepared<'g> {
         }
     }
 
+    /// Maps a child's local compute ids (through its class representative's) to this
+    /// cluster's local ids.
     fn local_map(&self, child: &SubGraph, global_to_local: &HashMap<usize, usize>) -> Vec<usize> {
         child.compute.iter().map(|k| k.and_then(|k| global_to_local.get(&k).copied()).unwrap_or(usize::MAX)).collect()
     }

@@ -367,6 +367,11 @@ fn unsupported_ops_are_named() {
     let err = import_bytes(&model(nodes, vec![], value("x", &[2, 2], None), "a"), "m", &ImportOptions::default())
         .expect_err("split along the batch");
     assert!(err.to_string().starts_with("node `heads` (Split): unsupported: a split of [2, 2] along axis 0"), "{err}");
+    // Absurd split sizes are an error naming the node, not an overflow.
+    let nodes = vec![node("Split", "heads", &["x", "parts"], &["a", "b"], vec![int("axis", -1)])];
+    let bytes = model(nodes, vec![ints_tensor("parts", &[i64::MAX, i64::MAX])], value("x", &[2, 2], None), "a");
+    let err = import_bytes(&bytes, "m", &ImportOptions::default()).expect_err("absurd sizes");
+    assert!(err.to_string().starts_with("node `heads` (Split): split sizes"), "{err}");
     let up = |strides: &[i64]| {
         let attrs = vec![ints("kernel_shape", &[2, 2]), ints("strides", strides)];
         let nodes = vec![node("ConvTranspose", "up", &["x", "w"], &["y"], attrs)];

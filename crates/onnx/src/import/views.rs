@@ -177,7 +177,8 @@ impl Importer<'_> {
                 }
             },
         };
-        if sizes.len() != outputs || sizes.iter().any(|&v| v <= 0) || sizes.iter().sum::<i64>() != shape[a] as i64 {
+        let total = sizes.iter().try_fold(0i64, |acc, &v| acc.checked_add(v));
+        if sizes.len() != outputs || sizes.iter().any(|&v| v <= 0) || total != Some(shape[a] as i64) {
             return Err(ctx.err(format!("split sizes {sizes:?} for {outputs} outputs of a dimension of {}", shape[a])));
         }
         let mut start = 0;
