@@ -128,6 +128,13 @@ impl<B: AutodiffBackend> Session<B> {
         let loss = read_floats::<B>(B::float_detach(loss))?.first().copied().unwrap_or(f32::NAN);
         self.steps += 1;
         let host_peak_bytes = memory::counting().then_some(0);
-        Ok(StepReport { loss, seconds, peak_bytes, host_peak_bytes, transfers: Default::default() })
+        Ok(StepReport {
+            loss,
+            seconds,
+            peak_bytes,
+            host_peak_bytes,
+            transfers: Default::default(),
+            op_seconds: Vec::new(),
+        })
     }
 }

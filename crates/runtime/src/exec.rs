@@ -68,6 +68,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, FloatDType, TensorMetadata};
@@ -83,6 +84,7 @@ use crate::transfer::{
     HostCopies, HostCopy, HostParts, HostUpdate, HostValue, Parts, StageTemporaries, TransferOptions, TransferReport,
     Transfers,
 };
+use crate::value::sync;
 use crate::{memory, RuntimeError, Value};
 use pebble_schedule::placement::{self, StageStart};
 
@@ -385,6 +387,10 @@ pub struct StepOutput<B: Backend> {
     pub grads: Vec<Option<FloatTensor<B>>>,
     /// What the step's transfers did (all zero for a schedule without any).
     pub transfers: TransferReport,
+    /// Wall-clock seconds of each compute op of a chain schedule, by its index in the
+    /// schedule, stalls excepted (0 for the other ops; empty for graph schedules, and
+    /// unless [`TransferOptions::time_ops`]).
+    pub op_seconds: Vec<f64>,
 }
 
 /// The executor of one graph op, as a [`Drive`] is handed it.
@@ -487,13 +493,14 @@ fn execute<B: Backend>(
         stale: vec![false; program.net.params.len()],
         grads,
         loss: None,
+        op_seconds: Vec::new(),
     };
     let result = body(&mut runner, statics);
     statics.params = std::mem::take(&mut runner.params);
     statics.moments = std::mem::take(&mut runner.moments);
     let transfers = result?;
     let loss = runner.loss.take().ok_or(RuntimeError::NoLoss)?;
-    Ok(StepOutput { loss, grads: runner.grads, transfers })
+    Ok(StepOutput { loss, grads: runner.grads, transfers, op_seconds: runner.op_seconds })
 }
 
 /// The chain view's passes on one device (also run per pipeline stage by `crate::pipeline`).
@@ -509,6 +516,8 @@ pub(crate) struct Runner<'a, B: Backend> {
     pub(crate) stale: Vec<bool>,
     pub(crate) grads: Vec<Option<FloatTensor<B>>>,
     pub(crate) loss: Option<FloatTensor<B>>,
+    /// Seconds of each compute op of the chain schedule run ([`StepOutput::op_seconds`]).
+    pub(crate) op_seconds: Vec<f64>,
 }
 
 fn add_into<B: Backend>(slot: &mut Option<FloatTensor<B>>, g: FloatTensor<B>) {
@@ -901,6 +910,10 @@ impl<B: Backend> Runner<'_, B> {
     ) -> Result<(), RuntimeError> {
         let ids = run.held.ids;
         let l = self.p.len();
+        let time_ops = run.xfer.options().time_ops;
+        if time_ops {
+            self.op_seconds = vec![0.0; schedule.ops.len()];
+        }
         for (k, op) in schedule.ops.iter().enumerate() {
             let eff = &effects[k];
             self.poll(run, st)?;
@@ -939,7 +952,12 @@ impl<B: Backend> Runner<'_, B> {
                             self.grads[q] = Some(B::float_zeros(shape.into(), self.device, FloatDType::F32));
                         }
                     }
+                    let start = Instant::now();
                     self.compute(k, op, eff, &mut run.held).map_err(|e| at_op(e, k, op))?;
+                    if time_ops {
+                        sync::<B>(self.device)?;
+                        self.op_seconds[k] = start.elapsed().as_secs_f64();
+                    }
                     run.xfer.release(tmp);
                     for &r in &eff.releases {
                         run.release(r)?;

@@ -549,6 +549,7 @@ impl<B: Backend> Worker<'_, B> {
             stale: std::mem::take(&mut self.stale),
             grads: std::mem::take(&mut self.grads),
             loss: None,
+            op_seconds: Vec::new(),
         };
         let out = f(&mut runner);
         self.params = std::mem::take(&mut runner.params);

@@ -40,6 +40,9 @@ pub struct StepReport {
     pub host_peak_bytes: Option<u64>,
     /// What the schedule's transfers did: link busy times, the compute stream's stalls.
     pub transfers: TransferReport,
+    /// Seconds of each compute op of a chain schedule, by its index in the schedule
+    /// (0 for the other ops; empty for graph schedules and autodiff).
+    pub op_seconds: Vec<f64>,
 }
 
 /// Parameters, optimizer state and a batch of one network on one device.
@@ -281,7 +284,14 @@ impl<B: Backend> Session<B> {
         let seconds = start.elapsed().as_secs_f64();
         let loss = read_floats::<B>(out.loss)?.first().copied().unwrap_or(f32::NAN);
         self.steps += 1;
-        Ok(StepReport { loss, seconds, peak_bytes, host_peak_bytes, transfers: out.transfers })
+        Ok(StepReport {
+            loss,
+            seconds,
+            peak_bytes,
+            host_peak_bytes,
+            transfers: out.transfers,
+            op_seconds: out.op_seconds,
+        })
     }
 
     /// The end-of-step update of every parameter a gradient reached (all on the device).

@@ -86,6 +86,10 @@ pub struct TransferOptions {
     /// (`f64::INFINITY`: as fast as it runs): a CPU update of `g` bytes lasts at least
     /// `g / cpu_rate`, as the simulator times it.
     pub cpu_rate: f64,
+    /// Times each compute op of a chain schedule ([`StepOutput::op_seconds`](crate::exec::StepOutput::op_seconds)),
+    /// synchronizing the device after each: on an asynchronous backend (CUDA) that
+    /// drains the compute queue once per stage.
+    pub time_ops: bool,
 }
 
 /// The temporary memory of each stage's forward (`ftmp`) and backward (`btmp`, the
@@ -182,6 +186,7 @@ impl Default for TransferOptions {
             device_cap: None,
             host_cap: None,
             cpu_rate: f64::INFINITY,
+            time_ops: false,
         }
     }
 }
@@ -459,6 +464,11 @@ impl<'scope, 'env, B: Backend, K: Clone + PartialEq + Send + Sync + 'static> Tra
             threads: Vec::new(),
             stall: Duration::ZERO,
         }
+    }
+
+    /// The options the step runs under.
+    pub fn options(&self) -> &TransferOptions {
+        &self.options
     }
 
     fn start(&mut self, index: usize, op: &str) -> Result<(), RuntimeError> {

@@ -20,7 +20,9 @@ pub mod train;
 pub use device::{bench_on, pipeline_on, profile_on, train_on};
 pub use pebble_runtime::{DeviceKind, OptimizerKind};
 pub use pebble_solve::budget::BudgetRequest;
-pub use train::{drive_policy, lower, lower_profiled, transfer_options, Costs, Lowered, TrainConfig, TrainReport};
+pub use train::{
+    drive_policy, lower, lower_profiled, replay_on_measured, transfer_options, Costs, Lowered, TrainConfig, TrainReport,
+};
 
 use pebble_runtime::{RuntimeError, Unavailable};
 use pebble_sim::SimError;

@@ -102,6 +102,11 @@ pub struct TrainReport {
     pub predicted_host_peak_bytes: u64,
     /// The simulator's time for the schedule (seconds, by the planner's costs).
     pub predicted_time: f64,
+    /// The simulator's time for the same schedule on the compute times this run
+    /// measured (each stage's forward and backward: the median over the steps after the
+    /// first), links and optimizer rate unchanged: what is left of the step-time error
+    /// once the profile's own error is taken out (chain schedules; `None` otherwise).
+    pub replayed_time: Option<f64>,
     /// The simulator's device→host busy time.
     pub predicted_d2h_busy: f64,
     /// The simulator's host→device busy time.
@@ -223,6 +228,7 @@ pub fn transfer_options(machine: &Machine, cap: Option<u64>) -> TransferOptions 
         device_cap: cap,
         host_cap: None,
         cpu_rate: machine.cpu_optimizer_rate,
+        time_ops: false,
     }
 }
 
@@ -306,7 +312,7 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     // Likewise the host's copies, at the simulated host peak: an offload waits for the
     // host CPU's updates the simulator has done by then.
     let host_cap = (plan.report.peak_host_bytes > 0).then_some(plan.report.peak_host_bytes);
-    session.set_transfers(TransferOptions { host_cap, ..transfer_options(&solve.machine, Some(cap)) });
+    session.set_transfers(TransferOptions { host_cap, time_ops: true, ..transfer_options(&solve.machine, Some(cap)) });
     session.set_temporaries(StageTemporaries::of_views(&lowered.chain, &lowered.graph));
     // One unmeasured pass first, without an update (the losses stay those of the steps):
     // what the backend allocates once and keeps (kernel caches, thread pools) is not the
@@ -317,6 +323,7 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     let mut losses = Vec::new();
     let mut step_seconds = Vec::new();
     let (mut d2h_busy, mut h2d_busy, mut compute_stall) = (Vec::new(), Vec::new(), Vec::new());
+    let mut op_seconds = Vec::new();
     let mut measured: Option<u64> = None;
     let mut measured_host: Option<u64> = None;
     let policy = if config.online {
@@ -357,6 +364,7 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
         d2h_busy.push(r.transfers.d2h_busy);
         h2d_busy.push(r.transfers.h2d_busy);
         compute_stall.push(r.transfers.compute_stall);
+        op_seconds.push(r.op_seconds);
         if let Some(p) = r.peak_bytes {
             measured = Some(measured.map_or(p, |m| m.max(p)));
         }
@@ -365,6 +373,10 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
         }
     }
     let moves = plan.schedule.moves();
+    let replayed_time = match problem {
+        Problem::Chain(chain) => replay_on_measured(chain, &plan.schedule, &op_seconds, &solve),
+        Problem::Graph(_) => None,
+    };
     Ok(TrainReport {
         model: config.model.clone(),
         solver: solver.name().to_string(),
@@ -389,6 +401,7 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
         predicted_peak_bytes: plan.report.peak_bytes,
         predicted_host_peak_bytes: plan.report.peak_host_bytes,
         predicted_time: plan.report.makespan,
+        replayed_time,
         predicted_d2h_busy: plan.report.d2h_busy,
         predicted_h2d_busy: plan.report.h2d_busy,
         predicted_compute_stall: plan.report.compute_stall,
@@ -405,4 +418,94 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
         device_optimizer_rate: solve.machine.gpu_optimizer_rate,
         host_optimizer_rate: solve.machine.cpu_optimizer_rate,
     })
+}
+
+/// The simulated time of chain schedule `schedule` on `chain` with each stage's forward
+/// and backward time replaced by the median of what the steps measured (`op_seconds`,
+/// one entry per step and schedule op; the first step left out where there are more).
+/// `None` where nothing was measured or the simulator rejects the schedule.
+pub fn replay_on_measured(
+    chain: &Chain,
+    schedule: &pebble_schedule::Schedule,
+    op_seconds: &[Vec<f64>],
+    solve: &SolveOptions,
+) -> Option<f64> {
+    use pebble_schedule::Op;
+    let steps = if op_seconds.len() > 1 { &op_seconds[1..] } else { op_seconds };
+    if steps.is_empty() {
+        return None;
+    }
+    let mut forward = vec![Vec::new(); chain.len()];
+    let mut backward = vec![Vec::new(); chain.len() + 1];
+    for step in steps {
+        if step.len() != schedule.ops.len() {
+            return None;
+        }
+        for (op, &seconds) in schedule.ops.iter().zip(step) {
+            match *op {
+                Op::Forward { stage, .. } => forward.get_mut(stage)?.push(seconds),
+                Op::Backward { stage } => backward.get_mut(stage)?.push(seconds),
+                _ => {}
+            }
+        }
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    };
+    let mut measured = chain.clone();
+    for (i, times) in forward.into_iter().enumerate() {
+        if let Some(t) = median(times) {
+            measured.ftime[i] = t;
+        }
+    }
+    for (i, times) in backward.into_iter().enumerate() {
+        if let Some(t) = median(times) {
+            measured.btime[i] = t;
+        }
+    }
+    pebble_solve::simulate(Problem::Chain(&measured), schedule, &solve.sim_config()).ok().map(|r| r.makespan)
+}
+
+#[cfg(test)]
+mod tests {
+    use pebble_schedule::Op;
+    use pebble_solve::baseline::store_all::store_all_schedule;
+    use pebble_testkit::hand_chain;
+
+    use super::*;
+
+    /// What each op of `schedule` costs on `chain`, scaled by `factor`.
+    fn seconds(chain: &Chain, schedule: &pebble_schedule::Schedule, factor: f64) -> Vec<f64> {
+        let time = |op: &Op| match *op {
+            Op::Forward { stage, .. } => chain.ftime[stage],
+            Op::Backward { stage } => chain.btime[stage],
+            _ => 0.0,
+        };
+        schedule.ops.iter().map(|op| factor * time(op)).collect()
+    }
+
+    #[test]
+    fn the_replay_simulates_the_measured_stage_times() {
+        let chain = hand_chain();
+        let schedule = store_all_schedule(Problem::Chain(&chain));
+        let solve = SolveOptions::default();
+        let planned = pebble_solve::simulate(Problem::Chain(&chain), &schedule, &solve.sim_config()).unwrap().makespan;
+        // The first step is left out: its times do not count.
+        let own = [seconds(&chain, &schedule, 100.0), seconds(&chain, &schedule, 1.0)];
+        let replayed = replay_on_measured(&chain, &schedule, &own, &solve).unwrap();
+        assert!((replayed - planned).abs() < 1e-9, "{replayed} against {planned}");
+        // Each stage's median over the steps: two steps at twice the time, one at the time.
+        let doubled = [
+            seconds(&chain, &schedule, 1.0),
+            seconds(&chain, &schedule, 2.0),
+            seconds(&chain, &schedule, 2.0),
+            seconds(&chain, &schedule, 1.0),
+        ];
+        let replayed = replay_on_measured(&chain, &schedule, &doubled, &solve).unwrap();
+        assert!((replayed - 2.0 * planned).abs() < 1e-9, "{replayed} against {}", 2.0 * planned);
+        // A step that did not time every op of the schedule gives no replay.
+        assert_eq!(replay_on_measured(&chain, &schedule, &[vec![], vec![1.0]], &solve), None);
+        assert_eq!(replay_on_measured(&chain, &schedule, &[], &solve), None);
+    }
 }

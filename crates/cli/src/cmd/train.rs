@@ -109,6 +109,9 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<ExitCode> {
         report.step_seconds.len(),
         report.predicted_time,
     );
+    if let Some(replayed) = report.replayed_time {
+        text.push_str(&format!("          {replayed:.4} s simulated on the compute times measured in these steps\n"));
+    }
     if report.predicted_d2h_busy > 0.0 || report.d2h_busy.iter().any(|&b| b > 0.0) {
         // Per step, measured (mean) beside simulated.
         text.push_str(&format!(
