@@ -41,7 +41,8 @@ pub struct StepReport {
     /// What the schedule's transfers did: link busy times, the compute stream's stalls.
     pub transfers: TransferReport,
     /// Seconds of each compute op of a chain schedule, by its index in the schedule
-    /// (0 for the other ops; empty for graph schedules and autodiff).
+    /// (0 for the other ops; empty for graph schedules, autodiff, and unless
+    /// [`TransferOptions::time_ops`](crate::TransferOptions::time_ops)).
     pub op_seconds: Vec<f64>,
 }
 
