@@ -55,6 +55,7 @@ const ALLOWED: &[(&str, &str)] = &[
     ("train", "ilp"),
     ("train", "zoo"),
     ("train", "runtime"),
+    ("train", "testkit"),
     ("testkit", "graph"),
     ("testkit", "zoo"),
     ("cli", "machine"),
