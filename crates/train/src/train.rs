@@ -454,14 +454,11 @@ pub fn replay_on_measured(
         v.get(v.len() / 2).copied()
     };
     let mut measured = chain.clone();
-    for (i, times) in forward.into_iter().enumerate() {
-        if let Some(t) = median(times) {
-            measured.ftime[i] = t;
-        }
-    }
-    for (i, times) in backward.into_iter().enumerate() {
-        if let Some(t) = median(times) {
-            measured.btime[i] = t;
+    for (planned, times) in [(&mut measured.ftime, forward), (&mut measured.btime, backward)] {
+        for (time, samples) in planned.iter_mut().zip(times) {
+            if let Some(t) = median(samples) {
+                *time = t;
+            }
         }
     }
     pebble_solve::simulate(Problem::Chain(&measured), schedule, &solve.sim_config()).ok().map(|r| r.makespan)
