@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Step time of the offloading solvers on real tensors, measured against simulated
-# (issue 11; docs/benchmarks.md, "Offloading on real tensors"). Each run profiles the
+# (issue 11; docs/benchmarks.md, "Offloading plans on real tensors"). Each run profiles the
 # ops on this CPU, plans on those costs at 85% of store-all's activations, caps the
 # device pool at the plan's simulated peak, throttles both link directions to the
 # stated rate and runs 6 steps; the step time is the median of steps 2-6. Each line
