@@ -81,8 +81,14 @@ fn measure<B: Backend, T>(
         tmp = tmp.max(memory::peak().saturating_sub(before + kept(&out)));
         drop(out);
     }
-    times.sort_by(f64::total_cmp);
-    Ok((times[REPEATS / 2], memory::counting().then_some(tmp)))
+    let time = median(times).expect("REPEATS is at least one");
+    Ok((time, memory::counting().then_some(tmp)))
+}
+
+/// The median of `samples` (the upper one of an even count); `None` when there are none.
+pub fn median(mut samples: Vec<f64>) -> Option<f64> {
+    samples.sort_by(f64::total_cmp);
+    samples.get(samples.len() / 2).copied()
 }
 
 /// Profiles every op of `net` on `device`.
@@ -241,10 +247,18 @@ pub fn optimizer_rates<B: Backend>(
         on_host.push(start.elapsed().as_secs_f64());
     }
     // The first of each is the warm-up.
-    let median = |mut t: Vec<f64>| {
-        t.remove(0);
-        t.sort_by(f64::total_cmp);
-        t[t.len() / 2]
-    };
-    Ok(OptimizerRates { device: bytes / median(on_device), host: bytes / median(on_host) })
+    let after_warm_up = |t: Vec<f64>| median(t[1..].to_vec()).expect("REPEATS is at least one");
+    Ok(OptimizerRates { device: bytes / after_warm_up(on_device), host: bytes / after_warm_up(on_host) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_is_the_middle_sample_and_the_upper_of_an_even_count() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), Some(3.0));
+        assert_eq!(median(Vec::new()), None);
+    }
 }

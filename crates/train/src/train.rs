@@ -6,6 +6,7 @@ use std::time::Instant;
 use pebble_graph::{partition, Chain, TrainingGraph};
 use pebble_machine::{Link, Machine, Profile, RuntimeOverhead};
 use pebble_runtime::exec::Exec;
+use pebble_runtime::profile::median;
 use pebble_runtime::{Backend, LinkSpeed, OptimizerKind, RuntimeError, Session, StageTemporaries, TransferOptions};
 use pebble_schedule::View;
 use pebble_solve::budget::{total_for, Budget, BudgetRequest};
@@ -449,10 +450,6 @@ pub fn replay_on_measured(
             }
         }
     }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied()
-    };
     let mut measured = chain.clone();
     for (planned, times) in [(&mut measured.ftime, forward), (&mut measured.btime, backward)] {
         for (time, samples) in planned.iter_mut().zip(times) {
