@@ -823,6 +823,12 @@ pub enum Experiment {
     /// each cause of its old gap measured alone, and on U-Net, the Transformer,
     /// Inception-v3 and DenseNet-121 (a fixed grid; `--quick`: GPT-2 small only).
     Hiremate,
+    /// The DELTA paper: its max-batch and memory-saved tables for ResNet-50 and ResNet-101
+    /// on an A100 80 GB, under `delta`, `dtr` and their ablations, and under the static
+    /// planners the paper never ran (rotor, pofo, Rockmate, HiRemate), with each one's step
+    /// time at DELTA's batch (`--quick`: ResNet-50 only; `--ilp`: re-solve Rockmate's and
+    /// HiRemate's recorded figures, about half an hour).
+    Delta,
 }
 
 impl ReproduceArgs {
@@ -830,6 +836,7 @@ impl ReproduceArgs {
     pub fn profile(&self) -> String {
         let default = match self.experiment {
             Experiment::Offmate => "rtx3060",
+            Experiment::Delta => "a100",
             Experiment::Ch4 | Experiment::Weights | Experiment::Ch7 | Experiment::Hiremate => "v100",
         };
         self.profile.clone().unwrap_or_else(|| default.to_string())
@@ -856,7 +863,8 @@ pub struct ReproduceArgs {
     /// Image side.
     #[arg(long, value_name = "PIXELS", default_value_t = 500)]
     pub image: usize,
-    /// The machine to plan for [default: v100; offmate: rtx3060, the thesis's machine].
+    /// The machine to plan for [default: v100; offmate: rtx3060, the thesis's machine;
+    /// delta: a100, the paper's].
     #[arg(long, value_name = "PROFILE")]
     pub profile: Option<String>,
     /// Where to write the JSON and the SVG charts.
@@ -866,7 +874,8 @@ pub struct ReproduceArgs {
     #[arg(long)]
     pub quick: bool,
     /// `ch7`: schedule MadPipe's allocation with the Ch. 6 ILP (10 s each) as well as by
-    /// 1F1B*'s construction, keeping the better (slow: hundreds of ILPs).
+    /// 1F1B*'s construction, keeping the better (slow: hundreds of ILPs). `delta`:
+    /// re-solve Rockmate's and HiRemate's figures instead of showing the recorded ones.
     #[arg(long)]
     pub ilp: bool,
     /// Overwrite the output files if they exist.

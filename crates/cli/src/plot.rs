@@ -606,12 +606,104 @@ pub fn lines(title: &str, x_desc: &str, y_desc: &str, series: &[Series]) -> anyh
     Ok(svg)
 }
 
+/// One series of [`bars`]: its name, its color (an index into [`COLORS`], so that one
+/// planner keeps its color across charts) and one value per group, `None` where it has
+/// none.
+pub struct BarSeries {
+    pub name: String,
+    pub color: usize,
+    pub values: Vec<Option<f64>>,
+}
+
+/// Width of [`bars`]' legend panel, right of the plot.
+const LEGEND_WIDTH: u32 = 230;
+
+/// A grouped bar chart: one group of bars per entry of `groups`, one bar per series in
+/// each, in the series' color, with its value (`label`) above it; a missing value is
+/// written "n/a" where its bar would be. The legend is a panel right of the plot. Returns
+/// the SVG text.
+pub fn bars(
+    title: &str,
+    y_desc: &str,
+    groups: &[String],
+    series: &[BarSeries],
+    label: impl Fn(f64) -> String,
+) -> anyhow::Result<String> {
+    let draw_err = |e: &dyn std::fmt::Display| anyhow!("cannot draw `{title}`: {e}");
+    let top = series.iter().flat_map(|s| s.values.iter().flatten().copied()).fold(0.0f64, f64::max);
+    let top = if top > 0.0 { top * 1.12 } else { 1.0 };
+    // Each group spans one unit of x: bars side by side in its middle 80%.
+    let width = 0.8 / series.len().max(1) as f64;
+    let x = |group: usize, bar: usize| group as f64 + 0.1 + bar as f64 * width;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| draw_err(&e))?;
+        let (plot, legend) = root.split_horizontally(SIZE.0 - LEGEND_WIDTH);
+        let mut chart = ChartBuilder::on(&plot)
+            .caption(title, ("sans-serif", 18))
+            .margin(20)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0.0..groups.len().max(1) as f64, 0.0..top)
+            .map_err(|e| draw_err(&e))?;
+        chart.configure_mesh().disable_x_mesh().x_labels(0).y_desc(y_desc).draw().map_err(|e| draw_err(&e))?;
+        let value_style = ("sans-serif", 13).into_text_style(&plot).pos(Pos::new(HPos::Center, VPos::Bottom));
+        for (j, s) in series.iter().enumerate() {
+            let color = COLORS[s.color % COLORS.len()];
+            for (i, value) in s.values.iter().enumerate().take(groups.len()) {
+                let (x0, x1) = (x(i, j), x(i, j) + width * 0.9);
+                let (cx, y) = ((x0 + x1) / 2.0, value.unwrap_or(0.0));
+                if let Some(v) = value {
+                    chart
+                        .draw_series(std::iter::once(Rectangle::new([(x0, 0.0), (x1, *v)], color.filled())))
+                        .map_err(|e| draw_err(&e))?;
+                }
+                let (px, py) = chart.backend_coord(&(cx, y));
+                let text = value.map_or("n/a".to_string(), &label);
+                root.draw(&Text::new(text, (px, py - 2), value_style.clone())).map_err(|e| draw_err(&e))?;
+            }
+        }
+        let group_style = ("sans-serif", 15).into_text_style(&plot).pos(Pos::new(HPos::Center, VPos::Top));
+        for (i, name) in groups.iter().enumerate() {
+            let (px, py) = chart.backend_coord(&(i as f64 + 0.5, 0.0));
+            root.draw(&Text::new(name.as_str(), (px, py + 8), group_style.clone())).map_err(|e| draw_err(&e))?;
+        }
+        let name_style = ("sans-serif", 14).into_text_style(&legend).pos(Pos::new(HPos::Left, VPos::Center));
+        for (j, s) in series.iter().enumerate() {
+            let y = 70 + 24 * j as i32;
+            let color = COLORS[s.color % COLORS.len()];
+            legend.draw(&Rectangle::new([(10, y - 7), (28, y + 7)], color.filled())).map_err(|e| draw_err(&e))?;
+            legend.draw(&Text::new(s.name.as_str(), (36, y), name_style.clone())).map_err(|e| draw_err(&e))?;
+        }
+        root.present().map_err(|e| draw_err(&e))?;
+    }
+    Ok(svg)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn bar(kind: BarKind, start: f64, end: f64, label: &str) -> Bar {
         Bar { kind, start, end, labels: vec![label.to_string()] }
+    }
+
+    #[test]
+    fn grouped_bars_draw_one_rectangle_per_value_and_name_each_group_and_series() {
+        let groups = vec!["ResNet-50".to_string(), "ResNet-101".to_string()];
+        let series = vec![
+            BarSeries { name: "rotor".into(), color: 0, values: vec![Some(3.32), Some(4.83)] },
+            BarSeries { name: "delta".into(), color: 1, values: vec![Some(4.72), None] },
+        ];
+        let svg = bars("max batch", "× store-all", &groups, &series, |v| format!("{v:.2}×")).expect("drawn");
+        for text in ["ResNet-50", "ResNet-101", "rotor", "delta", "3.32×", "4.83×", "4.72×", "n/a"] {
+            assert!(svg.contains(text), "{text} missing");
+        }
+        // The background, the plot's, three bars and two legend swatches.
+        let filled = |c: RGBColor| format!("fill=\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2);
+        assert_eq!(svg.matches(&filled(COLORS[0])).count(), 3, "rotor: two bars and a swatch");
+        assert_eq!(svg.matches(&filled(COLORS[1])).count(), 2, "delta: one bar and a swatch");
     }
 
     #[test]

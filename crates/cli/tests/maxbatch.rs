@@ -117,3 +117,46 @@ fn run_checks_the_answer_with_real_steps() {
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("--device"), "{}", run.stderr);
 }
+
+/// `pebble reproduce delta --quick`: DELTA's tables on ResNet-50, with the numbers the
+/// paper's setup gives in docs/benchmarks.md, the recorded MILP figures marked as such,
+/// and the three charts; a second run does not overwrite them without `--force`.
+#[test]
+fn reproduce_delta_gives_the_papers_tables_on_resnet50_and_their_charts() {
+    let dir = std::env::temp_dir().join(format!("pebble-reproduce-delta-{}", std::process::id()));
+    let out = dir.to_str().unwrap();
+    let run = ok(&["reproduce", "delta", "--quick", "--out-dir", out]);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("delta.json")).unwrap()).unwrap();
+    let max = &report["max_batch"][0];
+    // Store-all's largest batch is the paper's baseline (891) within 2%.
+    let store_all = max["store_all"]["value"].as_f64().unwrap();
+    assert!((store_all - 891.0).abs() / 891.0 < 0.02, "store-all {store_all}");
+    assert_eq!(
+        max["store_all"]["command"],
+        "pebble maxbatch --model resnet50 --profile a100 --bandwidth 64e9 --memory 80GB --solver store-all"
+    );
+    // What `pebble maxbatch --policy delta` finds, and where rotor's chain view stops.
+    assert_eq!(max["delta"]["max_batch"], 4132);
+    assert_eq!(max["rotor"]["max_batch"], 2907);
+    assert_eq!(max["delta"]["source"], "computed");
+    assert_eq!(max["rockmate"]["source"], "recorded in docs/benchmarks.md");
+    assert!(run.stdout.contains("rockmate 4718 (5.39×)"), "{}", run.stdout);
+    // DELTA saves 75% at batch 128 (the paper measured 63.3%), more than DTR.
+    let saved = |name: &str| report["memory_saved"][0][name]["saved"].as_f64().unwrap();
+    assert!((saved("delta") - 0.751).abs() < 0.005, "delta saves {}", saved("delta"));
+    assert!(saved("delta") > saved("dtr"));
+    let paper = report["memory_saved"][0]["paper"]["delta_saved"].as_f64().unwrap();
+    assert!((paper - 0.633).abs() < 0.001, "paper: {paper}");
+    // At DELTA's batch, rotor's plan is faster than DELTA's decisions.
+    let step = |name: &str| report["step_at_delta_batch"][0][name]["value"].as_f64().unwrap();
+    assert!(step("rotor") < step("delta"), "rotor {} delta {}", step("rotor"), step("delta"));
+    for chart in ["delta-maxbatch.svg", "delta-memory.svg", "delta-step.svg"] {
+        let svg = std::fs::read_to_string(dir.join(chart)).unwrap();
+        assert!(svg.contains("ResNet-50") && svg.contains("delta"), "{chart}");
+    }
+    let again = pebble(&["reproduce", "delta", "--quick", "--out-dir", out]);
+    assert_eq!(again.code, 2, "{}", again.stderr);
+    assert!(again.stderr.contains("--force"), "{}", again.stderr);
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -109,6 +109,16 @@ impl Search<'_> {
     }
 }
 
+/// The largest batch up to `--max` whose step fits `--memory` under `solver` (with
+/// `args`' model, options and start), and its simulated step time; `None` if not even 1.
+pub(crate) fn largest_batch(
+    args: &MaxbatchArgs,
+    solver: &'static dyn Solver,
+    progress: &indicatif::ProgressBar,
+) -> anyhow::Result<Option<(usize, f64)>> {
+    Search { args, solver, tried: Vec::new(), progress }.largest()
+}
+
 /// "1 real step tried", "3 real steps tried".
 fn steps_tried(n: usize) -> String {
     format!("{n} real step{} tried", if n == 1 { "" } else { "s" })
@@ -240,8 +250,7 @@ pub fn run(args: &MaxbatchArgs) -> anyhow::Result<ExitCode> {
     let progress = crate::progress::spinner("largest batch");
     let mut search = Search { args, solver, tried: Vec::new(), progress: &progress };
     let found = search.largest()?;
-    let mut reference = Search { args, solver: store_all, tried: Vec::new(), progress: &progress };
-    let baseline = reference.largest()?;
+    let baseline = largest_batch(args, store_all, &progress)?;
     let Some((batch, step)) = found else {
         progress.finish_and_clear();
         return Err(Infeasible(format!("`{name}` fits no batch in {memory} bytes, not even 1")).into());

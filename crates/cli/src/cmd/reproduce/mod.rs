@@ -1,10 +1,12 @@
 //! `pebble reproduce EXPERIMENT`: a seed's headline result, in simulation, with one
 //! command: `ch4` (Shilova's thesis, Ch. 4), `weights` (Beaumont et al. 2022, Table 1) and
-//! `offmate` (Zhao's thesis, Ch. 4), `ch7` (Shilova's thesis, Ch. 7) and `hiremate` (Zhao's
-//! thesis, Ch. 3, against Rockmate).
+//! `offmate` (Zhao's thesis, Ch. 4), `ch7` (Shilova's thesis, Ch. 7), `hiremate` (Zhao's
+//! thesis, Ch. 3, against Rockmate) and `delta` (the DELTA paper's tables, against the
+//! static planners).
 
 mod ch4;
 mod ch7;
+mod delta;
 mod hiremate;
 mod offmate;
 mod weights;
@@ -23,6 +25,7 @@ pub fn run(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         Experiment::Offmate => offmate::offmate(args),
         Experiment::Ch7 => ch7::ch7(args),
         Experiment::Hiremate => hiremate::hiremate(args),
+        Experiment::Delta => delta::delta(args),
     }
 }
 

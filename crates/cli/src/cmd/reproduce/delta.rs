@@ -1,0 +1,406 @@
+//! `pebble reproduce delta`: DELTA's tables (digest `seed000-004.md`, part B), in
+//! simulation, with what the paper never ran beside them: the static planners.
+//!
+//! The setup is the issue's: the a100 profile (80 GB, fp32, Adam), the host link at
+//! 64 GB/s (DELTA's director counts on 35% of it), the run-time policies replayed offline
+//! on the training graph (`policy::replay`). Three figures, each a table in the JSON and a
+//! grouped bar chart:
+//! * **the largest batch in 80 GB**, as a multiple of store-all's, on ResNet-50 and
+//!   ResNet-101 (`pebble maxbatch`), with the paper's DTR and DELTA growths beside;
+//! * **the memory saved** on ResNet-50 at batch 128 and 256: each planner's least budget
+//!   (`pebble plan`'s "minimum feasible budget") against store-all's peak in the graph
+//!   view, with the paper's DELTA beside;
+//! * **the step time at DELTA's own largest batch** (1814 and 1336), within the 80 GB.
+//!
+//! Every figure records the `pebble` command that gives it alone; this experiment runs
+//! that command's own code on it. Rockmate's and HiRemate's largest batches take their
+//! MILPs 20 to 60 minutes to bisect, and each of their step times minutes: the charts show
+//! the figures recorded in docs/benchmarks.md, marked so; `--ilp` re-solves them (one
+//! solve at each recorded largest batch, to check it fits, and the step at DELTA's batch:
+//! eight MILP solves of 1.5 to 4 minutes each). With `--quick`, ResNet-50 only.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::anyhow;
+use clap::Parser;
+use pebble_solve::{Fit, PlanError, SolveError};
+use serde_json::{json, Value};
+
+use crate::cmd::plan::Setup;
+use crate::flags::{Cli, Command, PlanArgs, ReproduceArgs};
+use crate::plot::{bars, BarSeries};
+use crate::source::{check_new_file, find_solver, Source};
+
+const FILES: [&str; 4] = ["delta.json", "delta-maxbatch.svg", "delta-memory.svg", "delta-step.svg"];
+
+/// What every command shares: the machine, the memory and the link.
+const SETUP: &str = "--profile a100 --bandwidth 64e9";
+const MEMORY: &str = "80GB";
+
+/// The planners, in the order (and colors) of the charts: `(name, is a run-time policy)`.
+const PLANNERS: [(&str, bool); 8] = [
+    ("rotor", false),
+    ("pofo", false),
+    ("rockmate", false),
+    ("hiremate", false),
+    ("dtr", true),
+    ("delta", true),
+    ("lru", true),
+    ("largest", true),
+];
+
+/// The MILP planners, too slow to bisect here: what docs/benchmarks.md recorded of them.
+/// `(planner, model, largest batch in 80 GB, its step time, extra flags)`; found by
+/// `pebble maxbatch` (rockmate, 2026-11-26) and by bisecting probe by probe (hiremate,
+/// 2026-11-27, on the binary built from 6642fb3).
+const RECORDED_MAX: [(&str, &str, usize, f64, &str); 4] = [
+    ("rockmate", "resnet50", 4718, 16.4, "--time-limit 120"),
+    ("rockmate", "resnet101", 4700, 29.2, "--time-limit 120"),
+    ("hiremate", "resnet50", 4648, 21.25, ""),
+    ("hiremate", "resnet101", 4055, 23.3, ""),
+];
+
+/// Their step times at DELTA's batch, recorded on 2026-11-26 (`--time-limit 120`, all
+/// proven optimal): `(planner, model, seconds)`.
+const RECORDED_STEP: [(&str, &str, f64); 4] = [
+    ("rockmate", "resnet50", 4.86),
+    ("rockmate", "resnet101", 6.66),
+    ("hiremate", "resnet50", 4.59),
+    ("hiremate", "resnet101", 6.17),
+];
+
+/// The paper's max-batch table (A100 80 GB): `(model, its name, baseline, DTR, DELTA)`.
+const PAPER_MAX: [(&str, &str, usize, usize, usize); 2] =
+    [("resnet50", "ResNet-50", 891, 1072, 1814), ("resnet101", "ResNet-101", 594, 761, 1336)];
+
+/// The paper's memory on ResNet-50: `(batch, baseline GB, DELTA GB)`, 63.3% and 60.6% saved.
+const PAPER_MEMORY: [(usize, f64, f64); 2] = [(128, 11.2, 4.11), (256, 21.3, 8.4)];
+
+/// `pebble WORDS`, parsed as the command line would be.
+fn parse(words: &str) -> anyhow::Result<Command> {
+    let cli = Cli::try_parse_from(std::iter::once("pebble").chain(words.split_whitespace()))
+        .map_err(|e| anyhow!("`pebble {words}`: {e}"))?;
+    Ok(cli.command)
+}
+
+fn plan_args(words: &str) -> anyhow::Result<PlanArgs> {
+    match parse(words)? {
+        Command::Plan(args) => Ok(args),
+        _ => Err(anyhow!("`pebble {words}` is not `plan`")),
+    }
+}
+
+/// `--solver NAME` or `--policy NAME`.
+fn planner_flag(name: &str, policy: bool) -> String {
+    format!("--{} {name}", if policy { "policy" } else { "solver" })
+}
+
+/// `pebble maxbatch`'s answer: the largest batch and its step time, `None` if none fits.
+fn max_batch(words: &str, progress: &indicatif::ProgressBar) -> anyhow::Result<Option<(usize, f64)>> {
+    let Command::Maxbatch(args) = parse(words)? else { return Err(anyhow!("`pebble {words}` is not `maxbatch`")) };
+    let (name, policy) = crate::source::solver_or_policy(&args.solver, &args.policy)?;
+    let solver = find_solver(name, if policy { "--policy" } else { "--solver" })?;
+    crate::cmd::maxbatch::largest_batch(&args, solver, progress)
+}
+
+/// One `pebble plan` command, loaded: the solver, its view of the model and the setup.
+struct Planned {
+    solver: &'static dyn pebble_solve::Solver,
+    source: Source,
+    subject: crate::source::Subject,
+    setup: Setup,
+}
+
+impl Planned {
+    fn load(words: &str) -> anyhow::Result<Planned> {
+        let args = plan_args(words)?;
+        let solver = find_solver(&args.solver, "--solver")?;
+        let (source, machine) = Source::load(&args.source, &args.opts)?;
+        let subject = source.view_for(solver)?;
+        let setup = Setup::new((&args.solve, &args.budget), &source, &machine, &subject)?;
+        Ok(Planned { solver, source, subject, setup })
+    }
+
+    /// The least budget (everything resident, the runtime's reserve included) the solver
+    /// fits, as `pebble plan` reports it when the budget is too small.
+    fn least_budget(&self) -> anyhow::Result<Option<u64>> {
+        let least = pebble_solve::min_feasible_budget(self.solver, self.subject.problem(), &self.setup.options)?;
+        let machine = match &self.source {
+            Source::Model { options, .. } => options.profile.machine,
+            _ => return Err(anyhow!("not a zoo model")),
+        };
+        Ok(least.map(|planned| pebble_solve::budget::total_for(planned, &machine.runtime)))
+    }
+
+    /// The simulated step time within the budget, `None` if nothing fits.
+    fn step(&self) -> anyhow::Result<Option<f64>> {
+        let (problem, budget) = (self.subject.problem(), self.setup.resolved.planned_bytes);
+        match pebble_solve::plan_or_least(self.solver, problem, budget, &self.setup.options) {
+            Ok(Fit::Plan { plan, .. }) => Ok(Some(plan.report.makespan)),
+            Ok(Fit::Infeasible { .. }) | Err(PlanError::Solve(SolveError::Infeasible { .. })) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// A planner's figure in one cell: computed, recorded, or checked (`--ilp`).
+fn cell(value: Option<f64>, command: &str, source: &str) -> Value {
+    json!({ "value": value, "command": format!("pebble {command}"), "source": source })
+}
+
+pub fn delta(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let paths: Vec<PathBuf> = FILES.iter().map(|f| args.out_dir.join(f)).collect();
+    for path in &paths {
+        check_new_file(path, "--out-dir", args.force)?;
+    }
+    let profile = args.profile();
+    if profile != "a100" {
+        eprintln!("note: DELTA's tables are for an A100; --profile {profile} changes every figure");
+    }
+    let setup = SETUP.replace("a100", &profile);
+    let models: Vec<_> = PAPER_MAX.iter().filter(|m| !args.quick || m.0 == "resnet50").collect();
+    let progress = crate::progress::spinner("reproduce delta");
+    let is_ilp = |name: &str| RECORDED_MAX.iter().any(|r| r.0 == name);
+
+    // The largest batch in 80 GB.
+    let mut max_rows = Vec::new();
+    for &&(model, _, paper_base, paper_dtr, paper_delta) in &models {
+        let base = format!("maxbatch --model {model} {setup} --memory {MEMORY}");
+        let store_all_command = format!("{base} --solver store-all");
+        let (store_all, _) =
+            max_batch(&store_all_command, &progress)?.ok_or_else(|| anyhow!("{model}: store-all fits no batch"))?;
+        let mut row = json!({
+            "model": model,
+            "store_all": cell(Some(store_all as f64), &store_all_command, "computed"),
+            "paper": { "store_all": paper_base, "dtr": paper_dtr, "delta": paper_delta },
+        });
+        for (name, policy) in PLANNERS {
+            let value = if let Some(&(_, _, batch, step, extra)) =
+                RECORDED_MAX.iter().find(|r| r.0 == name && r.1 == model)
+            {
+                let command = format!("{base} {} --batch {batch} --max {batch} {extra}", planner_flag(name, policy));
+                if args.ilp {
+                    let found = max_batch(&command, &progress)?;
+                    json!({ "max_batch": batch, "fits": found.is_some(), "step_seconds": found.map(|f| f.1),
+                            "command": format!("pebble {}", command.trim()), "source": "recorded, checked (--ilp)" })
+                } else {
+                    json!({ "max_batch": batch, "step_seconds": step, "command": format!("pebble {}", command.trim()),
+                            "source": "recorded in docs/benchmarks.md" })
+                }
+            } else {
+                let command = format!("{base} {}", planner_flag(name, policy));
+                let found = max_batch(&command, &progress)?;
+                json!({ "max_batch": found.map(|f| f.0), "step_seconds": found.map(|f| f.1),
+                        "command": format!("pebble {command}"), "source": "computed" })
+            };
+            eprintln!("{model}: {name}: largest batch {}", value["max_batch"]);
+            row[name] = value;
+        }
+        max_rows.push(row);
+    }
+
+    // The memory saved on ResNet-50 at batch 128 and 256: the planners that bisect their
+    // budget in seconds (the MILPs would take hours).
+    let mut memory_rows = Vec::new();
+    for (batch, paper_base, paper_delta) in PAPER_MEMORY {
+        let words =
+            |name: &str| format!("plan --model resnet50 --batch {batch} {setup} --solver {name} --budget 100MB");
+        let reference = Planned::load(&words("delta"))?;
+        let store_all = reference.setup.store_all.peak_bytes;
+        let mut row = json!({
+            "batch": batch,
+            "store_all_peak_bytes": store_all,
+            "paper": { "store_all_gb": paper_base, "delta_gb": paper_delta, "delta_saved": 1.0 - paper_delta / paper_base },
+        });
+        for (name, _) in PLANNERS.iter().filter(|p| !is_ilp(p.0)) {
+            progress.set_message(format!("{name}: least budget at batch {batch}"));
+            let planned = Planned::load(&words(name))?;
+            let least = planned.least_budget()?;
+            let saved = least.map(|b| 1.0 - b as f64 / store_all as f64);
+            row[name] = json!({
+                "least_budget_bytes": least,
+                "saved": saved,
+                "view_store_all_peak_bytes": planned.setup.store_all.peak_bytes,
+                "command": format!("pebble {}", words(name)),
+                "source": "computed",
+            });
+            eprintln!("resnet50 at batch {batch}: {name}: least budget {least:?}, saved {saved:?}");
+        }
+        memory_rows.push(row);
+    }
+
+    // The step time at DELTA's largest batch, within the 80 GB.
+    let mut step_rows = Vec::new();
+    for &&(model, _, _, _, paper_delta) in &models {
+        let mut row = json!({ "model": model, "batch": paper_delta });
+        for (name, _) in PLANNERS {
+            let words = format!("plan --model {model} --batch {paper_delta} {setup} --solver {name} --budget {MEMORY}");
+            let recorded = RECORDED_STEP.iter().find(|r| r.0 == name && r.1 == model);
+            row[name] = match recorded {
+                Some(&(_, _, seconds)) if !args.ilp => {
+                    cell(Some(seconds), &format!("{words} --time-limit 120"), "recorded in docs/benchmarks.md")
+                }
+                Some(_) => {
+                    let words = format!("{words} --time-limit 120");
+                    progress.set_message(format!("{model}: {name} at batch {paper_delta}"));
+                    cell(Planned::load(&words)?.step()?, &words, "computed (--ilp)")
+                }
+                None => {
+                    progress.set_message(format!("{model}: {name} at batch {paper_delta}"));
+                    cell(Planned::load(&words)?.step()?, &words, "computed")
+                }
+            };
+            eprintln!("{model} at batch {paper_delta}: {name}: step {}", row[name]["value"]);
+        }
+        step_rows.push(row);
+    }
+    progress.finish_and_clear();
+
+    let report = json!({
+        "experiment": "delta",
+        "profile": profile,
+        "memory": MEMORY,
+        "bandwidth_bytes_per_second": 64e9,
+        "max_batch": max_rows,
+        "memory_saved": memory_rows,
+        "step_at_delta_batch": step_rows,
+        "seconds": started.elapsed().as_secs_f64(),
+    });
+    println!("{}", table(&report));
+    let svgs = charts(&report, &models.iter().map(|m| m.1.to_string()).collect::<Vec<_>>())?;
+    super::write_outputs(args, &paths, &report, &[&svgs[0], &svgs[1], &svgs[2]], started)
+}
+
+/// A planner's series name: marked where its figures are recorded, not computed.
+fn series_name(name: &str, rows: &[Value]) -> String {
+    let recorded = rows.iter().any(|r| r[name]["source"].as_str().is_some_and(|s| s.starts_with("recorded in")));
+    if recorded {
+        format!("{name} (recorded)")
+    } else {
+        name.to_string()
+    }
+}
+
+/// The three charts: max-batch growth, memory saved, step time.
+fn charts(report: &Value, model_names: &[String]) -> anyhow::Result<[String; 3]> {
+    let empty = Vec::new();
+    let rows = |key: &str| report[key].as_array().unwrap_or(&empty).clone();
+    let (max_rows, memory_rows, step_rows) = (rows("max_batch"), rows("memory_saved"), rows("step_at_delta_batch"));
+    let growth = |row: &Value, batch: Option<f64>| Some(batch? / row["store_all"]["value"].as_f64()?);
+    let mut series: Vec<BarSeries> = PLANNERS
+        .iter()
+        .enumerate()
+        .map(|(color, &(name, _))| BarSeries {
+            name: series_name(name, &max_rows),
+            color,
+            values: max_rows.iter().map(|r| growth(r, r[name]["max_batch"].as_f64())).collect(),
+        })
+        .collect();
+    for (color, (name, key)) in [(8, ("paper: DTR", "dtr")), (9, ("paper: DELTA", "delta"))] {
+        let values =
+            max_rows.iter().map(|r| Some(r["paper"][key].as_f64()? / r["paper"]["store_all"].as_f64()?)).collect();
+        series.push(BarSeries { name: name.into(), color, values });
+    }
+    let max_svg = bars(
+        &format!("Largest batch in {MEMORY}, a100, 64 GB/s link, Adam"),
+        "largest batch ÷ store-all's",
+        model_names,
+        &series,
+        |v| format!("{v:.2}×"),
+    )?;
+
+    let groups: Vec<String> =
+        memory_rows.iter().map(|r| format!("ResNet-50, batch {}", r["batch"].as_u64().unwrap_or(0))).collect();
+    let mut series: Vec<BarSeries> = PLANNERS
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| memory_rows.iter().any(|r| r[p.0].is_object()))
+        .map(|(color, &(name, _))| BarSeries {
+            name: name.to_string(),
+            color,
+            values: memory_rows.iter().map(|r| r[name]["saved"].as_f64().map(|s| 100.0 * s)).collect(),
+        })
+        .collect();
+    series.push(BarSeries {
+        name: "paper: DELTA".into(),
+        color: 9,
+        values: memory_rows.iter().map(|r| r["paper"]["delta_saved"].as_f64().map(|s| 100.0 * s)).collect(),
+    });
+    let memory_svg = bars(
+        "Memory saved against store-all's peak (least budget), ResNet-50",
+        "memory saved (%)",
+        &groups,
+        &series,
+        |v| format!("{v:.1}%"),
+    )?;
+
+    let groups: Vec<String> = step_rows
+        .iter()
+        .zip(model_names)
+        .map(|(r, m)| format!("{m}, batch {}", r["batch"].as_u64().unwrap_or(0)))
+        .collect();
+    let series: Vec<BarSeries> = PLANNERS
+        .iter()
+        .enumerate()
+        .map(|(color, &(name, _))| BarSeries {
+            name: series_name(name, &step_rows),
+            color,
+            values: step_rows.iter().map(|r| r[name]["value"].as_f64()).collect(),
+        })
+        .collect();
+    let step_svg = bars(
+        &format!("Step time at DELTA's largest batch, within {MEMORY}"),
+        "simulated step time (s)",
+        &groups,
+        &series,
+        |v| format!("{v:.2}"),
+    )?;
+    Ok([max_svg, memory_svg, step_svg])
+}
+
+/// The three tables, as text.
+fn table(report: &Value) -> String {
+    let empty = Vec::new();
+    let rows = |key: &str| report[key].as_array().unwrap_or(&empty);
+    let mut out = String::from("largest batch in 80 GB (× store-all's):\n");
+    for r in rows("max_batch") {
+        let base = r["store_all"]["value"].as_f64().unwrap_or(f64::NAN);
+        out.push_str(&format!("  {}: store-all {base}", r["model"].as_str().unwrap_or("?")));
+        for (name, _) in PLANNERS {
+            match r[name]["max_batch"].as_f64() {
+                Some(b) => out.push_str(&format!(", {name} {b} ({:.2}×)", b / base)),
+                None => out.push_str(&format!(", {name} none")),
+            }
+        }
+        let paper = &r["paper"];
+        out.push_str(&format!("; paper: {} / DTR {} / DELTA {}\n", paper["store_all"], paper["dtr"], paper["delta"]));
+    }
+    out.push_str("memory saved on ResNet-50 (least budget against store-all's peak):\n");
+    for r in rows("memory_saved") {
+        out.push_str(&format!("  batch {}:", r["batch"]));
+        for (name, _) in PLANNERS {
+            if let Some(s) = r[name]["saved"].as_f64() {
+                out.push_str(&format!(" {name} {:.1}%", 100.0 * s));
+            }
+        }
+        out.push_str(&format!(
+            "; paper: DELTA {:.1}%\n",
+            100.0 * r["paper"]["delta_saved"].as_f64().unwrap_or(f64::NAN)
+        ));
+    }
+    out.push_str("step time at DELTA's largest batch:\n");
+    for r in rows("step_at_delta_batch") {
+        out.push_str(&format!("  {} at {}:", r["model"].as_str().unwrap_or("?"), r["batch"]));
+        for (name, _) in PLANNERS {
+            match r[name]["value"].as_f64() {
+                Some(t) => out.push_str(&format!(" {name} {t:.2} s")),
+                None => out.push_str(&format!(" {name} none")),
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
