@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use anyhow::anyhow;
 use clap::Parser;
-use pebble_solve::{Fit, PlanError, SolveError};
+use pebble_solve::{PlanError, SolveError};
 use serde_json::{json, Value};
 
 use crate::cmd::plan::Setup;
@@ -108,7 +108,7 @@ fn max_batch(words: &str, progress: &indicatif::ProgressBar) -> anyhow::Result<O
 /// One `pebble plan` command, loaded: the solver, its view of the model and the setup.
 struct Planned {
     solver: &'static dyn pebble_solve::Solver,
-    source: Source,
+    machine: pebble_machine::Machine,
     subject: crate::source::Subject,
     setup: Setup,
 }
@@ -120,26 +120,23 @@ impl Planned {
         let (source, machine) = Source::load(&args.source, &args.opts)?;
         let subject = source.view_for(solver)?;
         let setup = Setup::new((&args.solve, &args.budget), &source, &machine, &subject)?;
-        Ok(Planned { solver, source, subject, setup })
+        Ok(Planned { solver, machine, subject, setup })
     }
 
     /// The least budget (everything resident, the runtime's reserve included) the solver
     /// fits, as `pebble plan` reports it when the budget is too small.
     fn least_budget(&self) -> anyhow::Result<Option<u64>> {
         let least = pebble_solve::min_feasible_budget(self.solver, self.subject.problem(), &self.setup.options)?;
-        let machine = match &self.source {
-            Source::Model { options, .. } => options.profile.machine,
-            _ => return Err(anyhow!("not a zoo model")),
-        };
-        Ok(least.map(|planned| pebble_solve::budget::total_for(planned, &machine.runtime)))
+        Ok(least.map(|planned| pebble_solve::budget::total_for(planned, &self.machine.runtime)))
     }
 
-    /// The simulated step time within the budget, `None` if nothing fits.
+    /// The simulated step time within the budget, `None` if the solver finds nothing
+    /// there (no search for a smaller budget: a MILP's would take hours).
     fn step(&self) -> anyhow::Result<Option<f64>> {
         let (problem, budget) = (self.subject.problem(), self.setup.resolved.planned_bytes);
-        match pebble_solve::plan_or_least(self.solver, problem, budget, &self.setup.options) {
-            Ok(Fit::Plan { plan, .. }) => Ok(Some(plan.report.makespan)),
-            Ok(Fit::Infeasible { .. }) | Err(PlanError::Solve(SolveError::Infeasible { .. })) => Ok(None),
+        match pebble_solve::plan(self.solver, problem, budget, &self.setup.options) {
+            Ok(plan) => Ok(Some(plan.report.makespan)),
+            Err(PlanError::Solve(SolveError::Infeasible { .. })) => Ok(None),
             Err(e) => Err(e.into()),
         }
     }
