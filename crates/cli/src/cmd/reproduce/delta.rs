@@ -78,6 +78,9 @@ const PAPER_MAX: [(&str, &str, usize, usize, usize); 2] =
 /// The paper's memory on ResNet-50: `(batch, baseline GB, DELTA GB)`, 63.3% and 60.6% saved.
 const PAPER_MEMORY: [(usize, f64, f64); 2] = [(128, 11.2, 4.11), (256, 21.3, 8.4)];
 
+/// The source of a MILP figure on another machine than the recorded one's.
+const NOT_RECORDED: &str = "recorded for the a100 only: --ilp solves it";
+
 /// `pebble WORDS`, parsed as the command line would be.
 fn parse(words: &str) -> anyhow::Result<Command> {
     let cli = Cli::try_parse_from(std::iter::once("pebble").chain(words.split_whitespace()))
@@ -161,6 +164,8 @@ pub fn delta(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     let models: Vec<_> = PAPER_MAX.iter().filter(|m| !args.quick || m.0 == "resnet50").collect();
     let progress = crate::progress::spinner("reproduce delta");
     let is_ilp = |name: &str| RECORDED_MAX.iter().any(|r| r.0 == name);
+    // The recorded MILP figures are the a100's.
+    let recorded_here = profile == "a100";
 
     // The largest batch in 80 GB.
     let mut max_rows = Vec::new();
@@ -181,11 +186,13 @@ pub fn delta(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
                 let command = format!("{base} {} --batch {batch} --max {batch} {extra}", planner_flag(name, policy));
                 if args.ilp {
                     let found = max_batch(&command, &progress)?;
-                    json!({ "max_batch": batch, "fits": found.is_some(), "step_seconds": found.map(|f| f.1),
+                    json!({ "max_batch": found.map(|_| batch), "fits": found.is_some(), "step_seconds": found.map(|f| f.1),
                             "command": format!("pebble {}", command.trim()), "source": "recorded, checked (--ilp)" })
-                } else {
+                } else if recorded_here {
                     json!({ "max_batch": batch, "step_seconds": step, "command": format!("pebble {}", command.trim()),
                             "source": "recorded in docs/benchmarks.md" })
+                } else {
+                    json!({ "max_batch": null, "command": format!("pebble {}", command.trim()), "source": NOT_RECORDED })
                 }
             } else {
                 let command = format!("{base} {}", planner_flag(name, policy));
@@ -237,6 +244,9 @@ pub fn delta(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
             let words = format!("plan --model {model} --batch {paper_delta} {setup} --solver {name} --budget {MEMORY}");
             let recorded = RECORDED_STEP.iter().find(|r| r.0 == name && r.1 == model);
             row[name] = match recorded {
+                Some(_) if !args.ilp && !recorded_here => {
+                    cell(None, &format!("{words} --time-limit 120"), NOT_RECORDED)
+                }
                 Some(&(_, _, seconds)) if !args.ilp => {
                     cell(Some(seconds), &format!("{words} --time-limit 120"), "recorded in docs/benchmarks.md")
                 }
@@ -358,6 +368,15 @@ fn charts(report: &Value, model_names: &[String]) -> anyhow::Result<[String; 3]>
     Ok([max_svg, memory_svg, step_svg])
 }
 
+/// What the text table says of a figure without a value: not solved, or nothing fits.
+fn missing(cell: &Value) -> &'static str {
+    if cell["source"] == NOT_RECORDED {
+        "not solved (--ilp)"
+    } else {
+        "none fits"
+    }
+}
+
 /// The three tables, as text.
 fn table(report: &Value) -> String {
     let empty = Vec::new();
@@ -369,7 +388,7 @@ fn table(report: &Value) -> String {
         for (name, _) in PLANNERS {
             match r[name]["max_batch"].as_f64() {
                 Some(b) => out.push_str(&format!(", {name} {b} ({:.2}×)", b / base)),
-                None => out.push_str(&format!(", {name} none")),
+                None => out.push_str(&format!(", {name} {}", missing(&r[name]))),
             }
         }
         let paper = &r["paper"];
@@ -394,7 +413,7 @@ fn table(report: &Value) -> String {
         for (name, _) in PLANNERS {
             match r[name]["value"].as_f64() {
                 Some(t) => out.push_str(&format!(" {name} {t:.2} s")),
-                None => out.push_str(&format!(" {name} none")),
+                None => out.push_str(&format!(" {name} {}", missing(&r[name]))),
             }
         }
         out.push('\n');
