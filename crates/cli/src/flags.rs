@@ -827,7 +827,8 @@ pub enum Experiment {
     /// on an A100 80 GB, under `delta`, `dtr` and their ablations, and under the static
     /// planners the paper never ran (rotor, pofo, Rockmate, HiRemate), with each one's step
     /// time at DELTA's batch (`--quick`: ResNet-50 only; `--ilp`: re-solve Rockmate's and
-    /// HiRemate's recorded figures, about half an hour).
+    /// HiRemate's recorded figures, about half an hour; a fixed grid: `--models`,
+    /// `--batch` and `--image` are Ch. 4's).
     Delta,
 }
 
