@@ -14,7 +14,6 @@
 //! factor of the thesis's headline ("4 to 6 times less memory").
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -32,7 +31,7 @@ use crate::cmd::overhead;
 use crate::flags::{ModelOpts, ReproduceArgs, SizeOpts};
 use crate::out;
 use crate::plot::COLORS;
-use crate::source::{build_model, check_new_file, Subject};
+use crate::source::{build_model, Subject};
 
 /// The solvers of Figs. 4.2–4.3, in the order of the charts' legends.
 pub const SOLVERS: [&str; 5] = ["rotor", "offload-dp", "pofo", "autocapper", "opportunist"];
@@ -98,10 +97,7 @@ enum Job {
 pub fn ch4(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let steps = if args.quick { QUICK_STEPS } else { STEPS };
-    let paths: Vec<PathBuf> = FILES.iter().map(|f| args.out_dir.join(f)).collect();
-    for path in &paths {
-        check_new_file(path, "--out-dir", args.force)?;
-    }
+    let paths = super::output_paths(args, &FILES)?;
     for name in SOLVERS.iter().chain(["recompute-all"].iter()) {
         crate::source::find_solver(name, "reproduce")?;
     }

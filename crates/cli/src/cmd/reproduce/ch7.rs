@@ -18,7 +18,6 @@
 //! --solver madpipe` does, with a 10 s limit).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -30,7 +29,7 @@ use pebble_solve::pipeline::{pipe_solver, plan_pipeline, PipeError, PipeProblem}
 use serde_json::{json, Value};
 
 use crate::flags::{ModelOpts, OptimizerArg, ReproduceArgs, SizeOpts};
-use crate::source::{build_model, check_new_file};
+use crate::source::build_model;
 
 /// The solvers, MadPipe first (the reference of the ratios).
 pub const SOLVERS: [&str; 7] = ["madpipe", "pipedream", "1f1b", "gpipe", "interleaved-1f1b", "zb-h1", "zb-v"];
@@ -97,10 +96,7 @@ fn geomean(v: &[f64]) -> Option<f64> {
 
 pub fn ch7(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
-    let paths: Vec<PathBuf> = FILES.iter().map(|f| args.out_dir.join(f)).collect();
-    for path in &paths {
-        check_new_file(path, "--out-dir", args.force)?;
-    }
+    let paths = super::output_paths(args, &FILES)?;
     for name in SOLVERS {
         pipe_solver(name).map_err(|e| anyhow!("{e}"))?;
     }

@@ -19,7 +19,6 @@
 //! solve at each recorded largest batch, to check it fits, and the step at DELTA's batch:
 //! eight MILP solves of 1.5 to 4 minutes each). With `--quick`, ResNet-50 only.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -31,7 +30,7 @@ use serde_json::{json, Value};
 use crate::cmd::plan::Setup;
 use crate::flags::{Cli, Command, PlanArgs, ReproduceArgs};
 use crate::plot::{bars, BarSeries};
-use crate::source::{check_new_file, find_solver, Source};
+use crate::source::{find_solver, Source};
 
 const FILES: [&str; 4] = ["delta.json", "delta-maxbatch.svg", "delta-memory.svg", "delta-step.svg"];
 
@@ -152,10 +151,7 @@ fn cell(value: Option<f64>, command: &str, source: &str) -> Value {
 
 pub fn delta(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
-    let paths: Vec<PathBuf> = FILES.iter().map(|f| args.out_dir.join(f)).collect();
-    for path in &paths {
-        check_new_file(path, "--out-dir", args.force)?;
-    }
+    let paths = super::output_paths(args, &FILES)?;
     let profile = args.profile();
     if profile != "a100" {
         eprintln!("note: DELTA's tables are for an A100; --profile {profile} changes every figure");

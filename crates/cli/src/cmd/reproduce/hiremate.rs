@@ -15,7 +15,6 @@
 //! MILP was solved to optimality (the schedule's `optimal`). With `--quick`, GPT-2 small
 //! only.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -28,7 +27,6 @@ use pebble_zoo::ModelOptions;
 use serde_json::{json, Value};
 
 use crate::flags::ReproduceArgs;
-use crate::source::check_new_file;
 
 /// The output file, in `--out-dir`.
 const FILE: &str = "hiremate.json";
@@ -63,8 +61,7 @@ fn variants() -> Vec<(&'static str, HiremateConfig)> {
 
 pub fn hiremate(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
-    let path: PathBuf = args.out_dir.join(FILE);
-    check_new_file(&path, "--out-dir", args.force)?;
+    let paths = super::output_paths(args, &[FILE])?;
     let profile = pebble_machine::Profile::lookup(&args.profile()).map_err(|e| anyhow!("--profile: {e}"))?;
     let options = SolveOptions { machine: profile.machine, ..SolveOptions::default() };
     let gpt: Vec<(&str, f64)> = GPT_CASES.iter().copied().filter(|(m, _)| !args.quick || *m == "gpt2-small").collect();
@@ -98,7 +95,7 @@ pub fn hiremate(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         "graphs": graphs,
     });
     println!("{}", table(&report));
-    super::write_outputs(args, &[path], &report, &[], started)
+    super::write_outputs(args, &paths, &report, &[], started)
 }
 
 /// One model at one budget, in both views (`rotor` plans the chain).

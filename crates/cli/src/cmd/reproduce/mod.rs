@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use crate::flags::{Experiment, ReproduceArgs};
-use crate::source::write_new_file;
+use crate::source::{check_new_file, write_new_file};
 
 pub fn run(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     match args.experiment {
@@ -27,6 +27,16 @@ pub fn run(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         Experiment::Hiremate => hiremate::hiremate(args),
         Experiment::Delta => delta::delta(args),
     }
+}
+
+/// The experiment's output files in `--out-dir`, checked before any work: none exists,
+/// unless `--force`.
+fn output_paths(args: &ReproduceArgs, files: &[&str]) -> anyhow::Result<Vec<PathBuf>> {
+    let paths: Vec<PathBuf> = files.iter().map(|f| args.out_dir.join(f)).collect();
+    for path in &paths {
+        check_new_file(path, "--out-dir", args.force)?;
+    }
+    Ok(paths)
 }
 
 /// Writes an experiment's JSON report to `paths[0]` and its SVG charts to the other paths,

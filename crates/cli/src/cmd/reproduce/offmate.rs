@@ -21,7 +21,6 @@
 //! measurements; the budget is 10 GB (the card's 12 GB less the thesis's 2 GB margin);
 //! each MILP gets [`MILP_SECONDS`].
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -35,7 +34,7 @@ use serde_json::{json, Value};
 
 use super::ch4::{render, Panel, Points};
 use crate::flags::{DTypeArg, ModelOpts, ReproduceArgs, SizeOpts};
-use crate::source::{build_model, check_new_file};
+use crate::source::build_model;
 
 /// The device budget: 12 GB less the thesis's 2 GB margin.
 const BUDGET: u64 = 10_000_000_000;
@@ -195,10 +194,7 @@ fn cell_json(c: &Cell, base: f64) -> Value {
 
 pub fn offmate(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
-    let paths: Vec<PathBuf> = FILES.iter().map(|f| args.out_dir.join(f)).collect();
-    for path in &paths {
-        check_new_file(path, "--out-dir", args.force)?;
-    }
+    let paths = super::output_paths(args, &FILES)?;
     let profile_name = args.profile();
     let profile = pebble_machine::Profile::lookup(&profile_name).map_err(|e| anyhow!("--profile: {e}"))?;
     let options = SolveOptions { machine: profile.machine, time_limit: Some(MILP_SECONDS), ..SolveOptions::default() };

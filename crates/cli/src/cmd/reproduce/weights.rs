@@ -22,7 +22,6 @@
 //! describes): idle time over `Σu` against β on GPT-2 depth 74, batch 16, drawn to
 //! `weights-bandwidth.svg`.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -36,7 +35,7 @@ use serde_json::{json, Value};
 
 use super::ch4::{render, Panel, Points};
 use crate::flags::{ModelOpts, ReproduceArgs, SizeOpts};
-use crate::source::{build_model, check_new_file};
+use crate::source::build_model;
 
 /// The methods of Table 1, in its column order (the bound first).
 const METHODS: [&str; 4] = ["weight-offload-bound", "weight-offload", "l2l", "weight-offload-noreuse"];
@@ -176,10 +175,7 @@ fn run_method(row: &Row, method: &str, options: &SolveOptions) -> Cell {
 
 pub fn table1(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
-    let paths: Vec<PathBuf> = FILES.iter().map(|f| args.out_dir.join(f)).collect();
-    for path in &paths {
-        check_new_file(path, "--out-dir", args.force)?;
-    }
+    let paths = super::output_paths(args, &FILES)?;
     for m in METHODS {
         if pebble_solve::bound::bound(m).is_none() {
             crate::source::find_solver(m, "reproduce")?;
@@ -385,7 +381,7 @@ mod tests {
             batch: 16,
             image: 0,
             profile: Some("v100".to_string()),
-            out_dir: PathBuf::new(),
+            out_dir: std::path::PathBuf::new(),
             quick: true,
             ilp: false,
             force: false,
