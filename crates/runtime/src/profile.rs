@@ -247,7 +247,7 @@ pub fn optimizer_rates<B: Backend>(
         on_host.push(start.elapsed().as_secs_f64());
     }
     // The first of each is the warm-up.
-    let after_warm_up = |t: Vec<f64>| median(t[1..].to_vec()).expect("REPEATS is at least one");
+    let after_warm_up = |mut t: Vec<f64>| median(t.split_off(1)).expect("REPEATS is at least one");
     Ok(OptimizerRates { device: bytes / after_warm_up(on_device), host: bytes / after_warm_up(on_host) })
 }
 
