@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Step time of the offloading solvers on real tensors, measured against simulated
 # (issue 11; docs/benchmarks.md, "Offloading plans on real tensors"). Each run profiles the
-# ops on this CPU, plans on those costs at 85% of store-all's activations, caps the
-# device pool at the plan's simulated peak, throttles both link directions to the
-# stated rate and runs 6 steps; the step time is the median of steps 2-6. Each line
-# gives the error against the plan's prediction (the profile's costs) and against the
-# replay of the same schedule on the compute times the run measured (`replayed_time`).
+# ops on this CPU (COSTS, `profiled` by default), plans on those costs at 85% of
+# store-all's activations, caps the device pool at the plan's simulated peak, throttles
+# both link directions to the stated rate and runs STEPS steps (10 by default); the step
+# time is the median of all but the first. Each line gives the error against the plan's
+# prediction (the profile's costs) and against the replay of the same schedule on the
+# compute times the run measured (`replayed_time`).
 #
 #   scripts/offload-step-time.sh [BANDWIDTHS] [SEEDS]    # defaults: "5e8 2e9" "1 2 3"
+#   STEPS=6 scripts/offload-step-time.sh                 # the setting before 2026-11-27
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pebble=./target/release/pebble
 [ -x "$pebble" ] || cargo build --release -p pebble-cli
 bandwidths=${1:-"5e8 2e9"}
 seeds=${2:-"1 2 3"}
+costs=${COSTS:-profiled}
+steps=${STEPS:-10}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 for bw in $bandwidths; do
@@ -22,7 +26,7 @@ for bw in $bandwidths; do
       for seed in $seeds; do
         # shellcheck disable=SC2086
         $pebble train --model $model --solver "$solver" --activation-budget 85% \
-          --costs profiled --bandwidth "$bw" --steps 6 --seed "$seed" --json 2>/dev/null |
+          --costs "$costs" --bandwidth "$bw" --steps "$steps" --seed "$seed" --json 2>/dev/null |
           python3 -c '
 import json, sys, statistics
 d = json.load(sys.stdin)
