@@ -76,10 +76,11 @@ PY
             exit 1
         fi
     fi
-    # GPT-2 small (12 x 768, sequence 1024, batch 8) on costs profiled on the device, the
-    # link throttled to a rate below the real one; one run per issue's solver or policy.
+    # GPT-2 small (12 x 768, sequence 1024, batch 8) on costs profiled on the device
+    # (COSTS=steps: each stage then timed in store-all steps), the link throttled to a
+    # rate below the real one; one run per issue's solver or policy.
     read -ra model <<<"${MODEL:---model gpt --layers 12 --width 768 --heads 12 --seq 1024 --batch 8}"
-    gpt=("${model[@]}" --profile h100 --costs profiled --bandwidth "${BANDWIDTH:-10e9}" --steps "${STEPS:-4}")
+    gpt=("${model[@]}" --profile h100 --costs "${COSTS:-profiled}" --bandwidth "${BANDWIDTH:-10e9}" --steps "${STEPS:-4}")
     train gpt-store-all "${gpt[@]}" --solver store-all --budget 100%
     train gpt-pofo-50 "${gpt[@]}" --solver pofo --budget 50%          # issue 11
     train gpt-offmate-40 "${gpt[@]}" --solver offmate --budget 40%    # issue 12

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Step time of the offloading solvers on real tensors, measured against simulated
 # (issue 11; docs/benchmarks.md, "Offloading plans on real tensors"). Each run profiles the
-# ops on this CPU (COSTS, `profiled` by default), plans on those costs at 85% of
+# ops on this CPU (COSTS: `profiled` by default, or `steps`), plans on those costs at 85% of
 # store-all's activations, caps the device pool at the plan's simulated peak, throttles
 # both link directions to the stated rate and runs STEPS steps (10 by default); the step
 # time is the median of all but the first. Each line gives the error against the plan's

@@ -655,6 +655,9 @@ pub enum CostsArg {
     Profiled,
     /// Plan on the zoo's roofline times and declared temporaries.
     Analytic,
+    /// Profile every op, then time each stage's forward and backward in store-all steps
+    /// on the device, and plan on the ops' times scaled to those.
+    Steps,
 }
 
 /// `pebble train`.
@@ -683,8 +686,9 @@ pub struct TrainArgs {
     #[arg(long, value_name = "LR", default_value_t = 1e-3, value_parser = positive_value, allow_hyphen_values = true)]
     pub lr: f64,
     /// Where the planner's op costs come from: `analytic` (the profile's roofline, as
-    /// `plan` uses: the same flags give the same schedule) or `profiled` (each op measured
-    /// on the device first).
+    /// `plan` uses: the same flags give the same schedule), `profiled` (each op measured
+    /// alone on the device first) or `steps` (profiled, then each stage timed in a few
+    /// store-all steps on the device, the ops' times scaled to match).
     #[arg(long, value_enum, default_value = "analytic")]
     pub costs: CostsArg,
     /// The solver's options; `--bandwidth` also throttles the executor's host link.

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, TensorData, TensorMetadata};
+use pebble_graph::Chain;
 use pebble_zoo::ops::Saved;
 use pebble_zoo::{Elem, Network, OpCosts, OpKind};
 
@@ -36,6 +37,29 @@ impl OpCosts for Profile {
     }
     fn backward(&self, _net: &Network, op: usize) -> (f64, u64) {
         self.backward[op]
+    }
+}
+
+impl Profile {
+    /// This profile with each stage's ops scaled to the stage times measured in whole
+    /// steps: every forward of an op in stage `s` (`stage_of`, as [`Program`](crate::Program)
+    /// groups them) by `measured.ftime[s] / planned.ftime[s]`, every backward by the same
+    /// ratio of `btime` (the loss's stage `L` by `btime[L]`), where `planned` is the chain
+    /// lowered from this profile. A chain lowered from the result has `measured`'s
+    /// times; a stage whose ops this profile timed at zero keeps them at zero.
+    pub fn scaled_to_stages(&self, stage_of: &[usize], planned: &Chain, measured: &Chain) -> Profile {
+        let ratio = |planned: Option<&f64>, measured: Option<&f64>| match (planned, measured) {
+            (Some(&p), Some(&m)) if p > 0.0 => m / p,
+            _ => 1.0,
+        };
+        let scale = |costs: &[(f64, u64)], times: fn(&Chain) -> &Vec<f64>| -> Vec<(f64, u64)> {
+            costs
+                .iter()
+                .zip(stage_of)
+                .map(|(&(t, tmp), &s)| (t * ratio(times(planned).get(s), times(measured).get(s)), tmp))
+                .collect()
+        };
+        Profile { forward: scale(&self.forward, |c| &c.ftime), backward: scale(&self.backward, |c| &c.btime) }
     }
 }
 

@@ -25,6 +25,10 @@ pub enum Costs {
     Analytic,
     /// Measured on this device by the profiler before planning.
     Profiled,
+    /// Profiled, then each stage's forward and backward timed in store-all steps on this
+    /// device, as rotor's estimator times its modules in sequence: the ops' times are the
+    /// profiler's, scaled stage by stage to what the steps measured ([`lower_timed`]).
+    Steps,
 }
 
 /// What to train, how.
@@ -179,10 +183,54 @@ pub fn lower_profiled<B: Backend>(
     seed: u64,
     device: &B::Device,
 ) -> Result<Lowered, TrainError> {
+    profiled::<B>(name, options, seed, device).map(|(_, lowered)| lowered)
+}
+
+/// The profiler's costs of `name`'s ops on `device`, and the model lowered on them.
+fn profiled<B: Backend>(
+    name: &str,
+    options: &ModelOptions,
+    seed: u64,
+    device: &B::Device,
+) -> Result<(pebble_runtime::profile::Profile, Lowered), TrainError> {
     let first = lower::<B>(name, options, None)?;
-    let measured = pebble_runtime::profile::profile::<B>(&first.network, device, seed)?;
+    let profile = pebble_runtime::profile::profile::<B>(&first.network, device, seed)?;
     drop(first);
-    lower::<B>(name, options, Some(&measured))
+    let lowered = lower::<B>(name, options, Some(&profile))?;
+    Ok((profile, lowered))
+}
+
+/// Store-all steps [`lower_timed`] runs; the first is left out of the medians.
+pub const TIMED_STEPS: usize = 6;
+
+/// [`lower_profiled`], then each stage's forward and backward timed in
+/// [`TIMED_STEPS`] store-all steps of `optimizer` on `device` (medians, the first step
+/// left out): the profile's ops scaled to those stage times
+/// ([`Profile::scaled_to_stages`](pebble_runtime::profile::Profile::scaled_to_stages)),
+/// so that the chain and the graph both carry the times the ops take inside a step,
+/// where the profiler times each alone. Temporary memory stays the profiler's.
+pub fn lower_timed<B: Backend>(
+    name: &str,
+    options: &ModelOptions,
+    optimizer: OptimizerKind,
+    seed: u64,
+    device: &B::Device,
+) -> Result<Lowered, TrainError> {
+    let (profile, profiled) = profiled::<B>(name, options, seed, device)?;
+    let schedule = pebble_solve::baseline::store_all::store_all_schedule(Problem::Chain(&profiled.chain));
+    let mut session =
+        Session::<B>::new(profiled.network.clone(), profiled.index.clone(), optimizer, seed, device.clone());
+    session.set_transfers(TransferOptions { time_ops: true, ..TransferOptions::default() });
+    let mut op_seconds = Vec::with_capacity(TIMED_STEPS);
+    for _ in 0..TIMED_STEPS {
+        op_seconds.push(session.step(&schedule)?.op_seconds);
+    }
+    drop(session);
+    let measured = measured_chain(&profiled.chain, &schedule, &op_seconds)
+        .expect("store-all steps time every op of their schedule");
+    let stage_of = pebble_runtime::Program::new(profiled.network.clone()).stage_of;
+    let timed = profile.scaled_to_stages(&stage_of, &profiled.chain, &measured);
+    lower::<B>(name, options, Some(&timed))
 }
 
 /// Checks that `profile` plans integers as wide as `B` stores them.
@@ -272,9 +320,12 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     let mut solve = config.solve.clone();
     let lowered = match config.costs {
         Costs::Analytic => lower::<B>(&config.model, &options, None)?,
-        Costs::Profiled => {
+        Costs::Profiled | Costs::Steps => {
             let start = Instant::now();
-            let lowered = lower_profiled::<B>(&config.model, &options, config.seed, &device)?;
+            let lowered = match config.costs {
+                Costs::Steps => lower_timed::<B>(&config.model, &options, config.optimizer, config.seed, &device)?,
+                _ => lower_profiled::<B>(&config.model, &options, config.seed, &device)?,
+            };
             // The optimizer step is profiled too: on the device (the update the
             // simulator charges to each backward) and on the host CPU (its updates of
             // offloaded stages).
@@ -431,6 +482,15 @@ pub fn replay_on_measured(
     op_seconds: &[Vec<f64>],
     solve: &SolveOptions,
 ) -> Option<f64> {
+    let measured = measured_chain(chain, schedule, op_seconds)?;
+    pebble_solve::simulate(Problem::Chain(&measured), schedule, &solve.sim_config()).ok().map(|r| r.makespan)
+}
+
+/// `chain` with each stage's forward and backward time replaced by the median of what
+/// the steps of `schedule` measured (`op_seconds`, one entry per step and schedule op;
+/// the first step left out where there are more); a stage the schedule never ran keeps
+/// its time. `None` where nothing was measured or a step did not time every op.
+pub fn measured_chain(chain: &Chain, schedule: &pebble_schedule::Schedule, op_seconds: &[Vec<f64>]) -> Option<Chain> {
     use pebble_schedule::Op;
     let steps = if op_seconds.len() > 1 { &op_seconds[1..] } else { op_seconds };
     if steps.is_empty() {
@@ -458,7 +518,7 @@ pub fn replay_on_measured(
             }
         }
     }
-    pebble_solve::simulate(Problem::Chain(&measured), schedule, &solve.sim_config()).ok().map(|r| r.makespan)
+    Some(measured)
 }
 
 #[cfg(test)]
@@ -477,6 +537,52 @@ mod tests {
             _ => 0.0,
         };
         schedule.ops.iter().map(|op| factor * time(op)).collect()
+    }
+
+    /// Stage times as a step measures them, scaled into the ops' profile, come back out
+    /// of the lowering: the executor's stages and the chain's group the same ops, so
+    /// every stage lands on its measured time, and no size changes.
+    #[test]
+    fn ops_scaled_to_measured_stage_times_lower_to_those_times() {
+        use pebble_runtime::profile::Profile as OpProfile;
+        let options = ModelOptions {
+            batch: Some(2),
+            seq: Some(16),
+            layers: Some(2),
+            width: Some(16),
+            heads: Some(2),
+            ..ModelOptions::default()
+        };
+        let analytic = lower::<burn_flex::Flex>("gpt", &options, None).unwrap();
+        let roofline = pebble_zoo::CostModel { profile: options.profile.clone() };
+        let net = &analytic.network;
+        let profile = OpProfile {
+            forward: (0..net.ops.len()).map(|o| roofline.forward(net, o)).collect(),
+            backward: (0..net.ops.len()).map(|o| roofline.backward(net, o)).collect(),
+        };
+        let planned = lower::<burn_flex::Flex>("gpt", &options, Some(&profile)).unwrap().chain;
+        let mut measured = planned.clone();
+        for (s, t) in measured.ftime.iter_mut().enumerate() {
+            *t *= 1.5 + s as f64;
+        }
+        for (s, t) in measured.btime.iter_mut().enumerate() {
+            *t *= 0.5 + 0.25 * s as f64;
+        }
+        let stage_of = pebble_runtime::Program::new(net.clone()).stage_of;
+        let scaled = profile.scaled_to_stages(&stage_of, &planned, &measured);
+        let lowered = lower::<burn_flex::Flex>("gpt", &options, Some(&scaled)).unwrap().chain;
+        assert!(planned.ftime.iter().chain(&planned.btime).all(|&t| t > 0.0), "every stage has time to scale");
+        for (field, got, want) in
+            [("ftime", &lowered.ftime, &measured.ftime), ("btime", &lowered.btime, &measured.btime)]
+        {
+            for (s, (g, w)) in got.iter().zip(want).enumerate() {
+                assert!((g - w).abs() <= 1e-9 * w, "{field}[{s}]: {g} against the measured {w}");
+            }
+        }
+        assert_eq!(
+            (&lowered.x, &lowered.xbar, &lowered.ftmp, &lowered.btmp),
+            (&planned.x, &planned.xbar, &planned.ftmp, &planned.btmp)
+        );
     }
 
     #[test]

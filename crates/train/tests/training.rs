@@ -41,3 +41,19 @@ fn rotor_at_half_the_peak_trains_as_store_all_does() {
     let (first, last) = (store_all.losses[0], store_all.losses[49]);
     assert!(last < 0.8 * first, "the loss falls: {first} → {last}");
 }
+
+/// Costs timed in store-all steps (`--costs steps`) plan a schedule that trains as
+/// store-all does, and the time spent profiling and timing is reported.
+#[test]
+fn a_plan_on_costs_timed_in_steps_trains_as_store_all_does() {
+    let mut timed = config("rotor", Budget::Total(BudgetSpec::Percent(70.0)));
+    timed.steps = 3;
+    timed.costs = Costs::Steps;
+    let timed = train::<Flex>(&timed, FlexDevice).expect("rotor on timed costs");
+    let mut store_all = config("store-all", Budget::Total(BudgetSpec::Percent(100.0)));
+    store_all.steps = 3;
+    let store_all = train::<Flex>(&store_all, FlexDevice).expect("store-all");
+    assert!(timed.recomputes > 0, "the plan recomputes at 70%");
+    assert_eq!(timed.losses, store_all.losses, "same seed, same losses");
+    assert!(timed.profile_seconds > 0.0);
+}

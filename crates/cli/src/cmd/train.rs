@@ -76,6 +76,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<ExitCode> {
         costs: match args.costs {
             CostsArg::Profiled => Costs::Profiled,
             CostsArg::Analytic => Costs::Analytic,
+            CostsArg::Steps => Costs::Steps,
         },
         solve,
     };
