@@ -134,8 +134,10 @@ pub fn build_model(name: &str, opts: &ModelOpts) -> anyhow::Result<(Model, Model
     match pebble_zoo::build(name, &options) {
         Ok(model) => Ok((model, options)),
         Err(e @ ZooError::Graph { .. }) => Err(anyhow::Error::new(e).context(format!("--model `{name}`"))),
-        // These two name the model and the option already.
-        Err(e @ (ZooError::UnknownModel { .. } | ZooError::BadOption { .. })) => Err(bad(format!("--model: {e}"))),
+        // These name the model and the option already.
+        Err(e @ (ZooError::UnknownModel { .. } | ZooError::BadOption { .. } | ZooError::TooLarge { .. })) => {
+            Err(bad(format!("--model: {e}")))
+        }
         Err(e) => Err(bad(format!("--model `{name}`: {e}"))),
     }
 }

@@ -84,3 +84,36 @@ fn static_memory_follows_the_options() {
     assert!(half >= 4 * p + 12 * p.div_ceil(2) && half < 4 * p + 12 * (p / 2 + 100), "{half} for {p} parameters");
     assert_eq!(info(&["--trainable", "1"])["static_bytes"], full["static_bytes"]);
 }
+
+/// Sizes beyond any model are bad input naming the option, before anything is built:
+/// each option has a bound, and a step of more than 1 PiB is refused as a whole, so no
+/// byte count overflows (a batch of 10^15 used to wrap into a zoo error, exit 1; a
+/// 10^8-layer GPT was killed for memory).
+#[test]
+fn absurd_sizes_exit_2_naming_the_option() {
+    let plan = |extra: &[&str]| -> Vec<String> {
+        ["plan", "--budget", "60%", "--solver", "rotor"].iter().chain(extra).map(|s| s.to_string()).collect()
+    };
+    let run = |v: Vec<String>, needles: &[&str]| bad_input(&v.iter().map(String::as_str).collect::<Vec<_>>(), needles);
+    run(plan(&["--model", "gpt2-small", "--batch", "999999999999999"]), &["--batch", "at most 1048576"]);
+    run(plan(&["--model", "gpt", "--layers", "99999999"]), &["--layers", "at most 10000"]);
+    run(plan(&["--model", "resnet50", "--image", "9999999"]), &["--image", "at most 16384"]);
+    // Each option within its bound, the step beyond 1 PiB.
+    run(plan(&["--model", "resnet50", "--image", "16384", "--batch", "1048576"]), &["resnet50", "1 PiB", "--batch"]);
+    run(vec!["info".into(), "--model".into(), "llama2-7b".into(), "--batch".into(), "1048576".into()], &["1 PiB"]);
+}
+
+/// A run the CPU cannot hold is refused before it starts, with what it needs and what
+/// the machine has free, where it used to abort on a failed allocation.
+#[test]
+fn a_run_beyond_the_machines_memory_exits_2() {
+    if !std::path::Path::new("/proc/meminfo").exists() {
+        return; // Free memory is read from Linux's /proc/meminfo.
+    }
+    // 6.7 TiB at 60%.
+    let train =
+        ["train", "--model", "gpt", "--batch", "1048576", "--budget", "60%", "--solver", "rotor", "--steps", "1"];
+    bad_input(&train, &["--device", "the plan needs", "free"]);
+    bad_input(&["profile", "--model", "gpt", "--batch", "1048576", "-o", "unused.json"], &["largest tensor", "free"]);
+    bad_input(&["bench", "--model", "gpt", "--batch", "1048576"], &["store-all", "free"]);
+}

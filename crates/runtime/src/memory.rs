@@ -185,6 +185,18 @@ pub fn probing() -> bool {
     PROBE.read().map(|p| p.is_some()).unwrap_or(false)
 }
 
+/// Bytes the device can still allocate, where pebble can tell: on the CPU (no device
+/// probe installed) the host's `MemAvailable` (Linux); `None` elsewhere.
+pub fn device_available() -> Option<u64> {
+    if probing() {
+        return None;
+    }
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
 /// Samples the device probe, if any, into the device peak.
 pub fn sample() {
     if let Some(probe) = *PROBE.read().unwrap_or_else(|e| e.into_inner()) {

@@ -81,6 +81,21 @@ pub enum TrainError {
     /// against (a bug of store-all or of the simulator).
     #[error("the simulator rejects store-all's schedule: {0}")]
     StoreAll(SimError),
+    /// The device has less memory free than a run needs: refused before it starts,
+    /// where an allocation would abort the process.
+    #[error(
+        "{what} needs {}, and the device has {} free; lower the budget or the model's sizes (--batch, --seq, --image)",
+        pebble_graph::units::format_bytes(*needed),
+        pebble_graph::units::format_bytes(*available)
+    )]
+    DeviceMemory {
+        /// What would run.
+        what: &'static str,
+        /// Bytes it needs on the device.
+        needed: u64,
+        /// Bytes the device has free ([`pebble_runtime::memory::device_available`]).
+        available: u64,
+    },
     /// The device asked for cannot be used here.
     #[error(transparent)]
     Device(#[from] Unavailable),
@@ -96,6 +111,15 @@ fn infeasible_message(solver: &str, budget: u64, min_budget: Option<u64>) -> Str
             "infeasible: no schedule of `{solver}` fits in {budget} bytes; the minimum feasible budget is {m} bytes"
         ),
         None => format!("infeasible: no schedule of `{solver}` fits in any budget"),
+    }
+}
+
+/// Refuses to start what the device cannot hold: `needed` bytes against what it has
+/// free, where that is known ([`pebble_runtime::memory::device_available`]).
+pub(crate) fn check_device_holds(what: &'static str, needed: u64) -> Result<(), TrainError> {
+    match pebble_runtime::memory::device_available() {
+        Some(available) if needed > available => Err(TrainError::DeviceMemory { what, needed, available }),
+        _ => Ok(()),
     }
 }
 

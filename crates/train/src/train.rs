@@ -194,6 +194,9 @@ fn profiled<B: Backend>(
     device: &B::Device,
 ) -> Result<(pebble_runtime::profile::Profile, Lowered), TrainError> {
     let first = lower::<B>(name, options, None)?;
+    let net = &first.network;
+    let largest = net.tensors.iter().map(|t| net.bytes(&t.shape, t.elem)).max().unwrap_or(0);
+    crate::check_device_holds("profiling the model's largest tensor", largest)?;
     let profile = pebble_runtime::profile::profile::<B>(&first.network, device, seed)?;
     drop(first);
     let lowered = lower::<B>(name, options, Some(&profile))?;
@@ -218,6 +221,9 @@ pub fn lower_timed<B: Backend>(
 ) -> Result<Lowered, TrainError> {
     let (profile, profiled) = profiled::<B>(name, options, seed, device)?;
     let schedule = pebble_solve::baseline::store_all::store_all_schedule(Problem::Chain(&profiled.chain));
+    let store_all = pebble_solve::simulate(Problem::Chain(&profiled.chain), &schedule, &Default::default())
+        .map_err(TrainError::StoreAll)?;
+    crate::check_device_holds("timing store-all steps (--costs steps)", store_all.peak_bytes)?;
     let mut session =
         Session::<B>::new(profiled.network.clone(), profiled.index.clone(), optimizer, seed, device.clone());
     session.set_transfers(TransferOptions { time_ops: true, ..TransferOptions::default() });
@@ -354,6 +360,8 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     // Percentages are of what store-all needs to run: its simulated peak plus the reserve.
     let budget = config.budget.resolve(store_all.peak_bytes, static_bytes, &overhead);
     let plan = plan_within(solver, problem, &budget, &solve, &overhead)?;
+    // On the CPU the host copies share the device's memory.
+    crate::check_device_holds("the plan", plan.report.peak_bytes.saturating_add(plan.report.peak_host_bytes))?;
     let params = lowered.network.param_count();
     let mut session = Session::<B>::new(lowered.network, lowered.index, config.optimizer, config.seed, device);
     // Transfers go at the speed of the machine planned for, and the device pool holds the

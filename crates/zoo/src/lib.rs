@@ -54,6 +54,17 @@ pub enum ZooError {
         /// What is wrong.
         why: String,
     },
+    /// Options whose step would hold more than [`MAX_STEP_BYTES`].
+    #[error(
+        "model `{model}`: these options make one training step hold {bytes:.3e} bytes of tensors and parameters, \
+         more than the 1 PiB pebble plans for; lower --batch, --image, --seq, --width or --layers"
+    )]
+    TooLarge {
+        /// The model.
+        model: String,
+        /// The bytes of every tensor and parameter of one step, once each.
+        bytes: f64,
+    },
     /// Shapes that an op cannot take.
     #[error("op {op}: {why}")]
     Shape {
@@ -71,6 +82,15 @@ pub enum ZooError {
         error: pebble_graph::GraphError,
     },
 }
+
+/// The largest `--batch` a model takes (each size option has its bound; this one is
+/// also `pebble maxbatch`'s largest `--max`).
+pub const MAX_BATCH: usize = 1 << 20;
+
+/// The most bytes of tensors and parameters one training step may hold, each once
+/// (1 PiB): sizes beyond it are bad input, so that every byte count pebble derives from a
+/// model fits in a `u64` with room to add.
+pub const MAX_STEP_BYTES: u64 = 1 << 50;
 
 /// Float type of a model's parameters and activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -311,6 +331,10 @@ impl Model {
         // ids and labels alike.
         let mut network = network;
         network.int_bytes = options.profile.machine.runtime.int_bytes;
+        let bytes = network.step_bytes();
+        if bytes > MAX_STEP_BYTES as u128 {
+            return Err(ZooError::TooLarge { model: spec.name.to_string(), bytes: bytes as f64 });
+        }
         let memory = options.param_memory(spec.name)?;
         let cost = CostModel { profile: options.profile.clone() };
         let graph = network.training_graph(&cost, memory);

@@ -324,6 +324,17 @@ impl Network {
         shape.iter().product::<usize>() as u64 * self.elem_bytes(elem)
     }
 
+    /// Bytes of every tensor and parameter, each once, counted without overflow: what
+    /// [`Model::from_network`](crate::Model::from_network) bounds before any `u64` sum.
+    pub fn step_bytes(&self) -> u128 {
+        let bytes = |shape: &[usize], elem: Elem| {
+            shape.iter().fold(self.elem_bytes(elem) as u128, |n, &d| n.saturating_mul(d as u128))
+        };
+        let tensors = self.tensors.iter().map(|t| bytes(&t.shape, t.elem));
+        let params = self.params.iter().map(|p| bytes(&p.shape, Elem::Float));
+        tensors.chain(params).fold(0u128, u128::saturating_add)
+    }
+
     /// FLOPs of one training step (forward and backward of every op).
     pub fn flops(&self) -> f64 {
         self.ops.iter().map(|o| o.decl.forward_flops + o.decl.backward_flops).sum()

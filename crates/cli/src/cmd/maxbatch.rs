@@ -184,7 +184,9 @@ impl RealSearch<'_> {
                 Some(peak) if peak > self.memory => Err(format!("measured peak {peak} bytes")),
                 peak => Ok((peak.unwrap_or(0), r.step_seconds.iter().sum())),
             },
-            Err(e @ (TrainError::Infeasible { .. } | TrainError::Runtime(_))) => Err(e.to_string()),
+            Err(e @ (TrainError::Infeasible { .. } | TrainError::DeviceMemory { .. } | TrainError::Runtime(_))) => {
+                Err(e.to_string())
+            }
             Err(e) => return Err(super::train::lift(e)),
         };
         let fits = ran.is_ok();
@@ -228,6 +230,9 @@ pub fn run(args: &MaxbatchArgs) -> anyhow::Result<ExitCode> {
     };
     if args.max == 0 {
         return Err(bad("--max: must be at least 1"));
+    }
+    if args.max > pebble_zoo::MAX_BATCH {
+        return Err(bad(format!("--max: at most {}, the largest batch a model takes", pebble_zoo::MAX_BATCH)));
     }
     // `--device cpu|cuda` says where `--run` trains; any other value is the old spelling
     // of `--profile`.

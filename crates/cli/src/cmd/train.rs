@@ -45,6 +45,7 @@ pub fn lift(e: TrainError) -> anyhow::Error {
         TrainError::IntWidth { .. } => bad(format!("--profile: {e}")),
         TrainError::Solver { ref solver, .. } => bad(format!("--solver {solver}: {e}")),
         TrainError::Device(u) => bad(format!("--device cuda: {u}")),
+        TrainError::DeviceMemory { .. } => bad(format!("--device: {e}")),
         TrainError::Infeasible { .. } => Infeasible(e.to_string()).into(),
         TrainError::SolverBug(_) | TrainError::StoreAll(_) | TrainError::Runtime(_) => anyhow::Error::new(e),
     }

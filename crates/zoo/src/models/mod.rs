@@ -92,6 +92,18 @@ static CATALOG: &[ModelSpec] = &[
     spec!("phi2", "phi", "Phi-2", Some((2_779_683_840, HF)), batch 1, image None, seq Some(512), max_seq Some(phi2::MAX_SEQ), layers Some(32), phi2::phi2),
 ];
 
+/// The largest value of each size option: far beyond any model trained today, and low
+/// enough that no shape the builders compute from them overflows (the step's total is
+/// checked after building, [`MAX_STEP_BYTES`](crate::MAX_STEP_BYTES)).
+const OPTION_LIMITS: &[(&str, usize)] = &[
+    ("batch", crate::MAX_BATCH),
+    ("image", 1 << 14),
+    ("seq", 1 << 17),
+    ("layers", 10_000),
+    ("width", 1 << 14),
+    ("heads", 1 << 12),
+];
+
 /// Every model, in catalog order.
 pub fn catalog() -> &'static [ModelSpec] {
     CATALOG
@@ -105,8 +117,12 @@ pub fn build(name: &str, options: &ModelOptions) -> Result<Model, ZooError> {
     })?;
     let bad = |option: &'static str, why: String| ZooError::BadOption { model: name.to_string(), option, why };
     let pick = |option: &'static str, given: Option<usize>, default: Option<usize>| -> Result<usize, ZooError> {
+        let limit = OPTION_LIMITS.iter().find(|(name, _)| *name == option).map_or(usize::MAX, |&(_, l)| l);
         match (given, default) {
             (Some(0), _) => Err(bad(option, "must be positive".into())),
+            (Some(v), Some(_)) if v > limit => {
+                Err(bad(option, format!("{v} is beyond any model pebble plans (at most {limit})")))
+            }
             (Some(v), Some(_)) => Ok(v),
             (Some(_), None) => Err(bad(option, "does not apply to this model".into())),
             (None, d) => Ok(d.unwrap_or(0)),
