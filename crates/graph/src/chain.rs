@@ -116,7 +116,18 @@ impl Chain {
                 message: "field `g` (weight gradients) needs field `w` (the weights they belong to)".into(),
             });
         }
-        let named: u64 = [&self.g, &self.o].iter().filter_map(|v| v.as_ref()).flatten().sum();
+        let sized =
+            [("x", Some(&self.x)), ("xbar", Some(&self.xbar)), ("ftmp", Some(&self.ftmp)), ("btmp", Some(&self.btmp))]
+                .into_iter()
+                .chain([("w", self.w.as_ref()), ("g", self.g.as_ref()), ("o", self.o.as_ref())]);
+        for (field, v) in sized {
+            for (i, &b) in v.into_iter().flatten().enumerate() {
+                checked_size(b, || format!("{field}[{i}]"))?;
+            }
+        }
+        checked_size(self.static_bytes, || "static_bytes".into())?;
+        let named: u64 =
+            [&self.g, &self.o].iter().filter_map(|v| v.as_ref()).flatten().fold(0, |a, &b| a.saturating_add(b));
         if named > self.static_bytes && (self.g.is_some() || self.o.is_some()) {
             return Err(GraphError::Malformed {
                 what: "chain",
@@ -127,10 +138,8 @@ impl Chain {
             });
         }
         for (field, v) in [("ftime", &self.ftime), ("btime", &self.btime)] {
-            for (i, t) in v.iter().enumerate() {
-                if !t.is_finite() || *t < 0.0 {
-                    return Err(GraphError::BadTime { field: format!("{field}[{i}]"), value: t.to_string() });
-                }
+            for (i, &t) in v.iter().enumerate() {
+                checked_time(t, || format!("{field}[{i}]"))?;
             }
         }
         for i in 1..=l {
@@ -204,14 +213,38 @@ fn array<'a>(obj: &'a Map<String, Value>, field: &str) -> Result<&'a Vec<Value>,
     }
 }
 
+/// The largest size one entry of a chain or graph may have (2^50: 1 PiB in bytes), so that
+/// the sums of a schedule's live sizes stay far inside a `u64`.
+pub const MAX_SIZE: u64 = 1 << 50;
+
+/// The largest time one entry may have (10^15, in whatever unit the file uses), so that
+/// every sum of times stays finite.
+pub const MAX_TIME: f64 = 1e15;
+
+/// `value` if it is within [`MAX_SIZE`], else the error naming `field`.
+pub(crate) fn checked_size(value: u64, field: impl FnOnce() -> String) -> Result<u64, GraphError> {
+    if value > MAX_SIZE {
+        return Err(GraphError::BadSize { field: field(), value: value.to_string() });
+    }
+    Ok(value)
+}
+
+/// `value` if it is finite, non-negative and within [`MAX_TIME`], else the error naming `field`.
+pub(crate) fn checked_time(value: f64, field: impl FnOnce() -> String) -> Result<f64, GraphError> {
+    if !(value.is_finite() && (0.0..=MAX_TIME).contains(&value)) {
+        return Err(GraphError::BadTime { field: field(), value: value.to_string() });
+    }
+    Ok(value)
+}
+
 /// Reads a non-negative integer size, naming `field` on failure.
 pub(crate) fn size_value(v: &Value, field: &str) -> Result<u64, GraphError> {
     let bad = || GraphError::BadSize { field: field.into(), value: v.to_string() };
     if let Some(u) = v.as_u64() {
-        return Ok(u);
+        return checked_size(u, || field.into());
     }
     match v.as_f64() {
-        Some(f) if f.is_finite() && f >= 0.0 && f.fract() == 0.0 && f <= u64::MAX as f64 => Ok(f as u64),
+        Some(f) if f.is_finite() && f >= 0.0 && f.fract() == 0.0 && f <= MAX_SIZE as f64 => Ok(f as u64),
         _ => Err(bad()),
     }
 }
@@ -230,8 +263,9 @@ fn sizes(obj: &Map<String, Value>, field: &str) -> Result<Vec<u64>, GraphError> 
 /// Reads a non-negative finite time, naming `field` on failure.
 pub(crate) fn time_value(v: &Value, field: &str) -> Result<f64, GraphError> {
     match v.as_f64() {
-        Some(t) if t.is_finite() && t >= 0.0 => Ok(t),
-        _ => Err(GraphError::BadTime { field: field.into(), value: v.to_string() }),
+        Some(t) => checked_time(t, || field.into())
+            .map_err(|_| GraphError::BadTime { field: field.into(), value: v.to_string() }),
+        None => Err(GraphError::BadTime { field: field.into(), value: v.to_string() }),
     }
 }
 
@@ -261,15 +295,29 @@ mod tests {
     fn bad_inputs_name_the_field() {
         assert_eq!(
             err(&GOOD.replace("[4,5,6]", "[4,-5,6]")),
-            "field `x[1]`: a size must be a non-negative integer, got -5"
+            "field `x[1]`: a size must be a non-negative integer of at most 2^50 (1 PiB), got -5"
         );
         assert_eq!(
             err(&GOOD.replace("[4,5,6]", "[4,5.5,6]")),
-            "field `x[1]`: a size must be a non-negative integer, got 5.5"
+            "field `x[1]`: a size must be a non-negative integer of at most 2^50 (1 PiB), got 5.5"
+        );
+        // Absurd sizes and times: their sums would overflow a u64 or reach infinity.
+        assert_eq!(
+            err(&GOOD.replace("[4,5,6]", "[4,5,18446744073709551615]")),
+            "field `x[2]`: a size must be a non-negative integer of at most 2^50 (1 PiB), got 18446744073709551615"
+        );
+        assert!(err(&GOOD.replace("[4,5,6]", "[4,5,1125899906842625]")).starts_with("field `x[2]`"));
+        assert!(Chain::from_json(
+            &GOOD.replace("[4,5,6]", "[4,5,1125899906842624]").replace("[4,7,8]", "[4,7,1125899906842624]")
+        )
+        .is_ok());
+        assert_eq!(
+            err(&GOOD.replace("[1,2]", "[1,1e308]")),
+            "field `ftime[1]`: a time must be a non-negative number of at most 1e15, got 1e+308"
         );
         assert_eq!(
             err(&GOOD.replace("[1,2]", "[1,-2]")),
-            "field `ftime[1]`: a time must be a non-negative finite number, got -2"
+            "field `ftime[1]`: a time must be a non-negative number of at most 1e15, got -2"
         );
         assert_eq!(err(&GOOD.replace("[4,7,8]", "[4,7]")), "field `xbar` has length 2, expected 3 (len(ftime) + 1)");
         assert_eq!(err(&GOOD.replace("\"ftmp\":[0,1],", "")), "missing field `ftmp`");

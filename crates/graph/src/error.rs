@@ -18,16 +18,16 @@ pub enum GraphError {
         /// The field's name.
         field: String,
     },
-    /// A size is negative, fractional or not finite.
-    #[error("field `{field}`: a size must be a non-negative integer, got {value}")]
+    /// A size is negative, fractional, not finite or beyond [`MAX_SIZE`](crate::MAX_SIZE).
+    #[error("field `{field}`: a size must be a non-negative integer of at most 2^50 (1 PiB), got {value}")]
     BadSize {
         /// The field and index, e.g. `x[3]`.
         field: String,
         /// The offending value, as written.
         value: String,
     },
-    /// A time is negative or not finite.
-    #[error("field `{field}`: a time must be a non-negative finite number, got {value}")]
+    /// A time is negative, not finite or beyond [`MAX_TIME`](crate::MAX_TIME).
+    #[error("field `{field}`: a time must be a non-negative number of at most 1e15, got {value}")]
     BadTime {
         /// The field and index, e.g. `ftime[0]`.
         field: String,

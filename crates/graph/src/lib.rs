@@ -31,7 +31,7 @@ pub mod partition;
 mod training;
 pub mod units;
 
-pub use chain::Chain;
+pub use chain::{Chain, MAX_SIZE, MAX_TIME};
 pub use error::GraphError;
 pub use hpartition::{h_partition, identical_clusters, Cluster, HPartitionConfig, Hierarchy, Part};
 pub use layers::Layers;

@@ -157,10 +157,12 @@ impl TrainingGraph {
         if losses != 1 {
             return Err(GraphError::Invalid(format!("a graph needs exactly one loss node, found {losses}")));
         }
+        for (i, d) in self.data.iter().enumerate() {
+            crate::chain::checked_size(d.size, || format!("data[{i}].size"))?;
+        }
         for (i, c) in self.compute.iter().enumerate() {
-            if !c.time.is_finite() || c.time < 0.0 {
-                return Err(GraphError::BadTime { field: format!("compute[{i}].time"), value: c.time.to_string() });
-            }
+            crate::chain::checked_time(c.time, || format!("compute[{i}].time"))?;
+            crate::chain::checked_size(c.tmp, || format!("compute[{i}].tmp"))?;
             for (field, ids) in [("inputs", &c.inputs), ("outputs", &c.outputs)] {
                 if let Some(&d) = ids.iter().find(|&&d| d >= nd) {
                     return Err(GraphError::BadId { field: format!("compute[{i}].{field}"), id: d, count: nd });
