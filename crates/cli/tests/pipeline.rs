@@ -134,6 +134,9 @@ fn bad_input_names_the_flag_with_exit_code_two() {
         (vec!["--devices", "2", "--solver", "1f1b", "--memory", "-3GB"], "--memory"),
         (vec!["--devices", "2", "--solver", "1f1b", "--bandwidth", "fast"], "--bandwidth"),
         (vec!["--devices", "2", "--solver", "1f1b", "--microbatches", "0"], "--microbatches"),
+        // Beyond any pipeline: 10^8 micro-batches used to be listed until memory ran out.
+        (vec!["--devices", "2", "--solver", "gpipe", "--microbatches", "99999999"], "--microbatches: 99999999"),
+        (vec!["--devices", "2", "--solver", "interleaved-1f1b", "--virtual-stages", "65"], "at most 64"),
     ] {
         let mut full = vec!["pipeline", "--chain", c];
         full.extend(args);

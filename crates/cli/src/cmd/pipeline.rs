@@ -14,6 +14,11 @@ use crate::flags::{ExportFormat, MemoryLimit, ModelOpts, PipelineArgs, SourceArg
 use crate::out;
 use crate::source::{check_new_file, significant, write_new_file, Source, Subject, Units};
 
+/// The most micro-batches (and weight versions) a step may have.
+const MAX_MICROBATCHES: usize = 4096;
+/// The most virtual stages per device of interleaved-1f1b.
+const MAX_VIRTUAL_STAGES: usize = 64;
+
 /// A source seen as pipeline layers, with the defaults of the pipeline flags: a model's
 /// profile gives them; a chain or graph file has none (one device, unlimited memory,
 /// free links). `pipeline`, `simulate` and `sweep --devices` read their flags through it.
@@ -99,6 +104,17 @@ impl PipelineSetup {
         }
         if args.weight_versions == Some(0) {
             return Err(bad("--weight-versions: must be at least 1"));
+        }
+        // A step's schedule lists every micro-batch's ops on every device: beyond these
+        // it no longer fits in memory, and no pipeline runs so many.
+        for (flag, value, most) in [
+            ("--microbatches", args.microbatches, MAX_MICROBATCHES),
+            ("--virtual-stages", Some(args.virtual_stages), MAX_VIRTUAL_STAGES),
+            ("--weight-versions", args.weight_versions.map(|v| v as usize), MAX_MICROBATCHES),
+        ] {
+            if let Some(v) = value.filter(|&v| v > most) {
+                return Err(bad(format!("{flag}: {v} is more than any pipeline uses (at most {most})")));
+            }
         }
         let mut p = PipeProblem::new(&self.layers, self.devices, self.memory, self.bandwidth);
         p.microbatches = args.microbatches;
