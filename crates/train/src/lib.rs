@@ -27,6 +27,7 @@ pub use train::{
 use pebble_runtime::{RuntimeError, Unavailable};
 use pebble_sim::SimError;
 use pebble_solve::{PlanError, SolveError, UnknownSolver};
+use pebble_graph::units::format_bytes;
 use pebble_zoo::ZooError;
 
 /// Why a run did not happen.
@@ -85,8 +86,8 @@ pub enum TrainError {
     /// where an allocation would abort the process.
     #[error(
         "{what} needs {}, and the device has {} free; lower the budget or the model's sizes (--batch, --seq, --image)",
-        pebble_graph::units::format_bytes(*needed),
-        pebble_graph::units::format_bytes(*available)
+        format_bytes(*needed),
+        format_bytes(*available)
     )]
     DeviceMemory {
         /// What would run.
@@ -108,7 +109,9 @@ pub enum TrainError {
 fn infeasible_message(solver: &str, budget: u64, min_budget: Option<u64>) -> String {
     match min_budget {
         Some(m) => format!(
-            "infeasible: no schedule of `{solver}` fits in {budget} bytes; the minimum feasible budget is {m} bytes"
+            "infeasible: no schedule of `{solver}` fits in {}; the minimum feasible budget is {}",
+            format_bytes(budget),
+            format_bytes(m)
         ),
         None => format!("infeasible: no schedule of `{solver}` fits in any budget"),
     }
@@ -143,7 +146,7 @@ mod tests {
         let e = TrainError::Infeasible { solver: "rotor".into(), budget: 1024, min_budget: Some(4096) };
         assert_eq!(
             e.to_string(),
-            "infeasible: no schedule of `rotor` fits in 1024 bytes; the minimum feasible budget is 4096 bytes"
+            "infeasible: no schedule of `rotor` fits in 1.000 KiB; the minimum feasible budget is 4.000 KiB"
         );
         let e = TrainError::Infeasible { solver: "rotor".into(), budget: 1024, min_budget: None };
         assert_eq!(e.to_string(), "infeasible: no schedule of `rotor` fits in any budget");
