@@ -393,15 +393,19 @@ pub fn random_graph(rng: &mut Rng, n: usize) -> TrainingGraph {
 /// A small GPT-2 from the zoo (2 heads, batch 1, `layers` layers of width `width`, `seq`
 /// tokens): both views, with residual connections in the graph.
 pub fn gpt(layers: usize, width: usize, seq: usize) -> Model {
-    let o = ModelOptions {
+    pebble_zoo::build("gpt", &gpt_options(layers, width, seq)).unwrap_or_else(|e| panic!("gpt: {e}"))
+}
+
+/// The options of [`gpt`]: for a caller that builds or lowers the model itself.
+pub fn gpt_options(layers: usize, width: usize, seq: usize) -> ModelOptions {
+    ModelOptions {
         layers: Some(layers),
         width: Some(width),
         heads: Some(2),
         seq: Some(seq),
         batch: Some(1),
         ..Default::default()
-    };
-    pebble_zoo::build("gpt", &o).unwrap_or_else(|e| panic!("gpt: {e}"))
+    }
 }
 
 #[cfg(test)]

@@ -24,10 +24,10 @@ pub use train::{
     drive_policy, lower, lower_profiled, replay_on_measured, transfer_options, Costs, Lowered, TrainConfig, TrainReport,
 };
 
+use pebble_graph::units::format_bytes;
 use pebble_runtime::{RuntimeError, Unavailable};
 use pebble_sim::SimError;
 use pebble_solve::{PlanError, SolveError, UnknownSolver};
-use pebble_graph::units::format_bytes;
 use pebble_zoo::ZooError;
 
 /// Why a run did not happen.

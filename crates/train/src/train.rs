@@ -553,14 +553,7 @@ mod tests {
     #[test]
     fn ops_scaled_to_measured_stage_times_lower_to_those_times() {
         use pebble_runtime::profile::Profile as OpProfile;
-        let options = ModelOptions {
-            batch: Some(2),
-            seq: Some(16),
-            layers: Some(2),
-            width: Some(16),
-            heads: Some(2),
-            ..ModelOptions::default()
-        };
+        let options = pebble_testkit::gpt_options(2, 16, 16);
         let analytic = lower::<burn_flex::Flex>("gpt", &options, None).unwrap();
         let roofline = pebble_zoo::CostModel { profile: options.profile.clone() };
         let net = &analytic.network;

@@ -127,19 +127,7 @@ mod tests {
 
     #[test]
     fn knapsack_keeps_the_most_time_within_the_capacity() {
-        let g = pebble_zoo::build(
-            "gpt",
-            &pebble_zoo::ModelOptions {
-                batch: Some(1),
-                seq: Some(16),
-                layers: Some(2),
-                width: Some(16),
-                heads: Some(2),
-                ..Default::default()
-            },
-        )
-        .expect("model")
-        .graph;
+        let g = pebble_testkit::gpt(2, 16, 16).graph;
         let items = items(&g);
         assert!(items.len() > 10);
         let total: u64 = items.iter().map(|&(d, _)| g.data[d].size).sum();

@@ -248,19 +248,7 @@ mod tests {
     use crate::baseline::store_all::graph_store_all;
 
     fn gpt() -> TrainingGraph {
-        pebble_zoo::build(
-            "gpt",
-            &pebble_zoo::ModelOptions {
-                batch: Some(1),
-                seq: Some(16),
-                layers: Some(2),
-                width: Some(16),
-                heads: Some(2),
-                ..Default::default()
-            },
-        )
-        .expect("model")
-        .graph
+        pebble_testkit::gpt(2, 16, 16).graph
     }
 
     fn sim(g: &TrainingGraph, s: &Schedule) -> pebble_sim::SimReport {
