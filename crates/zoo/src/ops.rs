@@ -284,17 +284,23 @@ impl OpDecl {
     /// An op with a weight (and a bias of `bias` entries) doing `macs` multiply-adds on
     /// matrix units: forward `2·macs`, backward `4·macs` (input and weight gradients), and
     /// a backward that reads the input and the weight.
-    fn weighted(&mut self, weight: Shape, bias: Option<usize>, macs: usize) {
+    fn weighted(&mut self, weight: Shape, bias: Option<usize>, macs: f64) {
         self.params.push(("weight", weight));
         if let Some(b) = bias {
             self.params.push(("bias", vec![b]));
         }
-        self.forward_flops = 2.0 * macs as f64;
-        self.backward_flops = 4.0 * macs as f64;
+        self.forward_flops = 2.0 * macs;
+        self.backward_flops = 4.0 * macs;
         self.matmul = true;
         self.saved = vec![Saved::Input(0)];
         self.backward_reads_params = true;
     }
+}
+
+/// The product of `dims` as a float: FLOP counts, which may exceed a `usize` where the
+/// shapes themselves do not.
+fn count(dims: &[usize]) -> f64 {
+    dims.iter().map(|&d| d as f64).product()
 }
 
 fn numel(s: &[usize]) -> usize {
@@ -399,7 +405,7 @@ impl OpKind {
                 let ho = (h + 2 * padding - kernel) / stride + 1;
                 let wo = (w + 2 * padding - kernel) / stride + 1;
                 d.output = vec![n, *out_channels, ho, wo];
-                let macs = n * out_channels * ho * wo * (c / groups) * kernel * kernel;
+                let macs = count(&[n, *out_channels, ho, wo, c / groups, *kernel, *kernel]);
                 d.weighted(vec![*out_channels, c / groups, *kernel, *kernel], bias.then_some(*out_channels), macs);
             }
             OpKind::ConvTranspose2d { out_channels, kernel, bias } => {
@@ -407,7 +413,7 @@ impl OpKind {
                 float(0)?;
                 let (n, c, h, w) = image("conv_transpose2d")?;
                 d.output = vec![n, *out_channels, h * kernel, w * kernel];
-                let macs = n * c * h * w * out_channels * kernel * kernel;
+                let macs = count(&[n, c, h, w, *out_channels, *kernel, *kernel]);
                 d.weighted(vec![c, *out_channels, *kernel, *kernel], bias.then_some(*out_channels), macs);
             }
             OpKind::Linear { out_features, bias } => {
@@ -417,11 +423,7 @@ impl OpKind {
                 let mut out = x.clone();
                 *out.last_mut().expect("non-empty") = *out_features;
                 d.output = out;
-                d.weighted(
-                    vec![*out_features, k],
-                    bias.then_some(*out_features),
-                    numel(&x) / k.max(1) * k * out_features,
-                );
+                d.weighted(vec![*out_features, k], bias.then_some(*out_features), count(&x) * *out_features as f64);
             }
             OpKind::BatchNorm2d => {
                 arity(1)?;
@@ -515,8 +517,8 @@ impl OpKind {
                 }
                 d.output = vec![b, s, e];
                 let scores = b * heads * s * s;
-                d.forward_flops = 4.0 * (b * s * s * e) as f64 + 5.0 * scores as f64;
-                d.backward_flops = 8.0 * (b * s * s * e) as f64 + 4.0 * scores as f64;
+                d.forward_flops = 4.0 * count(&[b, s, s, e]) + 5.0 * scores as f64;
+                d.backward_flops = 8.0 * count(&[b, s, s, e]) + 4.0 * scores as f64;
                 d.matmul = true;
                 d.saved = (0..inputs.len()).map(Saved::Input).collect();
                 d.saved.push(Saved::Extra { name: "weights", shape: vec![b, *heads, s, s], elem: Elem::Float });
@@ -544,7 +546,7 @@ impl OpKind {
                 out.push(*dim);
                 d.output = out;
                 d.params.push(("weight", vec![*vocab, *dim]));
-                d.backward_flops = (numel(&x) * dim) as f64;
+                d.backward_flops = count(&x) * *dim as f64;
                 d.saved = vec![Saved::Input(0)];
             }
             OpKind::Add | OpKind::Mul => {
@@ -673,7 +675,7 @@ impl OpKind {
                 let ho = (h + 2 * pad_h - kernel_h) / stride + 1;
                 let wo = (w + 2 * pad_w - kernel_w) / stride + 1;
                 d.output = vec![n, *out_channels, ho, wo];
-                let macs = n * out_channels * ho * wo * c * kernel_h * kernel_w;
+                let macs = count(&[n, *out_channels, ho, wo, c, *kernel_h, *kernel_w]);
                 d.weighted(vec![*out_channels, c, *kernel_h, *kernel_w], bias.then_some(*out_channels), macs);
             }
             OpKind::Lrn { size, alpha, beta, bias } => {
@@ -711,10 +713,10 @@ impl OpKind {
                 }
                 let mut out = x.clone();
                 out[r - 1] = y[r - 1];
-                let macs = numel(&out) * x[r - 1];
+                let macs = count(&out) * x[r - 1] as f64;
                 d.output = out;
-                d.forward_flops = 2.0 * macs as f64;
-                d.backward_flops = 4.0 * macs as f64;
+                d.forward_flops = 2.0 * macs;
+                d.backward_flops = 4.0 * macs;
                 d.matmul = true;
                 d.saved = vec![Saved::Input(0), Saved::Input(1)];
             }
