@@ -100,6 +100,9 @@ fn absurd_sizes_exit_2_naming_the_option() {
     run(plan(&["--model", "resnet50", "--image", "9999999"]), &["--image", "at most 16384"]);
     // Each option within its bound, the step beyond 1 PiB.
     run(plan(&["--model", "resnet50", "--image", "16384", "--batch", "1048576"]), &["resnet50", "1 PiB", "--batch"]);
+    // The largest shapes the bounds allow: no product overflows before the check (this
+    // one's FLOP count panicked in a debug build).
+    run(plan(&["--model", "resnet", "--image", "16384", "--batch", "1048576", "--width", "16384"]), &["1 PiB"]);
     run(vec!["info".into(), "--model".into(), "llama2-7b".into(), "--batch".into(), "1048576".into()], &["1 PiB"]);
 }
 
