@@ -422,19 +422,26 @@ impl Profile {
                 Machine { device_memory: memory.unwrap_or(base.device_memory), interconnect: base.h2d, ..base }
             }
         };
+        // Rates below a million per second would time a model's ops beyond what a chain
+        // or graph holds (1e15 s); no device or CPU core is that slow.
         for (name, v) in [
             ("matmul_flops_f32", f.matmul_flops_f32),
             ("matmul_flops_bf16", f.matmul_flops_bf16),
             ("vector_flops", f.vector_flops),
             ("memory_bandwidth", f.memory_bandwidth),
-            ("efficiency", f.efficiency),
         ] {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(field(name, format!("must be a positive number, got {v}")));
+            if !(v.is_finite() && v >= 1e6) {
+                return Err(field(name, format!("must be a number of at least 1e6 per second, got {v:?}")));
             }
         }
-        if !(f.launch_seconds.is_finite() && f.launch_seconds >= 0.0) {
-            return Err(field("launch_seconds", format!("must be non-negative, got {}", f.launch_seconds)));
+        if !(f.efficiency.is_finite() && f.efficiency > 0.0 && f.efficiency <= 1.0) {
+            return Err(field(
+                "efficiency",
+                format!("must be a fraction of the peak in (0, 1], got {:?}", f.efficiency),
+            ));
+        }
+        if !(f.launch_seconds.is_finite() && (0.0..=1.0).contains(&f.launch_seconds)) {
+            return Err(field("launch_seconds", format!("must be between 0 and 1 s, got {:?}", f.launch_seconds)));
         }
         machine.validate()?;
         Ok(Profile {
@@ -514,6 +521,35 @@ mod tests {
         let err = Profile::from_json(&bad).unwrap_err().to_string();
         assert!(err.contains("gpus"), "{err}");
         assert!(matches!(Profile::lookup("tpu"), Err(ProfileError::Unknown { .. })));
+    }
+
+    /// Rates that would time a model's ops beyond what a chain holds, and an efficiency
+    /// above the peak, are refused by name (they used to surface as a zoo graph error).
+    #[test]
+    fn absurd_rates_name_the_field() {
+        let text = |field: &str, value: &str| {
+            let mut v: serde_json::Value = serde_json::from_str(
+                r#"{"name":"x","matmul_flops_f32":1e12,"matmul_flops_bf16":2e12,"vector_flops":1e12,
+                "memory_bandwidth":1e11,"efficiency":0.5,"launch_seconds":0.0}"#,
+            )
+            .unwrap();
+            v[field] = serde_json::from_str(value).unwrap();
+            v.to_string()
+        };
+        for (field, value) in [
+            ("matmul_flops_f32", "1e-300"),
+            ("vector_flops", "999999"),
+            ("memory_bandwidth", "0"),
+            ("efficiency", "1.5"),
+            ("efficiency", "0"),
+            ("launch_seconds", "2"),
+        ] {
+            let err = Profile::from_json(&text(field, value)).unwrap_err();
+            assert!(matches!(&err, ProfileError::Field { field: f, .. } if f == field), "{field} = {value}: {err}");
+        }
+        for (field, value) in [("vector_flops", "1e6"), ("efficiency", "1"), ("launch_seconds", "1")] {
+            assert!(Profile::from_json(&text(field, value)).is_ok(), "{field} = {value}");
+        }
     }
 
     #[test]
