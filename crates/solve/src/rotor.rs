@@ -77,7 +77,7 @@ use pebble_graph::Chain;
 use pebble_schedule::{ForwardMode, Op, Schedule, View};
 
 use crate::discretize::{discretize, first_fitting, ops_time, store_all_if_it_fits, Discrete};
-use crate::{Problem, Slots, SolveError, SolveOptions, Solver};
+use crate::{Problem, Progress, Slots, SolveError, SolveOptions, Solver};
 
 /// Rotor's persistent DP (Shilova, Algorithm 3): optimal among schedules in which an
 /// activation, once stored, stays until its backward.
@@ -98,7 +98,7 @@ impl Solver for Rotor {
 
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
         let chain = problem.chain_for(self.name())?;
-        let (_, ops) = persistent(chain, budget, options.slots)?;
+        let (_, ops) = persistent_with(chain, budget, options.slots, None, &options.progress)?;
         Ok(Schedule::new(View::Chain, ops))
     }
 }
@@ -121,16 +121,17 @@ const MAX_RING: usize = 1 << 26;
 /// Solves `C_MP` for `chain` within `budget`: the DP's value (the schedule's time) and
 /// the schedule's ops.
 pub(crate) fn persistent(chain: &Chain, budget: u64, slots: Slots) -> Result<(f64, Vec<Op>), SolveError> {
-    persistent_with(chain, budget, slots, None)
+    persistent_with(chain, budget, slots, None, &Progress::none())
 }
 
 /// [`persistent`] with `threads` workers (where the table allows more than one), or as
-/// many as the machine has.
+/// many as the machine has, reporting the memory slices done to `progress`.
 pub(crate) fn persistent_with(
     chain: &Chain,
     budget: u64,
     slots: Slots,
     threads: Option<usize>,
+    progress: &Progress,
 ) -> Result<(f64, Vec<Op>), SolveError> {
     if let Some(found) = store_all_if_it_fits(chain, budget) {
         return Ok(found);
@@ -152,7 +153,7 @@ pub(crate) fn persistent_with(
             ),
         });
     }
-    let dp = Dp::run(&d, threads);
+    let dp = Dp::run(&d, threads, progress);
     let top = dp.value(d.memory, l);
     let found = first_fitting(chain, &d, budget, |m| {
         if dp.arg(0, l, m) == ARG_NONE {
@@ -312,6 +313,8 @@ struct Setup<'a> {
     barrier: SpinBarrier,
     /// Whether some size is zero (rows of a slice then depend on each other).
     zero: bool,
+    /// Where the first worker reports the slices done.
+    progress: &'a Progress,
 }
 
 /// Largest number of worker threads.
@@ -348,8 +351,9 @@ fn groups(n: usize, threads: usize, p: usize) -> impl Iterator<Item = (usize, us
 impl Setup<'_> {
     /// A worker: its cells (see [`owner`] and [`groups`]), every slice, in the order of
     /// `cells`. Returns its choices, slice by slice in that order (coded, see
-    /// [`CODE_FAR`]), and those coded `CODE_FAR`.
-    fn work(&self, cells: &[Cell]) -> (Vec<u8>, Vec<(u32, u16)>) {
+    /// [`CODE_FAR`]), and those coded `CODE_FAR`. The worker that `reports` tells
+    /// [`Setup::progress`] of every hundredth of the slices.
+    fn work(&self, cells: &[Cell], reports: bool) -> (Vec<u8>, Vec<(u32, u16)>) {
         let d = self.d;
         let (n, tsize, w) = (self.n, self.tsize, self.w);
         let (x, xb) = (&d.x, &d.xbar);
@@ -374,7 +378,11 @@ impl Setup<'_> {
         let mut right = vec![INF; GROUP * n];
         // Ring offset of slice m − k, for k < w.
         let mut back = vec![0usize; w];
+        let every = (mm + 1).div_ceil(100).max(1);
         for m in 0..=mm {
+            if reports && m % every == 0 {
+                self.progress.report("rotor: memory slices", m, mm + 1);
+            }
             let cm = m % w;
             for (k, b) in back.iter_mut().enumerate().take((m + 1).min(w)) {
                 *b = if k <= cm { cm - k } else { cm + w - k } * tsize;
@@ -485,12 +493,15 @@ impl Setup<'_> {
             std::mem::swap(&mut mine, &mut prev);
             self.barrier.wait();
         }
+        if reports {
+            self.progress.report("rotor: memory slices", mm + 1, mm + 1);
+        }
         (args, far)
     }
 }
 
 impl Dp {
-    fn run(d: &Discrete, threads: Option<usize>) -> Dp {
+    fn run(d: &Discrete, threads: Option<usize>, progress: &Progress) -> Dp {
         let l = d.l;
         let n = l + 1;
         let tsize = n * (n + 1) / 2;
@@ -590,20 +601,21 @@ impl Dp {
             ring: (0..w * tsize).map(|_| AtomicU64::new(INF.to_bits())).collect(),
             barrier: SpinBarrier { count: AtomicUsize::new(0), generation: AtomicUsize::new(0), n: threads },
             zero,
+            progress,
         };
         let args = if threads == 1 {
-            vec![setup.work(&cells[0])]
+            vec![setup.work(&cells[0], true)]
         } else {
             std::thread::scope(|scope| {
                 let handles: Vec<_> = (1..threads)
                     .map(|p| {
                         scope.spawn({
                             let (setup, cells) = (&setup, &cells);
-                            move || setup.work(&cells[p])
+                            move || setup.work(&cells[p], false)
                         })
                     })
                     .collect();
-                let mut all = vec![setup.work(&cells[0])];
+                let mut all = vec![setup.work(&cells[0], true)];
                 all.extend(handles.into_iter().map(|h| h.join().expect("a rotor worker panicked")));
                 all
             })
@@ -719,6 +731,31 @@ mod tests {
     }
 
     #[test]
+    fn progress_counts_the_memory_slices_up_to_all_of_them() {
+        use std::sync::{Arc, Mutex};
+        let chain = pebble_testkit::hand_chain();
+        let seen: Arc<Mutex<Vec<(usize, usize)>>> = Arc::default();
+        let progress = Progress::new({
+            let seen = Arc::clone(&seen);
+            move |what, done, total| {
+                assert_eq!(what, "rotor: memory slices");
+                seen.lock().unwrap().push((done, total));
+            }
+        });
+        // The least budget rotor fits in: below store-all's, so that the DP runs.
+        let budget = (1..200).find(|&b| persistent(&chain, b, Slots::Count(300)).is_ok()).expect("a budget fits");
+        assert!(store_all_if_it_fits(&chain, budget).is_none());
+        persistent_with(&chain, budget, Slots::Count(300), Some(1), &progress).unwrap();
+        let seen = seen.lock().unwrap();
+        let total = seen[0].1;
+        assert!(total > 1 && seen.iter().all(|&(_, t)| t == total), "{seen:?}");
+        assert!(seen.windows(2).all(|w| w[0].0 < w[1].0), "{seen:?}");
+        assert_eq!(seen.first().unwrap().0, 0);
+        assert_eq!(*seen.last().unwrap(), (total, total));
+        assert!(seen.len() <= 102, "at most a report per hundredth, and the last: {}", seen.len());
+    }
+
+    #[test]
     fn workers_agree() {
         let mut rng = Rng::new(8);
         for l in [9, 30, 61] {
@@ -726,10 +763,11 @@ mod tests {
             let (lo, hi) = (recompute_all_peak(&chain), store_all_peak(&chain));
             for k in [1, 3, 6] {
                 let budget = lo + (hi - lo) * k / 8;
-                let one = persistent_with(&chain, budget, Slots::Count(120), Some(1)).unwrap();
+                let one = persistent_with(&chain, budget, Slots::Count(120), Some(1), &Progress::none()).unwrap();
                 check(&chain, budget, &one.1, one.0, "rotor");
                 for threads in [2, 3, 5] {
-                    let many = persistent_with(&chain, budget, Slots::Count(120), Some(threads)).unwrap();
+                    let many =
+                        persistent_with(&chain, budget, Slots::Count(120), Some(threads), &Progress::none()).unwrap();
                     assert_eq!(many, one, "{threads} workers, L = {l}");
                 }
             }
@@ -745,8 +783,8 @@ mod tests {
         let (lo, hi) = (recompute_all_peak(&chain), store_all_peak(&chain));
         let budget = lo + (hi - lo) * 3 / 10;
         let d = discretize(&chain, budget, Slots::Count(20)).unwrap();
-        let one = Dp::run(&d, Some(1));
-        let two = Dp::run(&d, Some(2));
+        let one = Dp::run(&d, Some(1), &Progress::none());
+        let two = Dp::run(&d, Some(2), &Progress::none());
         assert!(one.far[0].len() > 100, "far choices: {}", one.far[0].len());
         for m in 0..=d.memory {
             for s in 0..=d.l {
@@ -757,7 +795,7 @@ mod tests {
                 }
             }
         }
-        let (time, ops) = persistent_with(&chain, budget, Slots::Count(20), Some(2)).unwrap();
+        let (time, ops) = persistent_with(&chain, budget, Slots::Count(20), Some(2), &Progress::none()).unwrap();
         check(&chain, budget, &ops, time, "rotor");
     }
 }

@@ -227,7 +227,8 @@ fn capper_with(
     threads: Option<usize>,
 ) -> Result<(Schedule, Vec<Transfer>), SolveError> {
     inputs_fit(chain, budget)?;
-    let (_, compute) = crate::rotor::persistent_with(chain, cap.max(budget), options.slots, threads)?;
+    let (_, compute) =
+        crate::rotor::persistent_with(chain, cap.max(budget), options.slots, threads, &crate::Progress::none())?;
     let config = SimConfig { budget: Some(budget), ..options.sim_config() };
     let mut offloads: Vec<Transfer> = Vec::new();
     loop {
