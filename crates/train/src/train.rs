@@ -324,29 +324,21 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     let overhead = options.profile.machine.runtime;
     let mut profile_seconds = 0.0;
     let mut solve = config.solve.clone();
+    let start = Instant::now();
     let lowered = match config.costs {
         Costs::Analytic => lower::<B>(&config.model, &options, None)?,
-        Costs::Profiled | Costs::Steps => {
-            let start = Instant::now();
-            let lowered = match config.costs {
-                Costs::Steps => lower_timed::<B>(&config.model, &options, config.optimizer, config.seed, &device)?,
-                _ => lower_profiled::<B>(&config.model, &options, config.seed, &device)?,
-            };
-            // The optimizer step is profiled too: on the device (the update the
-            // simulator charges to each backward) and on the host CPU (its updates of
-            // offloaded stages).
-            let rates = pebble_runtime::profile::optimizer_rates::<B>(
-                &lowered.network,
-                config.optimizer,
-                &device,
-                config.seed,
-            )?;
-            solve.machine.gpu_optimizer_rate = Some(rates.device);
-            solve.machine.cpu_optimizer_rate = rates.host;
-            profile_seconds = start.elapsed().as_secs_f64();
-            lowered
-        }
+        Costs::Profiled => lower_profiled::<B>(&config.model, &options, config.seed, &device)?,
+        Costs::Steps => lower_timed::<B>(&config.model, &options, config.optimizer, config.seed, &device)?,
     };
+    if config.costs != Costs::Analytic {
+        // The optimizer step is profiled too: on the device (the update the simulator
+        // charges to each backward) and on the host CPU (its updates of offloaded stages).
+        let rates =
+            pebble_runtime::profile::optimizer_rates::<B>(&lowered.network, config.optimizer, &device, config.seed)?;
+        solve.machine.gpu_optimizer_rate = Some(rates.device);
+        solve.machine.cpu_optimizer_rate = rates.host;
+        profile_seconds = start.elapsed().as_secs_f64();
+    }
     let view = solver.views().first().copied().unwrap_or(View::Chain);
     let problem = match view {
         // No solver of `train` plans a pipeline (those run under `pebble pipeline`).
