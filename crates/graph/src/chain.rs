@@ -229,9 +229,15 @@ pub(crate) fn checked_size(value: u64, field: impl FnOnce() -> String) -> Result
     Ok(value)
 }
 
-/// `value` if it is finite, non-negative and within [`MAX_TIME`], else the error naming `field`.
+/// Whether `t` is a time a chain or graph may hold: non-negative and within [`MAX_TIME`]
+/// (so finite).
+fn time_ok(t: f64) -> bool {
+    (0.0..=MAX_TIME).contains(&t)
+}
+
+/// `value` if it is a time a chain or graph may hold ([`time_ok`]), else the error naming `field`.
 pub(crate) fn checked_time(value: f64, field: impl FnOnce() -> String) -> Result<f64, GraphError> {
-    if !(value.is_finite() && (0.0..=MAX_TIME).contains(&value)) {
+    if !time_ok(value) {
         return Err(GraphError::BadTime { field: field(), value: value.to_string() });
     }
     Ok(value)
@@ -263,9 +269,9 @@ fn sizes(obj: &Map<String, Value>, field: &str) -> Result<Vec<u64>, GraphError> 
 /// Reads a non-negative finite time, naming `field` on failure.
 pub(crate) fn time_value(v: &Value, field: &str) -> Result<f64, GraphError> {
     match v.as_f64() {
-        Some(t) => checked_time(t, || field.into())
-            .map_err(|_| GraphError::BadTime { field: field.into(), value: v.to_string() }),
-        None => Err(GraphError::BadTime { field: field.into(), value: v.to_string() }),
+        Some(t) if time_ok(t) => Ok(t),
+        // The value as written in the file, not as parsed.
+        _ => Err(GraphError::BadTime { field: field.into(), value: v.to_string() }),
     }
 }
 
