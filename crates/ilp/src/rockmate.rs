@@ -203,6 +203,17 @@ impl Cut {
     }
 }
 
+/// Rockmate's preparation of `g` when the graph has at least two sequential blocks (and
+/// fewer than rk-Rotor takes), for HiRemate to start from: `None` where Rockmate has
+/// nothing to offer or its preparation fails.
+pub(crate) fn incumbent(g: &TrainingGraph, time_limit: Option<f64>) -> Option<Prepared<'_>> {
+    let cut = Cut::new(g).ok()?;
+    if cut.blocks.len() < 2 || too_many_blocks(cut.blocks.len()).is_some() {
+        return None;
+    }
+    cut.prepare(g, GRID, time_limit, &Progress::none()).ok()
+}
+
 /// rk-Rotor's choice codes hold fewer than [`rk_rotor::MAX_BLOCKS`] blocks.
 fn too_many_blocks(blocks: usize) -> Option<SolveError> {
     (blocks >= rk_rotor::MAX_BLOCKS).then(|| SolveError::TooLarge {

@@ -121,8 +121,9 @@ fn hiremate_plans_non_sequential_graphs() {
 fn hiremate_keeps_the_faster_of_its_two_partitions() {
     use pebble_ilp::hiremate::{Hiremate, HiremateConfig};
     use pebble_solve::Solver;
-    let blocks = Hiremate { config: HiremateConfig { also_h_partition: false, ..HiremateConfig::DEFAULT } };
-    let alone = Hiremate { config: HiremateConfig { blocks_first: false, ..HiremateConfig::DEFAULT } };
+    let own = HiremateConfig { rockmate_incumbent: false, ..HiremateConfig::DEFAULT };
+    let blocks = Hiremate { config: HiremateConfig { also_h_partition: false, ..own } };
+    let alone = Hiremate { config: HiremateConfig { blocks_first: false, ..own } };
     let resnet =
         ModelOptions { image: Some(16), batch: Some(1), layers: Some(1), width: Some(4), ..Default::default() };
     let g = pebble_zoo::build("resnet", &resnet).unwrap().graph;
@@ -136,4 +137,32 @@ fn hiremate_keeps_the_faster_of_its_two_partitions() {
     let (both, first, whole) = (time(pebble_solve::solver("hiremate").unwrap()), time(&blocks), time(&alone));
     assert!(first != whole, "the two partitions should differ here: {first}");
     assert!(both <= first.min(whole) * (1.0 + 1e-12), "hiremate {both}, blocks first {first}, H-Partition {whole}");
+}
+
+/// Where the graph has Rockmate's blocks, `hiremate` starts from Rockmate's plan: when
+/// its own ILPs find nothing as good in their time limit (ResNet-50 at batch 4718 on the
+/// a100: the top H-ILP finds no plan in 120 s), it keeps Rockmate's. Here its own ILPs
+/// get a microsecond each.
+#[test]
+fn hiremate_starts_from_rockmates_plan() {
+    use pebble_ilp::hiremate::{Hiremate, HiremateConfig};
+    use pebble_solve::Solver;
+    let hurried = HiremateConfig { time_limit: 1e-6, ..HiremateConfig::DEFAULT };
+    let with = Hiremate { config: hurried };
+    let without = Hiremate { config: HiremateConfig { rockmate_incumbent: false, ..hurried } };
+    let resnet =
+        ModelOptions { image: Some(16), batch: Some(1), layers: Some(1), width: Some(4), ..Default::default() };
+    let g = pebble_zoo::build("resnet", &resnet).unwrap().graph;
+    let f = fixed(&g);
+    let budget = f + (run("store-all", &g, u64::MAX).unwrap().peak_bytes - f) * 70 / 100;
+    let time = |solver: &dyn Solver| {
+        let s = solver.solve(Problem::Graph(&g), budget, &SolveOptions::default()).ok()?;
+        let config = SimConfig { budget: Some(budget), ..SimConfig::default() };
+        pebble_sim::simulate_graph(&g, &s, &config).ok().map(|r| r.makespan)
+    };
+    let rockmate = time(pebble_solve::solver("rockmate").unwrap()).expect("rockmate fits");
+    let (own, started) = (time(&without), time(&with));
+    eprintln!("rockmate {rockmate:e}, hurried hiremate alone {own:?}, from rockmate's plan {started:?}");
+    assert!(own.is_none_or(|t| t > rockmate * 1.001), "its own ILPs, hurried, should lose: {own:?}");
+    assert!(started.is_some_and(|t| t <= rockmate * (1.0 + 1e-12)), "{started:?} against rockmate's {rockmate:e}");
 }

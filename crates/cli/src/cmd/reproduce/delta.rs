@@ -52,13 +52,15 @@ const PLANNERS: [(&str, bool); 8] = [
 
 /// The MILP planners, too slow to bisect here: what docs/benchmarks.md recorded of them.
 /// `(planner, model, largest batch in 80 GB, its step time, extra flags)`; found by
-/// `pebble maxbatch` (rockmate, 2026-11-26) and by bisecting probe by probe (hiremate,
-/// 2026-11-27, on the binary built from 6642fb3).
+/// `pebble maxbatch` (rockmate, 2026-11-26). HiRemate's own ILPs reach 4648 and 4055
+/// (bisected probe by probe on 2026-11-27); since it keeps Rockmate's plan where that
+/// runs faster, it fits Rockmate's largest batches (probed at 4718 and 4700 on
+/// 2026-11-27, Rockmate's plan both times).
 const RECORDED_MAX: [(&str, &str, usize, f64, &str); 4] = [
     ("rockmate", "resnet50", 4718, 16.4, "--time-limit 120"),
     ("rockmate", "resnet101", 4700, 29.2, "--time-limit 120"),
-    ("hiremate", "resnet50", 4648, 21.25, ""),
-    ("hiremate", "resnet101", 4055, 23.3, ""),
+    ("hiremate", "resnet50", 4718, 16.41, ""),
+    ("hiremate", "resnet101", 4700, 29.21, ""),
 ];
 
 /// Their step times at DELTA's batch, recorded on 2026-11-26 (`--time-limit 120`, all
