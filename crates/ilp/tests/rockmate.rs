@@ -114,26 +114,41 @@ fn hiremate_plans_non_sequential_graphs() {
     }
 }
 
+/// A small ResNet and 70% of its activations (static memory and inputs on top), with the
+/// time of each solver's schedule there, `None` where it has none within the budget.
+struct SmallResnet {
+    g: TrainingGraph,
+    budget: u64,
+}
+
+impl SmallResnet {
+    fn at_70_percent() -> SmallResnet {
+        let resnet =
+            ModelOptions { image: Some(16), batch: Some(1), layers: Some(1), width: Some(4), ..Default::default() };
+        let g = pebble_zoo::build("resnet", &resnet).unwrap().graph;
+        let f = fixed(&g);
+        let budget = f + (run("store-all", &g, u64::MAX).unwrap().peak_bytes - f) * 70 / 100;
+        SmallResnet { g, budget }
+    }
+
+    fn time(&self, solver: &dyn pebble_solve::Solver) -> Option<f64> {
+        let s = solver.solve(Problem::Graph(&self.g), self.budget, &SolveOptions::default()).ok()?;
+        let config = SimConfig { budget: Some(self.budget), ..SimConfig::default() };
+        pebble_sim::simulate_graph(&self.g, &s, &config).ok().map(|r| r.makespan)
+    }
+}
+
 /// Where a graph has Rockmate's blocks, `hiremate` plans both partitions (the blocks
 /// first, H-Partition alone) and keeps the faster. On a small ResNet at 70% of its
 /// activations H-Partition alone wins (5.263e-4 against 5.312e-4), and `hiremate` gets it.
 #[test]
 fn hiremate_keeps_the_faster_of_its_two_partitions() {
     use pebble_ilp::hiremate::{Hiremate, HiremateConfig};
-    use pebble_solve::Solver;
     let own = HiremateConfig { rockmate_incumbent: false, ..HiremateConfig::DEFAULT };
     let blocks = Hiremate { config: HiremateConfig { also_h_partition: false, ..own } };
     let alone = Hiremate { config: HiremateConfig { blocks_first: false, ..own } };
-    let resnet =
-        ModelOptions { image: Some(16), batch: Some(1), layers: Some(1), width: Some(4), ..Default::default() };
-    let g = pebble_zoo::build("resnet", &resnet).unwrap().graph;
-    let f = fixed(&g);
-    let budget = f + (run("store-all", &g, u64::MAX).unwrap().peak_bytes - f) * 70 / 100;
-    let time = |solver: &dyn Solver| {
-        let s = solver.solve(Problem::Graph(&g), budget, &SolveOptions::default()).expect("fits");
-        let config = SimConfig { budget: Some(budget), ..SimConfig::default() };
-        pebble_sim::simulate_graph(&g, &s, &config).expect("within the budget").makespan
-    };
+    let case = SmallResnet::at_70_percent();
+    let time = |solver: &dyn pebble_solve::Solver| case.time(solver).expect("fits");
     let (both, first, whole) = (time(pebble_solve::solver("hiremate").unwrap()), time(&blocks), time(&alone));
     assert!(first != whole, "the two partitions should differ here: {first}");
     assert!(both <= first.min(whole) * (1.0 + 1e-12), "hiremate {both}, blocks first {first}, H-Partition {whole}");
@@ -146,22 +161,12 @@ fn hiremate_keeps_the_faster_of_its_two_partitions() {
 #[test]
 fn hiremate_starts_from_rockmates_plan() {
     use pebble_ilp::hiremate::{Hiremate, HiremateConfig};
-    use pebble_solve::Solver;
     let hurried = HiremateConfig { time_limit: 1e-6, ..HiremateConfig::DEFAULT };
     let with = Hiremate { config: hurried };
     let without = Hiremate { config: HiremateConfig { rockmate_incumbent: false, ..hurried } };
-    let resnet =
-        ModelOptions { image: Some(16), batch: Some(1), layers: Some(1), width: Some(4), ..Default::default() };
-    let g = pebble_zoo::build("resnet", &resnet).unwrap().graph;
-    let f = fixed(&g);
-    let budget = f + (run("store-all", &g, u64::MAX).unwrap().peak_bytes - f) * 70 / 100;
-    let time = |solver: &dyn Solver| {
-        let s = solver.solve(Problem::Graph(&g), budget, &SolveOptions::default()).ok()?;
-        let config = SimConfig { budget: Some(budget), ..SimConfig::default() };
-        pebble_sim::simulate_graph(&g, &s, &config).ok().map(|r| r.makespan)
-    };
-    let rockmate = time(pebble_solve::solver("rockmate").unwrap()).expect("rockmate fits");
-    let (own, started) = (time(&without), time(&with));
+    let case = SmallResnet::at_70_percent();
+    let rockmate = case.time(pebble_solve::solver("rockmate").unwrap()).expect("rockmate fits");
+    let (own, started) = (case.time(&without), case.time(&with));
     eprintln!("rockmate {rockmate:e}, hurried hiremate alone {own:?}, from rockmate's plan {started:?}");
     assert!(own.is_none_or(|t| t > rockmate * 1.001), "its own ILPs, hurried, should lose: {own:?}");
     assert!(started.is_some_and(|t| t <= rockmate * (1.0 + 1e-12)), "{started:?} against rockmate's {rockmate:e}");
