@@ -201,7 +201,7 @@ impl Solver for Hiremate {
             let whole = both.then(|| s.spawn(|| Prepared::new(g, &alone, options.time_limit)));
             let first = Prepared::with_progress(g, cfg, options.time_limit, &options.progress);
             let incumbent = (cfg.rockmate_incumbent && sequential)
-                .then(|| crate::rockmate::incumbent(g, options.time_limit))
+                .then(|| crate::rockmate::incumbent(g, options.time_limit, &options.progress))
                 .flatten();
             let whole = whole.map(|w| w.join().expect("H-Partition's preparation does not panic"));
             (first, whole, incumbent)

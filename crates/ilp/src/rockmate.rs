@@ -205,13 +205,18 @@ impl Cut {
 
 /// Rockmate's preparation of `g` when the graph has at least two sequential blocks (and
 /// fewer than rk-Rotor takes), for HiRemate to start from: `None` where Rockmate has
-/// nothing to offer or its preparation fails.
-pub(crate) fn incumbent(g: &TrainingGraph, time_limit: Option<f64>) -> Option<Prepared<'_>> {
+/// nothing to offer or its preparation fails. Reports each unique block solved to
+/// `progress`, as `rockmate` does.
+pub(crate) fn incumbent<'g>(
+    g: &'g TrainingGraph,
+    time_limit: Option<f64>,
+    progress: &Progress,
+) -> Option<Prepared<'g>> {
     let cut = Cut::new(g).ok()?;
     if cut.blocks.len() < 2 || too_many_blocks(cut.blocks.len()).is_some() {
         return None;
     }
-    cut.prepare(g, GRID, time_limit, &Progress::none()).ok()
+    cut.prepare(g, GRID, time_limit, progress).ok()
 }
 
 /// rk-Rotor's choice codes hold fewer than [`rk_rotor::MAX_BLOCKS`] blocks.
