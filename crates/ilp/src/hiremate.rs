@@ -172,7 +172,8 @@ impl Solver for Hiremate {
     }
 
     fn description(&self) -> &'static str {
-        "HiRemate (Zhao 2024): H-Partition into nested clusters, H-ILP options bottom-up, any graph"
+        "HiRemate (Zhao 2024): H-Partition into nested clusters, H-ILP options bottom-up, any graph; \
+         on a sequence of small blocks, never slower than Rockmate's plan"
     }
 
     fn views(&self) -> &'static [View] {
@@ -954,6 +955,24 @@ pub fn spread(values: &[u64], quota: usize) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::spread;
+
+    /// Which of the zoo's graphs (default sizes) are a sequence of Rockmate's blocks of at
+    /// most `M^l` ops, and so get Rockmate's plan as HiRemate's incumbent, as
+    /// docs/benchmarks.md says: the ResNets, GPT-2 and DenseNet-121, not U-Net, the
+    /// encoder-decoder Transformer or Inception-v3.
+    #[test]
+    fn the_incumbent_goes_to_the_sequential_zoo_models() {
+        let sequential = |m: &str| {
+            let g = pebble_zoo::build(m, &pebble_zoo::ModelOptions::default()).unwrap().graph;
+            super::blocks_partition(&g, &pebble_graph::HPartitionConfig::DEFAULT).is_some()
+        };
+        for m in ["resnet50", "resnet101", "gpt2-small", "gpt2-large", "densenet121"] {
+            assert!(sequential(m), "{m}");
+        }
+        for m in ["unet", "transformer", "inception_v3"] {
+            assert!(!sequential(m), "{m}");
+        }
+    }
 
     /// The research digest's §8.3 B: peaks {100, 90, 80, 55, 50, 20, 10}, quota 3 →
     /// 100, then 10, then 55 (closest to the middle, 55).
