@@ -10,7 +10,7 @@ use pebble_graph::{partition, units::format_bytes, Chain, TrainingGraph};
 use pebble_machine::{Machine, Profile};
 use pebble_schedule::{Schedule, View};
 use pebble_sim::{SimConfig, SimReport};
-use pebble_solve::{baseline::store_all::store_all_schedule, Problem, Solver};
+use pebble_solve::{baseline::store_all::simulate_store_all, Problem, Solver};
 use pebble_zoo::{DType, Dims, Model, ModelOptions, ModelSpec, Network, Optimizer, ZooError};
 
 use crate::error::bad;
@@ -289,8 +289,7 @@ impl Subject {
     /// and time.
     pub fn store_all(&self, machine: &Machine) -> anyhow::Result<SimReport> {
         let problem = self.problem();
-        pebble_solve::simulate(problem, &store_all_schedule(problem), &SimConfig::on(*machine))
-            .context("the simulator rejects the store-all schedule")
+        simulate_store_all(problem, &SimConfig::on(*machine)).context("the simulator rejects the store-all schedule")
     }
 }
 

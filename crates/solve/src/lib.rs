@@ -451,8 +451,10 @@ fn min_feasible_prepared(
         Err(PlanError::Solve(SolveError::Infeasible { .. })) => Ok(Some(false)),
         Err(e) => Err(e),
     };
-    let store_all = baseline::store_all::store_all_schedule(problem);
-    let mut hi = simulate(problem, &store_all, &options.sim_config()).map(|r| r.peak_bytes).unwrap_or(1).clamp(1, CAP);
+    let mut hi = baseline::store_all::simulate_store_all(problem, &options.sim_config())
+        .map(|r| r.peak_bytes)
+        .unwrap_or(1)
+        .clamp(1, CAP);
     loop {
         match ok(hi)? {
             None => return Ok(None),

@@ -85,9 +85,9 @@ pub fn compare<B: Backend>(
     let machine = options.profile.machine;
     let solve = SolveOptions { machine, ..SolveOptions::default() };
     let first = lower::<B>(model, &options, None)?;
-    let store_all = pebble_solve::baseline::store_all::store_all_schedule(Problem::Chain(&first.chain));
-    let store_all = pebble_solve::simulate(Problem::Chain(&first.chain), &store_all, &solve.sim_config())
-        .map_err(TrainError::StoreAll)?;
+    let store_all =
+        pebble_solve::baseline::store_all::simulate_store_all(Problem::Chain(&first.chain), &solve.sim_config())
+            .map_err(TrainError::StoreAll)?;
     crate::check_device_holds("Burn's autodiff without checkpointing (store-all)", store_all.peak_bytes)?;
     let mut contenders = Vec::new();
     let none = "burn autodiff, NoCheckpointing";

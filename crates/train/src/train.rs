@@ -345,9 +345,8 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
         View::Chain | View::Pipeline => Problem::Chain(&lowered.chain),
         View::Graph => Problem::Graph(&lowered.graph),
     };
-    let store_all_schedule = pebble_solve::baseline::store_all::store_all_schedule(problem);
-    let store_all =
-        pebble_solve::simulate(problem, &store_all_schedule, &solve.sim_config()).map_err(TrainError::StoreAll)?;
+    let store_all = pebble_solve::baseline::store_all::simulate_store_all(problem, &solve.sim_config())
+        .map_err(TrainError::StoreAll)?;
     let static_bytes = lowered.graph.static_bytes();
     // Percentages are of what store-all needs to run: its simulated peak plus the reserve.
     let budget = config.budget.resolve(store_all.peak_bytes, static_bytes, &overhead);

@@ -2,6 +2,7 @@
 
 use pebble_graph::{DataKind, TrainingGraph};
 use pebble_schedule::{Op, Schedule, Tensor, View};
+use pebble_sim::{SimConfig, SimError, SimReport};
 
 use super::{fastest_fitting, store_all_ops};
 use crate::{Problem, SolveError, SolveOptions, Solver};
@@ -35,6 +36,12 @@ pub fn store_all_schedule(problem: Problem<'_>) -> Schedule {
         Problem::Chain(c) => Schedule::new(View::Chain, store_all_ops(c.len())),
         Problem::Graph(g) => graph_store_all(g),
     }
+}
+
+/// The store-all schedule of either view, simulated under `config`: the reference peak
+/// and time that budgets given as a share are taken of.
+pub fn simulate_store_all(problem: Problem<'_>, config: &SimConfig) -> Result<SimReport, SimError> {
+    crate::simulate(problem, &store_all_schedule(problem), config)
 }
 
 /// Plain autograd on a training graph: every compute node in list order (forwards with

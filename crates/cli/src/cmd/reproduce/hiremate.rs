@@ -112,8 +112,10 @@ impl Case {
         let options = ModelOptions { profile: profile.clone(), ..ModelOptions::default() };
         let model = pebble_zoo::build(name, &options).map_err(|e| anyhow!("{name}: {e}"))?;
         let resolve = |problem: Problem<'_>, static_bytes: u64| -> anyhow::Result<(u64, f64)> {
-            let store_all = pebble_solve::baseline::store_all::store_all_schedule(problem);
-            let report = pebble_solve::simulate(problem, &store_all, &pebble_sim::SimConfig::on(profile.machine))?;
+            let report = pebble_solve::baseline::store_all::simulate_store_all(
+                problem,
+                &pebble_sim::SimConfig::on(profile.machine),
+            )?;
             let budget = BudgetRequest::Activation(BudgetSpec::Percent(percent)).resolve(
                 report.peak_bytes,
                 static_bytes,
