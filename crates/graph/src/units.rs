@@ -66,8 +66,11 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     };
     let value: f64 =
         num.trim().parse().map_err(|_| format!("`{text}` is not a size (expected e.g. `4GiB`, `512MiB` or `1024`)"))?;
-    if !value.is_finite() || value < 0.0 {
+    if value < 0.0 {
         return Err(format!("`{text}`: a size must be non-negative"));
+    }
+    if !value.is_finite() {
+        return Err(format!("`{text}` is too large"));
     }
     let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
@@ -122,7 +125,9 @@ mod tests {
             parse_size("1EiB").unwrap_err(),
             "`1EiB`: unknown size unit `eib` (use B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)"
         );
-        assert!(parse_size("-4GiB").is_err());
+        assert_eq!(parse_size("-4GiB").unwrap_err(), "`-4GiB`: a size must be non-negative");
+        assert_eq!(parse_size("1e400GB").unwrap_err(), "`1e400GB` is too large");
+        assert_eq!(parse_size("20000000TB").unwrap_err(), "`20000000TB` is too large");
         assert!(parse_size("four").is_err());
         assert!(parse_size("").is_err());
     }
