@@ -34,6 +34,10 @@
 //!    at the edge of 80 GB). This is the schedule-level form of a MIP start: a start
 //!    inside the top H-ILP would need Rockmate's blocks and options mapped onto
 //!    HiRemate's clusters and theirs.
+//! 6. **PyTorch's min-cut plan as a second incumbent**, on every graph
+//!    ([`HiremateConfig::mincut_incumbent`]): `pytorch-mincut` plans in a fraction of a
+//!    second, and where a tensor is read by many clusters (the encoder's output, by every
+//!    decoder layer) its cut saves it once, where HiRemate's clusters each decide alone.
 //!
 //! Why not the thesis's choices (8 peak budgets, options shared in proportion to their
 //! count, `N_o = 60`, H-Partition alone): on GPT-2 they left the attention half of each
@@ -95,6 +99,12 @@ pub struct HiremateConfig {
     /// (Inception's modules, a U-Net's skip connections) are left out: there Rockmate's
     /// preparation takes minutes, and HiRemate is ahead of it.
     pub rockmate_incumbent: bool,
+    /// On every graph, also keep PyTorch's min-cut plan (`pytorch-mincut`, a fraction of
+    /// a second) at a budget where it runs faster. HiRemate's clusters, solved bottom-up,
+    /// each decide alone what to keep of a tensor many of them read, where the min cut
+    /// saves it once: on the encoder-decoder Transformer, whose every decoder layer
+    /// reads the encoder's output, the min cut's plan is the faster (docs/benchmarks.md).
+    pub mincut_incumbent: bool,
     /// `(#M_peak, #M_save)` budgets per cluster; `#M_save = 1` solves at peak budgets
     /// only (no save budget).
     pub grid: (usize, usize),
@@ -142,6 +152,7 @@ impl HiremateConfig {
         blocks_first: true,
         also_h_partition: true,
         rockmate_incumbent: true,
+        mincut_incumbent: true,
         grid: (10, 10),
         coarse_grid: (8, 1),
         max_options: MAX_OPTIONS,
@@ -159,6 +170,7 @@ impl HiremateConfig {
         blocks_first: false,
         also_h_partition: false,
         rockmate_incumbent: false,
+        mincut_incumbent: false,
         max_options: 60,
         ..HiremateConfig::DEFAULT
     };
@@ -173,7 +185,7 @@ impl Solver for Hiremate {
 
     fn description(&self) -> &'static str {
         "HiRemate (Zhao 2024): H-Partition into nested clusters, H-ILP options bottom-up, any graph; \
-         on a sequence of small blocks, never slower than Rockmate's plan"
+         never slower than PyTorch's min-cut plan, nor, on a sequence of small blocks, than Rockmate's"
     }
 
     fn views(&self) -> &'static [View] {
@@ -195,7 +207,8 @@ impl Solver for Hiremate {
         crate::require_forward_links(g, "hiremate")?;
         let cfg = &self.config;
         // An invalid graph goes the one-partition way, whose preparation reports it.
-        let sequential = g.validate().is_ok() && blocks_partition(g, &cfg.partition).is_some();
+        let valid = g.validate().is_ok();
+        let sequential = valid && blocks_partition(g, &cfg.partition).is_some();
         let both = cfg.blocks_first && cfg.also_h_partition && sequential;
         let alone = HiremateConfig { blocks_first: false, ..*cfg };
         let (first, whole, incumbent) = std::thread::scope(|s| {
@@ -218,6 +231,10 @@ impl Solver for Hiremate {
         if let Some(rockmate) = incumbent {
             plans.push(Box::new(rockmate));
         }
+        if cfg.mincut_incumbent && valid {
+            plans
+                .push(Box::new(crate::SolverPlans { problem, solver: &pebble_solve::baseline::mincut::PytorchMincut }));
+        }
         if plans.is_empty() {
             let reason = error.expect("a preparation failed").to_string();
             return Ok(Box::new(crate::Failed { solver: "hiremate", reason }));
@@ -233,7 +250,8 @@ impl crate::Schedules for Prepared<'_> {
 }
 
 /// Several preparations of one graph (Rockmate's blocks first, H-Partition alone,
-/// Rockmate's own plan): at each budget, the schedule the simulator runs faster.
+/// Rockmate's own plan, PyTorch's min cut): at each budget, the schedule the simulator
+/// runs fastest.
 struct Fastest<'g> {
     problem: Problem<'g>,
     plans: Vec<Box<dyn crate::Schedules + 'g>>,

@@ -194,6 +194,23 @@ pub(crate) trait Schedules {
     ) -> Result<pebble_schedule::Schedule, pebble_solve::SolveError>;
 }
 
+/// Another solver's plan at each budget: one of the candidates HiRemate keeps the
+/// fastest of.
+pub(crate) struct SolverPlans<'g> {
+    pub(crate) problem: pebble_solve::Problem<'g>,
+    pub(crate) solver: &'static dyn pebble_solve::Solver,
+}
+
+impl Schedules for SolverPlans<'_> {
+    fn schedule(
+        &self,
+        budget: u64,
+        options: &pebble_solve::SolveOptions,
+    ) -> Result<pebble_schedule::Schedule, pebble_solve::SolveError> {
+        self.solver.solve(self.problem, budget, options)
+    }
+}
+
 /// Rockmate's or HiRemate's preparation bound to its options: their
 /// [`pebble_solve::Prepared`].
 pub(crate) struct Ready<'a, P> {

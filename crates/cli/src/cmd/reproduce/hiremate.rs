@@ -54,7 +54,10 @@ fn variants() -> Vec<(&'static str, HiremateConfig)> {
         ("N_o 60 → 400", HiremateConfig { max_options: 400, ..before }),
         ("blocks first", HiremateConfig { blocks_first: true, ..before }),
         ("correction terms (3.34)", HiremateConfig { correction_terms: true, ..before }),
-        ("all but Rockmate's plan", HiremateConfig { rockmate_incumbent: false, ..HiremateConfig::DEFAULT }),
+        (
+            "all but the incumbents (Rockmate's and the min cut's plans)",
+            HiremateConfig { rockmate_incumbent: false, mincut_incumbent: false, ..HiremateConfig::DEFAULT },
+        ),
         ("all (hiremate)", HiremateConfig::DEFAULT),
         ("all, with correction terms", HiremateConfig { correction_terms: true, ..HiremateConfig::DEFAULT }),
     ]
