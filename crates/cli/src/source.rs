@@ -375,6 +375,16 @@ impl Source {
         }
     }
 
+    /// The source and the size of `subject`, in words: what `plan` records as a schedule's
+    /// `planned_for`, and what `simulate` compares it with.
+    pub fn describe(&self, subject: &Subject) -> String {
+        let size = match subject {
+            Subject::Chain(c) => format!("chain of {} stages", c.len()),
+            Subject::Graph(g) => format!("graph of {} compute nodes", g.compute.len()),
+        };
+        format!("{} ({size})", self.label())
+    }
+
     /// The source seen in `view`: a chain file only as a chain; a graph file as a graph
     /// or, through its partition, as a chain.
     pub fn view(&self, view: View) -> anyhow::Result<Subject> {

@@ -463,6 +463,36 @@ fn simulate_reports_invalid_schedules() {
     assert!(run.json()["error"].as_str().expect("error").contains("exceeds the budget 10"));
 }
 
+/// A schedule replayed on another model than the one it was planned for: the simulator's
+/// complaint comes with what each was, as `plan` recorded it.
+#[test]
+fn simulate_says_what_a_mismatched_schedule_was_planned_for() {
+    let dir = scratch("mismatched-schedule");
+    let schedule = dir.join("gpt3.json");
+    let gpt = |layers: &'static str| ["--model", "gpt", "--layers", layers];
+    let mut args = vec!["plan", "--activation-budget", "80%", "--solver", "rotor", "-o", s(&schedule)];
+    args.extend(gpt("3"));
+    ok(&args);
+    let written = std::fs::read_to_string(&schedule).expect("written");
+    let planned = pebble_schedule::Schedule::from_json(&written).expect("a schedule").planned_for;
+    assert_eq!(planned.as_deref(), Some("gpt, batch 4, v100 (chain of 5 stages)"));
+    let mut args = vec!["simulate", "--schedule", s(&schedule)];
+    args.extend(gpt("1"));
+    let run = pebble(&args);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "(it was planned for gpt, batch 4, v100 (chain of 5 stages); this is gpt, batch 4, v100 (chain of 3 stages))"
+        ),
+        "{}",
+        run.stderr
+    );
+    // On the model it was planned for, no such line.
+    let mut args = vec!["simulate", "--schedule", s(&schedule)];
+    args.extend(gpt("3"));
+    assert_eq!(pebble(&args).code, 0);
+}
+
 #[test]
 fn graph_writes_both_views() {
     let dir = scratch("graph");

@@ -226,6 +226,11 @@ pub struct Schedule {
     /// none (or do not say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optimal: Option<bool>,
+    /// What it was planned for, in words (`pebble plan` writes the model, batch and
+    /// profile, the view and its size), so that a schedule replayed on another model can
+    /// say so. Absent where unknown; never checked by the simulator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_for: Option<String>,
 }
 
 /// Why a schedule could not be read.
@@ -306,6 +311,7 @@ impl Schedule {
             microbatches: None,
             stages: Vec::new(),
             optimal: None,
+            planned_for: None,
         }
     }
 

@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Op, Schedule, ScheduleError, View, FORMAT_VERSION};
+use crate::{Op, Schedule, ScheduleError, View};
 
 /// A pass of a pipeline stage over one micro-batch. The letters are those of PyTorch's
 /// pipeline schedule runtime (`torch.distributed.pipelining`).
@@ -45,15 +45,10 @@ impl Schedule {
     /// runs, `microbatches` per period (or per step).
     pub fn pipeline(devices: usize, microbatches: usize, stages: Vec<PipeStage>, ops: Vec<Op>) -> Schedule {
         Schedule {
-            version: FORMAT_VERSION,
-            view: View::Pipeline,
-            solver: None,
-            ops,
-            periodic: false,
-            optimal: None,
             devices: Some(devices),
             microbatches: Some(microbatches),
             stages,
+            ..Schedule::new(View::Pipeline, ops)
         }
     }
 

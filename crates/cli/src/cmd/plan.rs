@@ -134,7 +134,9 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         Err(e) => return Err(e.into()),
     };
     if let Some(path) = &args.output {
-        let mut text = plan.schedule.to_json();
+        let mut schedule = plan.schedule.clone();
+        schedule.planned_for = Some(source.describe(&subject));
+        let mut text = schedule.to_json();
         text.push('\n');
         crate::source::write_new_file(path, "--output", &text, args.timeline.force)?;
     }

@@ -48,7 +48,11 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
     let report = match pebble_solve::simulate(subject.problem(), &schedule, &config) {
         Ok(r) => r,
         Err(e) => {
-            let message = format!("invalid schedule `{}`: {e}", args.schedule.display());
+            let mut message = format!("invalid schedule `{}`: {e}", args.schedule.display());
+            let here = source.describe(&subject);
+            if let Some(planned) = schedule.planned_for.as_ref().filter(|&p| *p != here) {
+                message.push_str(&format!("\n(it was planned for {planned}; this is {here})"));
+            }
             if args.json {
                 out::print_json(&json!({
                     "valid": false,
