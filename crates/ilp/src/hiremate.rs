@@ -220,20 +220,20 @@ impl Solver for Hiremate {
             let whole = whole.map(|w| w.join().expect("H-Partition's preparation does not panic"));
             (first, whole, incumbent)
         });
-        let mut plans: Vec<Box<dyn crate::Schedules + 'a>> = Vec::new();
+        let mut plans: Vec<(Option<&'static str>, Box<dyn crate::Schedules + 'a>)> = Vec::new();
         let mut error = None;
         for prepared in std::iter::once(first).chain(whole) {
             match prepared {
-                Ok(p) => plans.push(Box::new(p)),
+                Ok(p) => plans.push((None, Box::new(p))),
                 Err(e) => error = error.or(Some(e)),
             }
         }
         if let Some(rockmate) = incumbent {
-            plans.push(Box::new(rockmate));
+            plans.push((Some("rockmate"), Box::new(rockmate)));
         }
         if cfg.mincut_incumbent && valid {
-            plans
-                .push(Box::new(crate::SolverPlans { problem, solver: &pebble_solve::baseline::mincut::PytorchMincut }));
+            let mincut = &pebble_solve::baseline::mincut::PytorchMincut;
+            plans.push((Some(mincut.name()), Box::new(crate::SolverPlans { problem, solver: mincut })));
         }
         if plans.is_empty() {
             let reason = error.expect("a preparation failed").to_string();
@@ -251,19 +251,20 @@ impl crate::Schedules for Prepared<'_> {
 
 /// Several preparations of one graph (Rockmate's blocks first, H-Partition alone,
 /// Rockmate's own plan, PyTorch's min cut): at each budget, the schedule the simulator
-/// runs fastest.
+/// runs fastest. Each plan is named by the solver it comes from, `None` for HiRemate's
+/// own, and a schedule kept from another solver says so ([`Schedule::kept_from`]).
 struct Fastest<'g> {
     problem: Problem<'g>,
-    plans: Vec<Box<dyn crate::Schedules + 'g>>,
+    plans: Vec<(Option<&'static str>, Box<dyn crate::Schedules + 'g>)>,
 }
 
 impl crate::Schedules for Fastest<'_> {
     fn schedule(&self, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
         let mut candidates = Vec::new();
         let mut failure = None;
-        for plan in &self.plans {
+        for (from, plan) in &self.plans {
             match plan.schedule(budget, options) {
-                Ok(s) => candidates.push(s),
+                Ok(s) => candidates.push(Schedule { kept_from: from.map(str::to_string), ..s }),
                 Err(e) => failure = failure.or(Some(e)),
             }
         }

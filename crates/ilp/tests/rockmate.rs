@@ -137,9 +137,14 @@ impl SmallCase {
     }
 
     fn time(&self, solver: &dyn pebble_solve::Solver) -> Option<f64> {
+        self.plan(solver).map(|(time, _)| time)
+    }
+
+    /// The schedule's time and the solver it says it was kept from.
+    fn plan(&self, solver: &dyn pebble_solve::Solver) -> Option<(f64, Option<String>)> {
         let s = solver.solve(Problem::Graph(&self.g), self.budget, &SolveOptions::default()).ok()?;
         let config = SimConfig { budget: Some(self.budget), ..SimConfig::default() };
-        pebble_sim::simulate_graph(&self.g, &s, &config).ok().map(|r| r.makespan)
+        pebble_sim::simulate_graph(&self.g, &s, &config).ok().map(|r| (r.makespan, s.kept_from))
     }
 }
 
@@ -154,8 +159,10 @@ fn hiremate_keeps_the_faster_of_its_two_partitions() {
     let alone = Hiremate { config: HiremateConfig { blocks_first: false, ..own } };
     let case = SmallCase::resnet();
     let time = |solver: &dyn pebble_solve::Solver| case.time(solver).expect("fits");
-    let (both, first, whole) = (time(pebble_solve::solver("hiremate").unwrap()), time(&blocks), time(&alone));
+    let (both, kept) = case.plan(pebble_solve::solver("hiremate").unwrap()).expect("fits");
+    let (first, whole) = (time(&blocks), time(&alone));
     assert!(first != whole, "the two partitions should differ here: {first}");
+    assert_eq!(kept, None, "HiRemate's own plan is the faster here");
     assert!(both <= first.min(whole) * (1.0 + 1e-12), "hiremate {both}, blocks first {first}, H-Partition {whole}");
 }
 
@@ -171,10 +178,12 @@ fn hiremate_starts_from_rockmates_plan() {
     let without = Hiremate { config: HiremateConfig { rockmate_incumbent: false, ..hurried } };
     let case = SmallCase::resnet();
     let rockmate = case.time(pebble_solve::solver("rockmate").unwrap()).expect("rockmate fits");
-    let (own, started) = (case.time(&without), case.time(&with));
+    let (own, started) = (case.time(&without), case.plan(&with));
     eprintln!("rockmate {rockmate:e}, hurried hiremate alone {own:?}, from rockmate's plan {started:?}");
     assert!(own.is_none_or(|t| t > rockmate * 1.001), "its own ILPs, hurried, should lose: {own:?}");
-    assert!(started.is_some_and(|t| t <= rockmate * (1.0 + 1e-12)), "{started:?} against rockmate's {rockmate:e}");
+    let (time, from) = started.expect("rockmate's plan fits");
+    assert!(time <= rockmate * (1.0 + 1e-12), "{time:e} against rockmate's {rockmate:e}");
+    assert_eq!(from.as_deref(), Some("rockmate"), "the plan says whose it is");
 }
 
 /// On any graph, `hiremate` also keeps PyTorch's min-cut plan where the simulator runs it
@@ -189,8 +198,10 @@ fn hiremate_keeps_pytorchs_min_cut_plan_where_faster() {
     let without = Hiremate { config: HiremateConfig { mincut_incumbent: false, ..hurried } };
     let case = SmallCase::at_70_percent("gpt", ModelOptions { layers: Some(2), ..Default::default() });
     let mincut = case.time(pebble_solve::solver("pytorch-mincut").unwrap()).expect("the min cut fits");
-    let (own, started) = (case.time(&without), case.time(&with));
+    let (own, started) = (case.time(&without), case.plan(&with));
     eprintln!("pytorch-mincut {mincut:e}, hurried hiremate alone {own:?}, with the min cut's plan {started:?}");
     assert!(own.is_none_or(|t| t > mincut * 1.001), "its own ILPs, hurried, should lose: {own:?}");
-    assert!(started.is_some_and(|t| t <= mincut * (1.0 + 1e-12)), "{started:?} against the min cut's {mincut:e}");
+    let (time, from) = started.expect("the min cut's plan fits");
+    assert!(time <= mincut * (1.0 + 1e-12), "{time:e} against the min cut's {mincut:e}");
+    assert_eq!(from.as_deref(), Some("pytorch-mincut"), "the plan says whose it is");
 }

@@ -226,6 +226,11 @@ pub struct Schedule {
     /// none (or do not say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optimal: Option<bool>,
+    /// The solver whose plan this one is, where a solver returns another's plan as its
+    /// own because the simulator runs it faster (HiRemate keeps Rockmate's or PyTorch's
+    /// min-cut plan so). Absent where the plan is the solver's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_from: Option<String>,
     /// What it was planned for, in words (`pebble plan` writes the model, batch and
     /// profile, the view and its size), so that a schedule replayed on another model can
     /// say so. Absent where unknown; never checked by the simulator.
@@ -311,6 +316,7 @@ impl Schedule {
             microbatches: None,
             stages: Vec::new(),
             optimal: None,
+            kept_from: None,
             planned_for: None,
         }
     }

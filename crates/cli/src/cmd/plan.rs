@@ -186,6 +186,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
                 "overhead": over,
                 "solve_seconds": plan.solve_seconds,
                 "optimal": plan.schedule.optimal,
+                "kept_from": plan.schedule.kept_from,
                 "ops": plan.schedule.ops.len(),
                 "compute_ops": plan.report.compute_ops,
                 "peak_host_bytes": plan.report.peak_host_bytes,
@@ -244,6 +245,12 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(b) = bound {
         text.push_str(&format!("bound     offloading alone (no recomputation) takes at least {}\n", units.time(b)));
+    }
+    if let Some(from) = &plan.schedule.kept_from {
+        text.push_str(&format!(
+            "plan      `{from}`'s (`{}` keeps another solver's plan where it runs faster than its own)\n",
+            solver.name()
+        ));
     }
     let proof = match plan.schedule.optimal {
         Some(true) => " (every MILP to optimality)",
