@@ -166,42 +166,45 @@ fn hiremate_keeps_the_faster_of_its_two_partitions() {
     assert!(both <= first.min(whole) * (1.0 + 1e-12), "hiremate {both}, blocks first {first}, H-Partition {whole}");
 }
 
+/// `hiremate` with its own ILPs given a microsecond each and, of its incumbents, only
+/// `incumbent`'s plan: alone it finds nothing as fast as the incumbent's plan; with it, it
+/// gets that plan's time and says whose plan it kept. Fails if the incumbent is dropped.
+fn hurried_hiremate_keeps(case: &SmallCase, incumbent: &str) {
+    use pebble_ilp::hiremate::{Hiremate, HiremateConfig};
+    let alone = HiremateConfig {
+        time_limit: 1e-6,
+        rockmate_incumbent: false,
+        mincut_incumbent: false,
+        ..HiremateConfig::DEFAULT
+    };
+    let with = match incumbent {
+        "rockmate" => HiremateConfig { rockmate_incumbent: true, ..alone },
+        "pytorch-mincut" => HiremateConfig { mincut_incumbent: true, ..alone },
+        other => panic!("{other} is no incumbent of hiremate"),
+    };
+    let theirs = case.time(pebble_solve::solver(incumbent).unwrap()).expect("the incumbent's plan fits");
+    let (own, kept) = (case.time(&Hiremate { config: alone }), case.plan(&Hiremate { config: with }));
+    eprintln!("{incumbent} {theirs:e}, hurried hiremate alone {own:?}, with {incumbent}'s plan {kept:?}");
+    assert!(own.is_none_or(|t| t > theirs * 1.001), "its own ILPs, hurried, should lose: {own:?}");
+    let (time, from) = kept.expect("the incumbent's plan fits");
+    assert!(time <= theirs * (1.0 + 1e-12), "{time:e} against {incumbent}'s {theirs:e}");
+    assert_eq!(from.as_deref(), Some(incumbent), "the plan says whose it is");
+}
+
 /// Where the graph has Rockmate's blocks, `hiremate` starts from Rockmate's plan: when
 /// its own ILPs find nothing as good in their time limit (ResNet-50 at batch 4718 on the
-/// a100: the top H-ILP finds no plan in 120 s), it keeps Rockmate's. Here its own ILPs
-/// get a microsecond each.
+/// a100: the top H-ILP finds no plan in 120 s), it keeps Rockmate's. Here, on a small
+/// ResNet, its own ILPs get a microsecond each.
 #[test]
 fn hiremate_starts_from_rockmates_plan() {
-    use pebble_ilp::hiremate::{Hiremate, HiremateConfig};
-    let hurried = HiremateConfig { time_limit: 1e-6, ..HiremateConfig::DEFAULT };
-    let with = Hiremate { config: hurried };
-    let without = Hiremate { config: HiremateConfig { rockmate_incumbent: false, ..hurried } };
-    let case = SmallCase::resnet();
-    let rockmate = case.time(pebble_solve::solver("rockmate").unwrap()).expect("rockmate fits");
-    let (own, started) = (case.time(&without), case.plan(&with));
-    eprintln!("rockmate {rockmate:e}, hurried hiremate alone {own:?}, from rockmate's plan {started:?}");
-    assert!(own.is_none_or(|t| t > rockmate * 1.001), "its own ILPs, hurried, should lose: {own:?}");
-    let (time, from) = started.expect("rockmate's plan fits");
-    assert!(time <= rockmate * (1.0 + 1e-12), "{time:e} against rockmate's {rockmate:e}");
-    assert_eq!(from.as_deref(), Some("rockmate"), "the plan says whose it is");
+    hurried_hiremate_keeps(&SmallCase::resnet(), "rockmate");
 }
 
 /// On any graph, `hiremate` also keeps PyTorch's min-cut plan where the simulator runs it
 /// faster (the 24+24-layer Transformer at half its activations: +7.9% against HiRemate's
-/// own +12.9%). Here, on a 2-layer GPT with Rockmate's plan left out, its own ILPs get a
-/// microsecond each.
+/// own +12.9%). Here, on a 2-layer GPT, its own ILPs get a microsecond each.
 #[test]
 fn hiremate_keeps_pytorchs_min_cut_plan_where_faster() {
-    use pebble_ilp::hiremate::{Hiremate, HiremateConfig};
-    let hurried = HiremateConfig { time_limit: 1e-6, rockmate_incumbent: false, ..HiremateConfig::DEFAULT };
-    let with = Hiremate { config: hurried };
-    let without = Hiremate { config: HiremateConfig { mincut_incumbent: false, ..hurried } };
-    let case = SmallCase::at_70_percent("gpt", ModelOptions { layers: Some(2), ..Default::default() });
-    let mincut = case.time(pebble_solve::solver("pytorch-mincut").unwrap()).expect("the min cut fits");
-    let (own, started) = (case.time(&without), case.plan(&with));
-    eprintln!("pytorch-mincut {mincut:e}, hurried hiremate alone {own:?}, with the min cut's plan {started:?}");
-    assert!(own.is_none_or(|t| t > mincut * 1.001), "its own ILPs, hurried, should lose: {own:?}");
-    let (time, from) = started.expect("the min cut's plan fits");
-    assert!(time <= mincut * (1.0 + 1e-12), "{time:e} against the min cut's {mincut:e}");
-    assert_eq!(from.as_deref(), Some("pytorch-mincut"), "the plan says whose it is");
+    let gpt = ModelOptions { layers: Some(2), ..Default::default() };
+    hurried_hiremate_keeps(&SmallCase::at_70_percent("gpt", gpt), "pytorch-mincut");
 }
