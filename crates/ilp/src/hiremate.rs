@@ -232,8 +232,9 @@ impl Solver for Hiremate {
             plans.push((Some("rockmate"), Box::new(rockmate)));
         }
         if cfg.mincut_incumbent && valid {
-            let mincut = &pebble_solve::baseline::mincut::PytorchMincut;
-            plans.push((Some(mincut.name()), Box::new(crate::SolverPlans { problem, solver: mincut })));
+            let mincut: &'static dyn Solver = &pebble_solve::baseline::mincut::PytorchMincut;
+            let prepared = mincut.prepare(problem, options)?;
+            plans.push((Some(prepared.solver()), Box::new(prepared)));
         }
         if plans.is_empty() {
             let reason = error.expect("a preparation failed").to_string();

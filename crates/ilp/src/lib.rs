@@ -194,20 +194,15 @@ pub(crate) trait Schedules {
     ) -> Result<pebble_schedule::Schedule, pebble_solve::SolveError>;
 }
 
-/// Another solver's plan at each budget: one of the candidates HiRemate keeps the
-/// fastest of.
-pub(crate) struct SolverPlans<'g> {
-    pub(crate) problem: pebble_solve::Problem<'g>,
-    pub(crate) solver: &'static dyn pebble_solve::Solver,
-}
-
-impl Schedules for SolverPlans<'_> {
+/// Another solver's preparation ([`pebble_solve::Solver::prepare`], bound to the same
+/// options): one of the candidates HiRemate keeps the fastest of.
+impl Schedules for Box<dyn pebble_solve::Prepared + '_> {
     fn schedule(
         &self,
         budget: u64,
-        options: &pebble_solve::SolveOptions,
+        _options: &pebble_solve::SolveOptions,
     ) -> Result<pebble_schedule::Schedule, pebble_solve::SolveError> {
-        self.solver.solve(self.problem, budget, options)
+        self.solve(budget)
     }
 }
 

@@ -112,7 +112,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         Err(Infeasible(message).into())
     };
     let start = std::time::Instant::now();
-    let plan = match pebble_solve::plan_or_least(solver, problem, resolved.planned_bytes, &options) {
+    let mut plan = match pebble_solve::plan_or_least(solver, problem, resolved.planned_bytes, &options) {
         Ok(Fit::Plan { plan, at }) => {
             if let Some(m) = at {
                 eprintln!(
@@ -134,9 +134,8 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         Err(e) => return Err(e.into()),
     };
     if let Some(path) = &args.output {
-        let mut schedule = plan.schedule.clone();
-        schedule.planned_for = Some(source.describe(&subject));
-        let mut text = schedule.to_json();
+        plan.schedule.planned_for = Some(source.describe(&subject));
+        let mut text = plan.schedule.to_json();
         text.push('\n');
         crate::source::write_new_file(path, "--output", &text, args.timeline.force)?;
     }
