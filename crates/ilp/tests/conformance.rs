@@ -262,3 +262,25 @@ fn the_check_catches_broken_schedules() {
     assert!(check(Problem::Graph(&g), &good, u64::MAX >> 1, 0.0).is_err());
     assert_eq!(good.view, View::Chain);
 }
+
+/// Bad input never panics: a graph that names a tensor it does not have (an input id out
+/// of range) is refused by every registered solver that plans graphs, with an error.
+#[test]
+fn every_graph_solver_refuses_an_invalid_graph_without_panicking() {
+    let mut g = gpt(1, 16, 8).graph;
+    g.compute[0].inputs.push(usize::MAX / 2);
+    let (mut answered, mut failures) = (0, Vec::new());
+    for solver in registry().into_iter().filter(|s| s.views().contains(&View::Graph)) {
+        let name = solver.name();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            solver.solve(Problem::Graph(&g), u64::MAX >> 1, &SolveOptions::default()).map(|_| ())
+        }));
+        match result {
+            Ok(Err(_)) => answered += 1,
+            Ok(Ok(())) => failures.push(format!("{name} planned it")),
+            Err(_) => failures.push(format!("{name} panicked")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("; "));
+    assert!(answered >= 8, "only {answered} graph solvers");
+}

@@ -32,7 +32,7 @@ impl Solver for Replayed {
     }
 
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
-        let g = problem.graph_for(self.0)?;
+        let g = super::valid_graph(problem, self.0)?;
         let policy = policy::policy(self.0, options.machine.d2h.bandwidth).expect("a known policy");
         Ok(replay(g, budget, policy.as_ref())?.schedule)
     }

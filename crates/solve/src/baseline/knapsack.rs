@@ -41,9 +41,7 @@ impl Solver for Knapsack {
     }
 
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
-        let Problem::Graph(g) = problem else {
-            return Err(SolveError::NotApplicable { solver: "knapsack", view: View::Chain });
-        };
+        let g = super::valid_graph(problem, "knapsack")?;
         let items = items(g);
         let total: u64 = items.iter().map(|&(d, _)| g.data[d].size).sum();
         let candidates: Vec<Schedule> = (0..=LADDER)

@@ -57,9 +57,7 @@ impl Solver for PytorchMincut {
     }
 
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
-        let Problem::Graph(g) = problem else {
-            return Err(SolveError::NotApplicable { solver: "pytorch-mincut", view: View::Chain });
-        };
+        let g = super::valid_graph(problem, "pytorch-mincut")?;
         let net = Network::new(g);
         // The knapsack's items: the compute-intensive ops, each weighing what its backward
         // would need of its outputs if it stayed banned, worth its time.

@@ -31,6 +31,19 @@ use pebble_sim::{SimError, SimReport};
 
 use crate::{Prepared, Problem, SolveError, SolveOptions};
 
+/// The graph of `problem`, checked: the baselines and policies index it freely, so an
+/// invalid graph (an id out of range, a tensor with no producer) is refused here, with the
+/// reason, rather than panicking (`conformance.rs`,
+/// `every_graph_solver_refuses_an_invalid_graph_without_panicking`).
+pub(crate) fn valid_graph<'a>(
+    problem: Problem<'a>,
+    solver: &'static str,
+) -> Result<&'a pebble_graph::TrainingGraph, SolveError> {
+    let g = problem.graph_for(solver)?;
+    g.validate().map_err(|e| SolveError::Unsupported { solver, why: format!("invalid training graph: {e}") })?;
+    Ok(g)
+}
+
 pub(crate) fn fwd(stage: usize, mode: ForwardMode) -> Op {
     Op::Forward { stage, mode }
 }

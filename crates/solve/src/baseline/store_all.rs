@@ -24,6 +24,9 @@ impl Solver for StoreAll {
     }
 
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
+        if let Problem::Graph(_) = problem {
+            super::valid_graph(problem, "store-all")?;
+        }
         fastest_fitting(problem, budget, options, "store-all", [store_all_schedule(problem)])
     }
 }
