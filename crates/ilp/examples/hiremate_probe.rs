@@ -1,10 +1,12 @@
 //! HiRemate's own plan (no incumbents) on a zoo graph at its defaults, under variants of
 //! its knobs, at a share of the activations (static memory and inputs on top, no runtime
-//! reserve): docs/benchmarks.md, "A save axis on the coarse grid".
+//! reserve): docs/benchmarks.md, "Save axes on the large clusters". `own` is `hiremate`'s
+//! defaults; `coarse=(P,S)` and `save_axes=LIMITS` change the large clusters' grid and the
+//! time their save axes may take (`coarse=(8,1)`: no save axes, as before 2026-11-28).
 //!
 //! ```sh
 //! cargo run --release -p pebble-ilp --example hiremate_probe -- MODEL PERCENT [VARIANT ...]
-//! LAYERS=24 cargo run --release -p pebble-ilp --example hiremate_probe -- transformer 50 'coarse=(8,4)'
+//! LAYERS=24 cargo run --release -p pebble-ilp --example hiremate_probe -- transformer 50 own 'coarse=(8,1)'
 //! ```
 use pebble_graph::DataKind;
 use pebble_ilp::hiremate::{Hiremate, HiremateConfig};
@@ -29,11 +31,6 @@ fn main() {
     let own = HiremateConfig { rockmate_incumbent: false, mincut_incumbent: false, ..HiremateConfig::DEFAULT };
     let variants: Vec<(&str, HiremateConfig)> = vec![
         ("own", own),
-        ("coarse=(10,10)", HiremateConfig { coarse_grid: (10, 10), ..own }),
-        ("coarse=(16,1)", HiremateConfig { coarse_grid: (16, 1), ..own }),
-        ("coarse=(8,4)", HiremateConfig { coarse_grid: (8, 4), ..own }),
-        ("coarse=(6,6)", HiremateConfig { coarse_grid: (6, 6), ..own }),
-        ("coarse=(4,4)", HiremateConfig { coarse_grid: (4, 4), ..own }),
         ("grid=(16,16)", HiremateConfig { grid: (16, 16), ..own }),
         (
             "max_sub=10",
@@ -49,8 +46,30 @@ fn main() {
         ),
         ("limit=30", HiremateConfig { time_limit: 30.0, ..own }),
     ];
-    for (name, cfg) in variants {
-        if !which.is_empty() && !which.iter().any(|w| w == name) {
+    // Besides the named variants, `coarse=(P,S)`, `save_axes=LIMITS` and both, as
+    // `coarse=(P,S),save_axes=LIMITS`.
+    let parsed: Vec<(String, HiremateConfig)> = which
+        .iter()
+        .filter(|w| !variants.iter().any(|(n, _)| n == w))
+        .filter_map(|w| {
+            let mut cfg = own;
+            for part in w.split("),") {
+                let part = part.trim_end_matches(')');
+                if let Some(g) = part.strip_prefix("coarse=(") {
+                    let (p, s) = g.split_once(',')?;
+                    cfg.coarse_grid = (p.parse().ok()?, s.parse().ok()?);
+                } else if let Some(x) = part.strip_prefix("save_axes=") {
+                    cfg.save_axes = x.parse().ok()?;
+                } else {
+                    return None;
+                }
+            }
+            Some((w.clone(), cfg))
+        })
+        .collect();
+    let named = variants.into_iter().map(|(n, c)| (n.to_string(), c));
+    for (name, cfg) in named.chain(parsed) {
+        if !which.is_empty() && !which.contains(&name) {
             continue;
         }
         let t = std::time::Instant::now();

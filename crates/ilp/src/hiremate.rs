@@ -13,9 +13,11 @@
 //!    one backward cNode per part (an op, or a sub-cluster whose options were found
 //!    before), the cluster's loss between them, and as aNodes only the tensors that cross
 //!    parts; what a sub-cluster keeps inside is its option's phantom. The H-ILP solves it
-//!    over Rockmate's `(M_peak, M_save)` grid (10 × 10; 8 peak budgets alone beyond
+//!    over Rockmate's `(M_peak, M_save)` grid (10 × 10; beyond
 //!    [`crate::rockmate::MEDIUM_BLOCK`] cNodes, where 100 ILPs take minutes per cluster
-//!    on Inception); each distinct solution is an option of the cluster:
+//!    on Inception, 8 peak budgets, then 3 save budgets at each while the preparation's
+//!    time for save axes lasts, [`HiremateConfig::save_axes`]); each distinct solution
+//!    is an option of the cluster:
 //!    its forward part, its backward part, their times, and the memory they need above
 //!    what they allocate (measured by replaying them on the cluster). A fast forward
 //!    (every op without grad, nothing kept) is always one more forward option.
@@ -110,6 +112,15 @@ pub struct HiremateConfig {
     pub grid: (usize, usize),
     /// The same for clusters of more than [`crate::rockmate::MEDIUM_BLOCK`] cNodes.
     pub coarse_grid: (usize, usize),
+    /// The time the save axes of such clusters may take together, in ILP time limits;
+    /// a cluster's is charged per copy (identical clusters share their options), and
+    /// once it is spent the remaining save ILPs are skipped. A save axis gives a cluster
+    /// its cheap-recompute options (drop the large cheap outputs, keep the rest: the
+    /// 24+24 Transformer +5.6% against +12.9% without), but costs 3 to 15 times its
+    /// peak axis, and its parent's ILPs grow with the options (DenseNet-121 and
+    /// Inception-v3 past 10 minutes with no limit). Clusters are solved children first,
+    /// so the budget goes to the first ones.
+    pub save_axes: f64,
     /// The thesis' `N_o`.
     pub max_options: usize,
     /// How a parent picks its parts' options when they exceed `max_options`.
@@ -154,7 +165,8 @@ impl HiremateConfig {
         rockmate_incumbent: true,
         mincut_incumbent: true,
         grid: (10, 10),
-        coarse_grid: (8, 1),
+        coarse_grid: (8, 4),
+        save_axes: 6.0,
         max_options: MAX_OPTIONS,
         selection: Selection::Pareto,
         time_limit: DEFAULT_ILP_LIMIT,
@@ -356,8 +368,9 @@ impl<'g> Prepared<'g> {
             Prepared { g, options: vec![None; h.clusters.len()], h, rep, subs, limit, cfg: *cfg, solved: (0, 0) };
         let todo: Vec<usize> = (0..p.h.clusters.len()).filter(|&c| c != p.h.top && p.rep[c] == c).collect();
         progress.report(PROGRESS, 0, todo.len());
+        let mut save_axes_left = cfg.save_axes * limit;
         for (done, &c) in todo.iter().enumerate() {
-            let (options, solved) = p.cluster_options(c)?;
+            let (options, solved) = p.cluster_options(c, &mut save_axes_left)?;
             p.options[c] = Some(options);
             p.solved = (p.solved.0 + solved.0, p.solved.1 + solved.1);
             progress.report(PROGRESS, done + 1, todo.len());
@@ -613,7 +626,11 @@ impl<'g> Prepared<'g> {
 
     /// Solves cluster `c` over the budget grid: its options, and how many ILPs were
     /// solved and how many of them to optimality.
-    fn cluster_options(&self, c: usize) -> Result<(ClusterOptions, (usize, usize)), IlpError> {
+    fn cluster_options(
+        &self,
+        c: usize,
+        save_axes_left: &mut f64,
+    ) -> Result<(ClusterOptions, (usize, usize)), IlpError> {
         let (h, expand) = self.hgraph(c)?;
         let (h, remap) = select_options(h, &self.cfg);
         let sub = &self.subs[c];
@@ -626,10 +643,23 @@ impl<'g> Prepared<'g> {
         let min_save = size(&sub.outputs) + size(&sub.grads_in);
         // The H-ILP's time grows fast with its cNodes: the coarse grid beyond Rockmate's
         // medium block.
-        let grid = if h.nodes.len() > crate::rockmate::MEDIUM_BLOCK { self.cfg.coarse_grid } else { self.cfg.grid };
-        let budgets = crate::budget_grid(min_peak, max_peak, min_save, grid);
+        let coarse = h.nodes.len() > crate::rockmate::MEDIUM_BLOCK;
+        let grid = if coarse { self.cfg.coarse_grid } else { self.cfg.grid };
         let limit = self.limit;
-        let results = crate::on_two_threads(&budgets, |&(m, save)| hilp::solve(&h, m, save, Some(limit)));
+        let solve = |&(m, save): &(u64, Option<u64>)| hilp::solve(&h, m, save, Some(limit));
+        let budgets = |grid| crate::budget_grid(min_peak, max_peak, min_save, grid);
+        let mut results = crate::on_two_threads(&budgets(if coarse { (grid.0, 1) } else { grid }), solve);
+        if coarse && grid.1 > 1 {
+            // The save axis, while the preparation's time for save axes lasts (charged
+            // per copy: identical clusters share the options); once it is spent, the
+            // ILPs left are skipped.
+            let saves: Vec<_> = budgets(grid).into_iter().filter(|&(m, s)| s.is_some_and(|s| s < m)).collect();
+            let copies = self.rep.iter().filter(|&&r| r == c).count() as f64;
+            let (start, left) = (std::time::Instant::now(), *save_axes_left * copies);
+            let within = |b: &(u64, Option<u64>)| (start.elapsed().as_secs_f64() < left).then(|| solve(b));
+            results.extend(crate::on_two_threads(&saves, within).into_iter().flatten());
+            *save_axes_left -= start.elapsed().as_secs_f64() / copies;
+        }
         let mut options: Vec<ClusterOption> = Vec::new();
         let mut solved = (0, 0);
         for r in results {
@@ -992,6 +1022,52 @@ mod tests {
         for m in ["unet", "transformer", "inception_v3"] {
             assert!(!sequential(m), "{m}");
         }
+    }
+
+    /// A cluster of more than `MEDIUM_BLOCK` cNodes gets its save axis while the
+    /// preparation's time for save axes lasts: with none, exactly the options of the peak
+    /// axis alone; with time, those and more (the cheap-recompute options).
+    #[test]
+    fn the_save_axes_budget_decides_who_gets_a_save_axis() {
+        let opts = pebble_zoo::ModelOptions {
+            layers: Some(1),
+            seq: Some(32),
+            batch: Some(2),
+            ..pebble_zoo::ModelOptions::default()
+        };
+        let g = pebble_zoo::build("transformer", &opts).unwrap().graph;
+        // A time limit no loaded test machine reaches (each ILP takes well under a second).
+        let own = super::HiremateConfig {
+            rockmate_incumbent: false,
+            mincut_incumbent: false,
+            time_limit: 600.0,
+            ..Default::default()
+        };
+        let prepare = |cfg: super::HiremateConfig| super::Prepared::new(&g, &cfg, None).unwrap();
+        let peaks_only = prepare(super::HiremateConfig { coarse_grid: (8, 1), ..own });
+        let none = prepare(super::HiremateConfig { save_axes: 0.0, ..own });
+        let ample = prepare(super::HiremateConfig { save_axes: 1e6, ..own });
+        let coarse: Vec<usize> = (0..none.h.clusters.len())
+            .filter(|&c| c != none.h.top && none.rep[c] == c)
+            .filter(|&c| none.hgraph(c).unwrap().0.nodes.len() > crate::rockmate::MEDIUM_BLOCK)
+            // Of ops alone: a parent's options also change with its children's.
+            .filter(|&c| none.h.clusters[c].parts.iter().all(|p| matches!(p, pebble_graph::Part::Op(_))))
+            .collect();
+        assert!(!coarse.is_empty(), "no coarse cluster to test");
+        for p in [&peaks_only, &none, &ample] {
+            assert_eq!(p.solved.0, p.solved.1, "every ILP proven (the comparison needs exact answers)");
+        }
+        // 86 ILPs without save axes, the coarse cluster's 18 besides with them.
+        assert_eq!((none.solved.0, ample.solved.0 - none.solved.0), (peaks_only.solved.0, 18));
+        let count = |p: &super::Prepared, c: usize| p.options_of(c).options.len();
+        let mut gained = 0;
+        for &c in &coarse {
+            assert_eq!(none.options_of(c).options, peaks_only.options_of(c).options, "cluster {c}");
+            let (a, n) = (&ample.options_of(c).options, &none.options_of(c).options);
+            assert!(n.iter().all(|o| a.contains(o)), "cluster {c}: the peak axis's options stay");
+            gained += count(&ample, c) - count(&none, c);
+        }
+        assert!(gained > 0, "the save axes found no option the peak axes had not");
     }
 
     /// The research digest's §8.3 B: peaks {100, 90, 80, 55, 50, 20, 10}, quota 3 →
