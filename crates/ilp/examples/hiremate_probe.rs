@@ -8,9 +8,9 @@
 //! cargo run --release -p pebble-ilp --example hiremate_probe -- MODEL PERCENT [VARIANT ...]
 //! LAYERS=24 cargo run --release -p pebble-ilp --example hiremate_probe -- transformer 50 own 'coarse=(8,1)'
 //! ```
-use pebble_graph::DataKind;
 use pebble_ilp::hiremate::{Hiremate, HiremateConfig};
 use pebble_sim::{simulate_graph, SimConfig};
+use pebble_solve::baseline::store_all::simulate_store_all;
 use pebble_solve::{Problem, SolveOptions, Solver};
 use pebble_zoo::{build, ModelOptions};
 
@@ -21,12 +21,8 @@ fn main() {
     let which: Vec<String> = args.iter().skip(3).cloned().collect();
     let layers = std::env::var("LAYERS").ok().and_then(|l| l.parse().ok());
     let g = build(model, &ModelOptions { layers, ..ModelOptions::default() }).unwrap().graph;
-    let fixed = g.static_bytes() + g.data.iter().filter(|d| d.kind == DataKind::Input).map(|d| d.size).sum::<u64>();
-    let sa = pebble_solve::solver("store-all")
-        .unwrap()
-        .solve(Problem::Graph(&g), u64::MAX, &SolveOptions::default())
-        .unwrap();
-    let r = simulate_graph(&g, &sa, &SimConfig::default()).unwrap();
+    let fixed = g.fixed_bytes();
+    let r = simulate_store_all(Problem::Graph(&g), &SimConfig::default()).unwrap();
     let budget = fixed + (r.peak_bytes - fixed) * pct / 100;
     let own = HiremateConfig { rockmate_incumbent: false, mincut_incumbent: false, ..HiremateConfig::DEFAULT };
     let variants: Vec<(&str, HiremateConfig)> = vec![
