@@ -705,7 +705,7 @@ impl<'g> Prepared<'g> {
 
     /// Bytes resident whatever the schedule: static memory and inputs.
     pub fn fixed(&self) -> u64 {
-        crate::fixed_bytes(self.g)
+        self.g.fixed_bytes()
     }
 
     /// Solves the top cluster within `budget` bytes.

@@ -131,11 +131,6 @@ pub(crate) fn on_two_threads<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R 
     })
 }
 
-/// Bytes resident whatever the schedule: static memory and the step's inputs.
-pub(crate) fn fixed_bytes(g: &pebble_graph::TrainingGraph) -> u64 {
-    g.static_bytes() + g.data.iter().filter(|d| d.kind == pebble_graph::DataKind::Input).map(|d| d.size).sum::<u64>()
-}
-
 /// Runs `solve(memory)` on the memory left after the fixed bytes and frees the sequence
 /// it returns by liveness; see [`within_budget`], whose retries it takes part in (an
 /// ILP's tolerance, a DP's rounding). The architecture invariant on rounding, in one
@@ -146,7 +141,7 @@ pub(crate) fn sequence_within_budget(
     options: &pebble_solve::SolveOptions,
     mut solve: impl FnMut(u64) -> Result<Vec<sequence::Step>, pebble_solve::SolveError>,
 ) -> Result<pebble_schedule::Schedule, pebble_solve::SolveError> {
-    let fixed = fixed_bytes(g);
+    let fixed = g.fixed_bytes();
     let live = sequence::Liveness::new(g);
     let gave_up = |slack| format!("the schedules exceed the budget in simulation even {slack} bytes below it");
     within_budget(g, budget, options, gave_up, |slack| {

@@ -63,7 +63,7 @@ fn budgets(g: &TrainingGraph) -> Vec<u64> {
     .unwrap()
     .report
     .peak_bytes;
-    let fixed = crate::fixed_bytes(g);
+    let fixed = g.fixed_bytes();
     vec![peak, fixed + (peak - fixed) * 9 / 10, fixed]
 }
 

@@ -274,7 +274,7 @@ impl<'g> Prepared<'g> {
 
     /// Bytes resident for the whole step whatever the schedule: static memory and inputs.
     pub fn fixed(&self) -> u64 {
-        crate::fixed_bytes(self.g)
+        self.g.fixed_bytes()
     }
 
     /// The compute sequence of rk-Rotor's plan.

@@ -1,6 +1,6 @@
 //! Rockmate and rk-Checkmate against Checkmate's optimum, checked by the simulator.
 
-use pebble_graph::{DataKind, TrainingGraph};
+use pebble_graph::TrainingGraph;
 use pebble_ilp::rockmate::Prepared;
 use pebble_sim::{SimConfig, SimReport};
 use pebble_solve::{Problem, SolveOptions};
@@ -8,10 +8,6 @@ use pebble_zoo::ModelOptions;
 
 fn gpt(layers: usize, width: usize, seq: usize) -> TrainingGraph {
     pebble_testkit::gpt(layers, width, seq).graph
-}
-
-fn fixed(g: &TrainingGraph) -> u64 {
-    g.static_bytes() + g.data.iter().filter(|d| d.kind == DataKind::Input).map(|d| d.size).sum::<u64>()
 }
 
 fn run(name: &str, g: &TrainingGraph, budget: u64) -> Option<SimReport> {
@@ -50,7 +46,7 @@ fn rockmate_and_rk_checkmate_against_checkmate() {
     let mut compared = 0;
     for layers in [1, 2] {
         let g = gpt(layers, 64, 32);
-        let f = fixed(&g);
+        let f = g.fixed_bytes();
         let peak = run("store-all", &g, u64::MAX).unwrap().peak_bytes;
         for pct in [100u64, 90, 80] {
             let budget = f + (peak - f) * pct / 100;
@@ -102,7 +98,7 @@ fn hiremate_plans_non_sequential_graphs() {
         ("unet", ModelOptions { image: Some(32), batch: Some(1), ..Default::default() }, 70),
     ] {
         let g = pebble_zoo::build(name, &o).unwrap().graph;
-        let f = fixed(&g);
+        let f = g.fixed_bytes();
         let peak = run("store-all", &g, u64::MAX).unwrap();
         // Prepared once (the minutes) for both budgets.
         let options = SolveOptions::default();
@@ -133,7 +129,7 @@ struct SmallCase {
 impl SmallCase {
     fn at_70_percent(model: &str, options: ModelOptions) -> SmallCase {
         let g = pebble_zoo::build(model, &options).unwrap().graph;
-        let f = fixed(&g);
+        let f = g.fixed_bytes();
         let budget = f + (run("store-all", &g, u64::MAX).unwrap().peak_bytes - f) * 70 / 100;
         SmallCase { g, budget }
     }
