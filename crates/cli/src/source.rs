@@ -358,7 +358,9 @@ impl Source {
         }
     }
 
-    /// A title: `resnet50, batch 32, v100`, or the file's name.
+    /// A title: `resnet50, batch 32, v100`, with each size and training option given away
+    /// from the model's default (`llama2-7b, 8 layers, bf16, batch 4, rtx3060`), or the
+    /// file's name.
     pub fn label(&self) -> String {
         match self {
             Source::Chain { path, chain } => match &chain.name {
@@ -370,7 +372,32 @@ impl Source {
                 None => format!("graph {}", path.display()),
             },
             Source::Model { model, options } => {
-                format!("{}, batch {}, {}", model.spec.name, model.dims.batch, options.profile.name)
+                let (spec, dims) = (model.spec, &model.dims);
+                let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+                let sizes = [
+                    (spec.layers, dims.layers, count(dims.layers, "layer")),
+                    (spec.seq, dims.seq, format!("sequence {}", dims.seq)),
+                    (spec.image, dims.image, format!("image {}", dims.image)),
+                    (spec.width, dims.width, format!("width {}", dims.width)),
+                    (spec.heads, dims.heads, count(dims.heads, "head")),
+                ];
+                let mut parts = vec![spec.name.to_string()];
+                parts.extend(sizes.into_iter().filter(|(d, v, _)| d.is_some_and(|d| d != *v)).map(|(.., text)| text));
+                if options.dtype != DType::F32 {
+                    parts.push(format!("{:?}", options.dtype).to_lowercase());
+                }
+                if options.master_weights {
+                    parts.push("fp32 master weights".into());
+                }
+                if let Some(share) = options.trainable {
+                    parts.push(format!("{}% trainable", share * 100.0));
+                }
+                if options.optimizer != Optimizer::default() {
+                    parts.push(format!("{:?}", options.optimizer).to_lowercase());
+                }
+                parts.push(format!("batch {}", dims.batch));
+                parts.push(options.profile.name.clone());
+                parts.join(", ")
             }
         }
     }

@@ -475,14 +475,14 @@ fn simulate_says_what_a_mismatched_schedule_was_planned_for() {
     ok(&args);
     let written = std::fs::read_to_string(&schedule).expect("written");
     let planned = pebble_schedule::Schedule::from_json(&written).expect("a schedule").planned_for;
-    assert_eq!(planned.as_deref(), Some("gpt, batch 4, v100 (chain of 5 stages)"));
+    assert_eq!(planned.as_deref(), Some("gpt, 3 layers, batch 4, v100 (chain of 5 stages)"));
     let mut args = vec!["simulate", "--schedule", s(&schedule)];
     args.extend(gpt("1"));
     let run = pebble(&args);
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(
         run.stderr.contains(
-            "(it was planned for gpt, batch 4, v100 (chain of 5 stages); this is gpt, batch 4, v100 (chain of 3 stages))"
+            "(it was planned for gpt, 3 layers, batch 4, v100 (chain of 5 stages); this is gpt, 1 layer, batch 4, v100 (chain of 3 stages))"
         ),
         "{}",
         run.stderr
@@ -491,6 +491,25 @@ fn simulate_says_what_a_mismatched_schedule_was_planned_for() {
     let mut args = vec!["simulate", "--schedule", s(&schedule)];
     args.extend(gpt("3"));
     assert_eq!(pebble(&args).code, 0);
+}
+
+/// A schedule names each size and training option it was planned with that is not the
+/// model's default, so that two plans of one model told apart only by a flag say which.
+#[test]
+fn a_schedule_names_the_options_it_was_planned_with() {
+    let dir = scratch("planned-with");
+    let schedule = dir.join("gpt.json");
+    let base = ["plan", "--model", "gpt", "--activation-budget", "80%", "--solver", "rotor", "-o", s(&schedule)];
+    let planned_for = |extra: &[&str]| {
+        ok(&[&base[..], extra].concat());
+        let written = std::fs::read_to_string(&schedule).expect("written");
+        pebble_schedule::Schedule::from_json(&written).expect("a schedule").planned_for.expect("planned_for")
+    };
+    assert_eq!(planned_for(&[]), "gpt, batch 4, v100 (chain of 6 stages)");
+    assert_eq!(
+        planned_for(&["--dtype", "bf16", "--trainable", "0.5", "--seq", "64", "--heads", "1", "--force"]),
+        "gpt, sequence 64, 1 head, bf16, 50% trainable, batch 4, v100 (chain of 6 stages)"
+    );
 }
 
 #[test]
