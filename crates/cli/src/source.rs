@@ -390,7 +390,8 @@ impl Source {
                     parts.push("fp32 master weights".into());
                 }
                 if let Some(share) = options.trainable {
-                    parts.push(format!("{}% trainable", share * 100.0));
+                    let percent = format!("{:.3}", share * 100.0);
+                    parts.push(format!("{}% trainable", percent.trim_end_matches('0').trim_end_matches('.')));
                 }
                 if options.optimizer != Optimizer::default() {
                     parts.push(format!("{:?}", options.optimizer).to_lowercase());

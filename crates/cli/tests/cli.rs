@@ -507,8 +507,12 @@ fn a_schedule_names_the_options_it_was_planned_with() {
     };
     assert_eq!(planned_for(&[]), "gpt, batch 4, v100 (chain of 6 stages)");
     assert_eq!(
-        planned_for(&["--dtype", "bf16", "--trainable", "0.5", "--seq", "64", "--heads", "1", "--force"]),
-        "gpt, sequence 64, 1 head, bf16, 50% trainable, batch 4, v100 (chain of 6 stages)"
+        planned_for(&["--dtype", "bf16", "--trainable", "0.07", "--seq", "64", "--heads", "1", "--force"]),
+        "gpt, sequence 64, 1 head, bf16, 7% trainable, batch 4, v100 (chain of 6 stages)"
+    );
+    assert_eq!(
+        planned_for(&["--trainable", "0.0001234", "--force"]),
+        "gpt, 0.012% trainable, batch 4, v100 (chain of 6 stages)"
     );
 }
 
