@@ -405,7 +405,7 @@ fn sweep_writes_a_table_and_an_svg() {
     for name in solvers {
         assert!(text.contains(name), "legend names {name}");
     }
-    assert!(text.contains("resnet18, batch 2, v100"), "the title names model, batch and device");
+    assert!(text.contains("resnet18, image 64, batch 2, v100"), "the title names model, image side, batch and device");
 
     // JSON: one point per budget and solver.
     let j =
