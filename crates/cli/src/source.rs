@@ -384,7 +384,7 @@ impl Source {
                 let mut parts = vec![spec.name.to_string()];
                 parts.extend(sizes.into_iter().filter(|(d, v, _)| d.is_some_and(|d| d != *v)).map(|(.., text)| text));
                 if options.dtype != DType::F32 {
-                    parts.push(format!("{:?}", options.dtype).to_lowercase());
+                    parts.push(options.dtype.name().into());
                 }
                 if options.master_weights {
                     parts.push("fp32 master weights".into());
@@ -394,7 +394,7 @@ impl Source {
                     parts.push(format!("{}% trainable", percent.trim_end_matches('0').trim_end_matches('.')));
                 }
                 if options.optimizer != Optimizer::default() {
-                    parts.push(format!("{:?}", options.optimizer).to_lowercase());
+                    parts.push(options.optimizer.name().into());
                 }
                 parts.push(format!("batch {}", dims.batch));
                 parts.push(options.profile.name.clone());

@@ -111,6 +111,14 @@ impl DType {
             DType::Bf16 => 2,
         }
     }
+
+    /// Name as the CLI spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::Bf16 => "bf16",
+        }
+    }
 }
 
 /// The optimizer whose state counts in memory.

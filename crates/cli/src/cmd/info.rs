@@ -29,7 +29,7 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<ExitCode> {
             "image": model.spec.image.map(|_| d.image),
             "seq": model.spec.seq.map(|_| d.seq),
             "layers": model.spec.layers.map(|_| d.layers),
-            "dtype": match d.dtype { pebble_zoo::DType::F32 => "f32", pebble_zoo::DType::Bf16 => "bf16" },
+            "dtype": d.dtype.name(),
             "optimizer": options.optimizer.name(),
             "device": options.profile.name,
             "profile": options.profile.name,
