@@ -6,6 +6,9 @@
 #   scripts/gpu-check.sh run [BIN]    # on the GPU machine: `pebble train` under the solvers and
 #                                     # policies of issues 11-13 on GPT-2 small, then `pebble bench`; JSON
 #                                     # to ${OUT:-gpu-out}/ and a summary on stdout
+#   scripts/gpu-check.sh overlap [BIN] # on the GPU machine: the offloading runs on a 4-layer GPT,
+#                                     # each with and without the executor's device sync before a
+#                                     # transfer (PEBBLE_TRANSFER_SYNC=0), then the solvers beside them
 #
 # Burn 0.21's CUDA backend loads the driver and compiles its kernels with NVRTC at run
 # time, so the build half needs no CUDA toolkit. Record what `run` printed in docs/gpu.md.
@@ -15,13 +18,14 @@ cd "$(dirname "$0")/.."
 mode="${1:-}"
 case "$mode" in
 build)
+    scripts/setup.sh
     cargo build --release -p pebble-cli --features cuda
     mkdir -p dist
     cp "${CARGO_TARGET_DIR:-target}/release/pebble" dist/pebble-cuda
     strip dist/pebble-cuda
     ls -l dist/pebble-cuda
     ;;
-run)
+run | overlap)
     bin="${2:-dist/pebble-cuda}"
     out="${OUT:-gpu-out}"
     device="${DEVICE:-cuda}"
@@ -76,6 +80,25 @@ PY
             exit 1
         fi
     fi
+    if [[ "$mode" == overlap ]]; then
+        # Do the copies leave the compute path once the executor stops synchronising the
+        # device before each transfer? The same runs with the sync (as shipped) and
+        # without it, on a 4-layer GPT whose step is short enough to repeat, the link
+        # throttled below the real one; then the other solvers once each.
+        gpt=(--model gpt --layers 4 --width 512 --heads 8 --seq 512 --batch 8 --profile h100
+            --costs "${COSTS:-profiled}" --bandwidth "${BANDWIDTH:-10e9}" --steps "${STEPS:-4}")
+        for planner in "--policy delta" "--solver pofo" "--solver offload-dp"; do
+            read -ra p <<<"$planner"
+            train "${p[1]}-50" "${gpt[@]}" "${p[@]}" --budget 50%
+            PEBBLE_TRANSFER_SYNC=0 train "${p[1]}-50-nosync" "${gpt[@]}" "${p[@]}" --budget 50%
+        done
+        train store-all "${gpt[@]}" --solver store-all --budget 100%
+        train rotor-50 "${gpt[@]}" --solver rotor --budget 50%
+        train zero-offload-50 "${gpt[@]}" --solver zero-offload --budget 50%
+        train offmate-40 "${gpt[@]}" --solver offmate --budget 40%
+        PEBBLE_TRANSFER_SYNC=0 train offmate-40-nosync "${gpt[@]}" --solver offmate --budget 40%
+        exit 0
+    fi
     # GPT-2 small (12 x 768, sequence 1024, batch 8) on costs profiled on the device
     # (COSTS=steps: each stage then timed in store-all steps), the link throttled to a
     # rate below the real one; one run per issue's solver or policy.
@@ -94,7 +117,7 @@ PY
     timeout "${RUN_TIMEOUT:-120}" "$bin" bench "${model[@]}" --profile h100 --device "$device" --steps 4 | tee "$out/bench-gpt.txt" || true
     ;;
 *)
-    echo "usage: $0 build | run [BIN]" >&2
+    echo "usage: $0 build | run [BIN] | overlap [BIN]" >&2
     exit 2
     ;;
 esac
