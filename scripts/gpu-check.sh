@@ -7,8 +7,9 @@
 #                                     # policies of issues 11-13 on GPT-2 small, then `pebble bench`; JSON
 #                                     # to ${OUT:-gpu-out}/ and a summary on stdout
 #   scripts/gpu-check.sh overlap [BIN] # on the GPU machine: the offloading runs on a 4-layer GPT,
-#                                     # each with and without the executor's device sync before a
-#                                     # transfer (PEBBLE_TRANSFER_SYNC=0), then the solvers beside them
+#                                     # each as shipped, without the device sync before a transfer
+#                                     # (PEBBLE_TRANSFER_SYNC=0) and with reads queued on a copy
+#                                     # stream (PEBBLE_CUDA_READ=queued), then the other solvers
 #
 # Burn 0.21's CUDA backend loads the driver and compiles its kernels with NVRTC at run
 # time, so the build half needs no CUDA toolkit. Record what `run` printed in docs/gpu.md.
@@ -87,16 +88,31 @@ PY
         # throttled below the real one; then the other solvers once each.
         gpt=(--model gpt --layers 4 --width 512 --heads 8 --seq 512 --batch 8 --profile h100
             --costs "${COSTS:-profiled}" --bandwidth "${BANDWIDTH:-10e9}" --steps "${STEPS:-4}")
+        # Each offloading run three ways: as shipped (`sync`: the device synchronised before
+        # each transfer), without that sync (`nosync`), and with reads queued on a copy
+        # stream when the offload is issued (`queued`: PEBBLE_CUDA_READ=queued, src/cuda.rs).
+        variant() {
+            local name="$1" how="$2"
+            shift 2
+            case "$how" in
+            sync) train "$name" "$@" ;;
+            nosync) PEBBLE_TRANSFER_SYNC=0 train "$name-nosync" "$@" ;;
+            queued) PEBBLE_CUDA_READ=queued train "$name-queued" "$@" ;;
+            esac
+        }
+        read -ra variants <<<"${VARIANTS:-sync nosync queued}"
         for planner in "--policy delta" "--solver pofo" "--solver offload-dp"; do
             read -ra p <<<"$planner"
-            train "${p[1]}-50" "${gpt[@]}" "${p[@]}" --budget 50%
-            PEBBLE_TRANSFER_SYNC=0 train "${p[1]}-50-nosync" "${gpt[@]}" "${p[@]}" --budget 50%
+            for how in "${variants[@]}"; do
+                variant "${p[1]}-50" "$how" "${gpt[@]}" "${p[@]}" --budget 50%
+            done
         done
         train store-all "${gpt[@]}" --solver store-all --budget 100%
         train rotor-50 "${gpt[@]}" --solver rotor --budget 50%
         train zero-offload-50 "${gpt[@]}" --solver zero-offload --budget 50%
-        train offmate-40 "${gpt[@]}" --solver offmate --budget 40%
-        PEBBLE_TRANSFER_SYNC=0 train offmate-40-nosync "${gpt[@]}" --solver offmate --budget 40%
+        for how in "${variants[@]}"; do
+            variant offmate-40 "$how" "${gpt[@]}" --solver offmate --budget 40%
+        done
         exit 0
     fi
     # GPT-2 small (12 x 768, sequence 1024, batch 8) on costs profiled on the device

@@ -15,14 +15,6 @@ pub type Cpu = burn_flex::Flex;
 #[cfg(feature = "cuda")]
 pub type Gpu = burn_cuda::Cuda;
 
-/// Device memory in use on the first CUDA device, as CubeCL's memory manager reports it.
-#[cfg(feature = "cuda")]
-fn cuda_bytes_in_use() -> u64 {
-    use cubecl::Runtime;
-    let client = cubecl::cuda::CudaRuntime::client(&burn_cuda::CudaDevice::default());
-    client.memory_usage().map(|u| u.bytes_in_use).unwrap_or(0)
-}
-
 /// Whether the CUDA driver library can be found where the loader looks for it. Burn's
 /// CUDA backend panics in a worker thread when it cannot load it, so we ask first.
 pub fn cuda_driver_present() -> bool {
@@ -71,13 +63,17 @@ pub enum Unavailable {
 /// device cannot be used.
 pub fn prepare(kind: DeviceKind) -> Result<(), Unavailable> {
     match kind {
-        DeviceKind::Cpu => crate::memory::set_probe(None),
+        DeviceKind::Cpu => {
+            crate::memory::set_probe(None);
+            crate::memory::set_thread_hook(None)
+        }
         #[cfg(feature = "cuda")]
         DeviceKind::Cuda => {
             if !cuda_driver_present() {
                 return Err(Unavailable::NoCudaDriver);
             }
-            crate::memory::set_probe(Some(cuda_bytes_in_use))
+            crate::memory::set_probe(Some(crate::cuda::bytes_in_use));
+            crate::memory::set_thread_hook(Some(crate::cuda::register_stream))
         }
         #[cfg(not(feature = "cuda"))]
         DeviceKind::Cuda => return Err(Unavailable::CudaNotBuilt),

@@ -13,6 +13,8 @@
 
 pub mod autodiff;
 pub mod backend;
+#[cfg(feature = "cuda")]
+mod cuda;
 pub mod exec;
 pub mod memory;
 pub mod ops;

@@ -197,6 +197,25 @@ pub fn device_available() -> Option<u64> {
     kib.checked_mul(1024)
 }
 
+/// What a thread that may allocate device memory calls when it starts (on CUDA, where
+/// each thread allocates on a stream of its own, it adds that stream to the probe's sum).
+pub type ThreadHook = fn();
+
+static THREAD_HOOK: std::sync::RwLock<Option<ThreadHook>> = std::sync::RwLock::new(None);
+
+/// Installs (or removes) the hook [`device_thread`] calls.
+pub fn set_thread_hook(hook: Option<ThreadHook>) {
+    *THREAD_HOOK.write().unwrap_or_else(|e| e.into_inner()) = hook;
+}
+
+/// Called by the executor's transfer threads when they start: the device's memory they
+/// allocate counts in the probe's samples.
+pub fn device_thread() {
+    if let Some(hook) = *THREAD_HOOK.read().unwrap_or_else(|e| e.into_inner()) {
+        hook();
+    }
+}
+
 /// Samples the device probe, if any, into the device peak.
 pub fn sample() {
     if let Some(probe) = *PROBE.read().unwrap_or_else(|e| e.into_inner()) {

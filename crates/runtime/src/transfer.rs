@@ -254,6 +254,41 @@ impl HostValue {
 /// The parts of one tensor the schedule names, each labelled by `K`.
 pub(crate) type Parts<B, K> = Vec<(K, Value<B>)>;
 
+/// An offload's read of one value to the host, as the compute stream issued it.
+pub(crate) enum Reading<B: Backend> {
+    /// Read on the device→host thread, through Burn's data API.
+    Later(Value<B>),
+    /// Already queued on the device (CUDA's copy stream, `PEBBLE_CUDA_READ=queued`): the
+    /// device→host thread waits for it.
+    #[cfg(feature = "cuda")]
+    Queued(crate::cuda::QueuedRead),
+}
+
+impl<B: Backend> Reading<B> {
+    /// Starts reading `v` where the backend can queue the read now; otherwise leaves it to
+    /// the device→host thread.
+    fn start(v: Value<B>) -> Self {
+        match v {
+            #[cfg(feature = "cuda")]
+            Value::Float(t) => match crate::cuda::queue_read::<B>(t) {
+                Ok(read) => Reading::Queued(read),
+                Err(t) => Reading::Later(Value::Float(t)),
+            },
+            v => Reading::Later(v),
+        }
+    }
+
+    /// Whether reads are queued when they are issued, ordered after their producers by
+    /// the device (so the compute stream need not wait before issuing them).
+    fn queued() -> bool {
+        #[cfg(feature = "cuda")]
+        if crate::cuda::queued_reads() {
+            return true;
+        }
+        false
+    }
+}
+
 /// Done prefetches: `(job, device tensors)`, in job order.
 type Arrived<B, K> = Vec<(usize, Parts<B, K>)>;
 
@@ -283,20 +318,36 @@ impl<K> Drop for HostCopy<K> {
 }
 
 impl<K> HostCopy<K> {
-    /// Copies `values` to the host. Each is read through a clone, so that the backend
-    /// copies the data even where the job held the last handle (burn-flex hands a unique
-    /// buffer over instead of copying it); the device copy is dropped outside the scope.
+    /// Copies `values` to the host.
     pub(crate) fn read<B: Backend>(values: Parts<B, K>) -> Result<HostCopy<K>, RuntimeError> {
+        Self::finish(values.into_iter().map(|(k, v)| (k, Reading::Later(v))).collect())
+    }
+
+    /// Finishes the reads of `values` to the host. A value still to read is read through
+    /// a clone, so that the backend copies the data even where the job held the last
+    /// handle (burn-flex hands a unique buffer over instead of copying it); the device
+    /// copy is dropped outside the scope.
+    fn finish<B: Backend>(values: Vec<(K, Reading<B>)>) -> Result<HostCopy<K>, RuntimeError> {
         let mut copy = {
             let _host = memory::host_scope();
             HostCopy { parts: Vec::with_capacity(values.len()) }
         };
-        for (k, v) in values {
-            let data = {
-                let _host = memory::host_scope();
-                HostValue::read(v.clone())
+        for (k, reading) in values {
+            let data = match reading {
+                Reading::Later(v) => {
+                    let data = {
+                        let _host = memory::host_scope();
+                        HostValue::read(v.clone())
+                    };
+                    drop(v);
+                    data
+                }
+                #[cfg(feature = "cuda")]
+                Reading::Queued(read) => {
+                    let _host = memory::host_scope();
+                    burn_backend::read_sync(read).map(HostValue::Float).map_err(RuntimeError::Readback)
+                }
             };
-            drop(v);
             copy.parts.push((k, data?));
         }
         Ok(copy)
@@ -305,7 +356,7 @@ impl<K> HostCopy<K> {
 
 struct Offload<B: Backend, K> {
     job: usize,
-    values: Parts<B, K>,
+    values: Vec<(K, Reading<B>)>,
     bytes: u64,
 }
 
@@ -558,8 +609,13 @@ impl<'scope, 'env, B: Backend, K: Clone + PartialEq + Send + Sync + 'static> Tra
         release: bool,
     ) -> Result<(), RuntimeError> {
         self.start(job, op)?;
-        // Issued when the compute before it has finished, also on a device that queues it.
-        issue_sync::<B>(self.device)?;
+        // Issued when the compute before it has finished, also on a device that queues it
+        // (unless the device orders the read after its producer itself).
+        let queued = Reading::<B>::queued();
+        if !queued {
+            issue_sync::<B>(self.device)?;
+        }
+        let values = values.into_iter().map(|(k, v)| (k, Reading::start(v))).collect();
         {
             let mut b = self.shared.lock();
             b.offloading.insert(job);
@@ -724,6 +780,7 @@ fn offloads<B: Backend, K: Send + Sync>(shared: &Shared<B, K>, jobs: Receiver<Of
     // Burn's `read_sync` keeps a per-thread waker it makes on first use and frees when the
     // thread ends: made here, outside any host scope, it does not count as a host copy.
     burn_backend::read_sync(std::future::ready(()));
+    memory::device_thread();
     for Offload { job, values, bytes } in jobs {
         let start = Instant::now();
         {
@@ -743,7 +800,7 @@ fn offloads<B: Backend, K: Send + Sync>(shared: &Shared<B, K>, jobs: Receiver<Of
             b.host_used += bytes;
             b.host_peak = b.host_peak.max(b.host_used);
         }
-        let copy = HostCopy::read(values);
+        let copy = HostCopy::finish(values);
         throttle(start, link.seconds(bytes));
         let busy = start.elapsed().as_secs_f64();
         let mut b = shared.lock();
@@ -777,6 +834,7 @@ fn prefetches<B: Backend, K: Clone + PartialEq + Send + Sync>(
     link: LinkSpeed,
     device: &B::Device,
 ) {
+    memory::device_thread();
     for Prefetch { job, op, sources, bytes } in jobs {
         let mut b = shared.lock();
         if b.closing {
