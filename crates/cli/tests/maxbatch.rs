@@ -80,6 +80,13 @@ fn bad_requests_name_their_flag() {
     let run = pebble(&["maxbatch", "--model", "mlp", "--memory", "1KB", "--solver", "rotor"]);
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(run.stderr.contains("not even 1") || run.stdout.contains("not even 1"), "{}", run.stderr);
+    // It says how much memory batch 1 needs: `plan`'s least feasible budget at batch 1.
+    let need = run.stderr.split("batch 1 needs at least ").nth(1).map(str::trim);
+    let need = need.unwrap_or_else(|| panic!("no least memory in: {}", run.stderr));
+    let plan = pebble(&["plan", "--model", "mlp", "--batch", "1", "--solver", "rotor", "--budget", "1KB"]);
+    assert_eq!(plan.code, 1, "{}", plan.stderr);
+    let text = format!("{}{}", plan.stdout, plan.stderr);
+    assert!(text.contains(&format!("the minimum feasible budget is {need} (")), "{need} against: {text}");
 }
 
 /// `--run` trains one step at the simulated answer, and below it until one runs within the

@@ -46,6 +46,34 @@ impl Search<'_> {
             return Ok(t.step);
         }
         self.progress.set_message(format!("{}: batch {batch}", self.solver.name()));
+        let step = self.at_batch(batch, |solver, problem, setup, _| {
+            match pebble_solve::plan(solver, problem, setup.resolved.planned_bytes, &setup.options) {
+                Ok(plan) => Ok(Some(plan.report.makespan)),
+                Err(PlanError::Solve(SolveError::Infeasible { .. })) => Ok(None),
+                Err(e) => Err(e.into()),
+            }
+        })?;
+        self.tried.push(Tried { batch, step });
+        Ok(step)
+    }
+
+    /// The least memory a step at `batch` fits in under the solver (its least feasible
+    /// budget, with the runtime's reserve), if any: what `--memory` would need to be.
+    fn least_memory(&self, batch: usize) -> anyhow::Result<Option<u64>> {
+        self.progress.set_message(format!("{}: the least memory for batch {batch}", self.solver.name()));
+        self.at_batch(batch, |solver, problem, setup, machine| {
+            let planned = pebble_solve::min_feasible_budget(solver, problem, &setup.options)?;
+            Ok(planned.map(|p| pebble_solve::budget::total_for(p, &machine.runtime)))
+        })
+    }
+
+    /// Calls `f` with the solver, the problem, the setup and the machine of `--model` at
+    /// `batch`, under `--memory`.
+    fn at_batch<T>(
+        &self,
+        batch: usize,
+        f: impl FnOnce(&dyn Solver, pebble_solve::Problem<'_>, &Setup, &pebble_machine::Machine) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
         let source_args = SourceArgs { chain: None, graph: None, model: Some(self.args.model.clone()), onnx: None };
         let mut opts = self.args.opts.clone();
         opts.size.batch = Some(BatchArg::Fixed(batch));
@@ -53,14 +81,7 @@ impl Search<'_> {
         let (source, machine) = Source::load(&source_args, &opts)?;
         let subject = source.view_for(self.solver)?;
         let setup = Setup::new((&self.args.solve, &budget), &source, &machine, &subject)?;
-        let step =
-            match pebble_solve::plan(self.solver, subject.problem(), setup.resolved.planned_bytes, &setup.options) {
-                Ok(plan) => Some(plan.report.makespan),
-                Err(PlanError::Solve(SolveError::Infeasible { .. })) => None,
-                Err(e) => return Err(e.into()),
-            };
-        self.tried.push(Tried { batch, step });
-        Ok(step)
+        f(self.solver, subject.problem(), &setup, &machine)
     }
 
     /// The largest batch up to `--max` that fits, and its step time; `None` if not even 1.
@@ -257,8 +278,17 @@ pub fn run(args: &MaxbatchArgs) -> anyhow::Result<ExitCode> {
     let found = search.largest()?;
     let baseline = largest_batch(args, store_all, &progress)?;
     let Some((batch, step)) = found else {
+        let least = search.least_memory(1)?;
         progress.finish_and_clear();
-        return Err(Infeasible(format!("`{name}` fits no batch in {memory} bytes, not even 1")).into());
+        let need = match least {
+            Some(m) => format!("; batch 1 needs at least {}", pebble_graph::units::format_bytes(m)),
+            None => String::new(),
+        };
+        return Err(Infeasible(format!(
+            "`{name}` fits no batch in {}, not even 1{need}",
+            pebble_graph::units::format_bytes(memory)
+        ))
+        .into());
     };
     let real = if args.run {
         let device = device.unwrap_or(DeviceKind::Cpu);
