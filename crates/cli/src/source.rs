@@ -87,9 +87,18 @@ pub fn solver_or_policy<'a>(solver: &'a Option<String>, policy: &'a Option<Strin
 pub fn profile(opts: &ModelOpts) -> anyhow::Result<Option<Profile>> {
     let flag = if opts.profile.is_some() { "--profile" } else { "--device" };
     match opts.profile_name().map_err(bad)? {
-        Some(name) => Profile::lookup(&name).map(Some).map_err(|e| bad(format!("{flag}: {e}"))),
+        Some(name) => lookup_profile(flag, &name).map(Some),
         None => Ok(None),
     }
+}
+
+/// The built-in profile or JSON file `name` that `flag` gives; bad input (exit code 2)
+/// naming the flag, and the file where one was read, if it cannot be had.
+pub fn lookup_profile(flag: &str, name: &str) -> anyhow::Result<Profile> {
+    Profile::lookup(name).map_err(|e| match e {
+        pebble_machine::ProfileError::Unknown { .. } => bad(format!("{flag}: {e}")),
+        _ => bad(format!("{flag} `{name}`: {e}")),
+    })
 }
 
 /// Resolves the model options against the defaults; the profile is looked up here.

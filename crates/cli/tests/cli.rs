@@ -127,6 +127,24 @@ fn unknown_names_are_bad_input() {
         &["info", "--model", "resnet18", "--profile", "tpu9"],
         &["--profile", "unknown device profile `tpu9`", "v100"],
     );
+    // The experiments' --profile is the same flag, with the same exit code.
+    let out = scratch("unknown-profile-reproduce");
+    bad_input_one_line(
+        &["reproduce", "hiremate", "--profile", "tpu9", "--out-dir", s(&out.join("new"))],
+        &["--profile", "unknown device profile `tpu9`"],
+    );
+}
+
+#[test]
+fn a_profile_file_that_is_not_json_is_named() {
+    let dir = scratch("profile-not-json");
+    let toml = write(&dir, "machine.toml", "[device]\nmemory = \"16GiB\"\n");
+    let message = format!("--profile `{}`: not a JSON device profile", s(&toml));
+    bad_input_one_line(&["info", "--model", "resnet18", "--profile", s(&toml)], &[&message]);
+    bad_input_one_line(
+        &["plan", "--model", "resnet18", "--profile", s(&toml), "--solver", "rotor", "--budget", "50%"],
+        &[&message],
+    );
 }
 
 #[test]

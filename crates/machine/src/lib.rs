@@ -245,6 +245,13 @@ pub enum ProfileError {
         /// The I/O error.
         why: String,
     },
+    /// The text is not a JSON profile at all (bad syntax, cut short, not an object), or
+    /// lacks a top-level field (named in `why`).
+    #[error("not a JSON device profile: {why}")]
+    Malformed {
+        /// What the parser found.
+        why: String,
+    },
     /// A field is missing, malformed or out of range.
     #[error("field `{field}`: {why}")]
     Field {
@@ -401,7 +408,13 @@ impl Profile {
         let de = &mut serde_json::Deserializer::from_str(text);
         let f: ProfileFile = serde_path_to_error::deserialize(de).map_err(|e| {
             let field = e.path().to_string();
-            ProfileError::Field { field, why: e.into_inner().to_string() }
+            let e = e.into_inner();
+            match e.classify() {
+                serde_json::error::Category::Data if field != "." && !field.starts_with('[') => {
+                    ProfileError::Field { field, why: e.to_string() }
+                }
+                _ => ProfileError::Malformed { why: e.to_string() },
+            }
         })?;
         let field = |field: &str, why: String| ProfileError::Field { field: field.into(), why };
         let machine = match (f.machine, f.link_bandwidth, f.memory_bytes) {
@@ -521,6 +534,22 @@ mod tests {
         let err = Profile::from_json(&bad).unwrap_err().to_string();
         assert!(err.contains("gpus"), "{err}");
         assert!(matches!(Profile::lookup("tpu"), Err(ProfileError::Unknown { .. })));
+    }
+
+    #[test]
+    fn text_that_is_no_profile_is_called_so() {
+        // A TOML file, a cut-short one, an array, and an object without the fields: no
+        // field to blame (the parser's path would read `[0]` or `.`).
+        for text in ["[device]\nmemory = 1\n", "{\"name\": \"x\"", "[1, 2]", "{}"] {
+            let err = Profile::from_json(text).unwrap_err();
+            assert!(matches!(err, ProfileError::Malformed { .. }), "{text}: {err:?}");
+            assert!(err.to_string().starts_with("not a JSON device profile: "), "{err}");
+        }
+        assert!(Profile::from_json("{}").unwrap_err().to_string().contains("missing field `name`"));
+        // A field inside is still named.
+        let v100 = Profile::lookup("v100").unwrap().to_json();
+        let bad = v100.replace("\"efficiency\": 0.7", "\"efficiency\": \"high\"");
+        assert!(matches!(Profile::from_json(&bad), Err(ProfileError::Field { field, .. }) if field == "efficiency"));
     }
 
     /// Rates that would time a model's ops beyond what a chain holds, and an efficiency

@@ -166,7 +166,7 @@ impl RealSearch<'_> {
     /// The step `--run` trains, at any batch.
     fn config(args: &MaxbatchArgs, name: &str, online: bool) -> anyhow::Result<TrainConfig> {
         let profile = match args.opts.profile_name().map_err(bad)? {
-            Some(name) => pebble_machine::Profile::lookup(&name).map_err(|e| bad(format!("--profile: {e}")))?,
+            Some(name) => crate::source::lookup_profile("--profile", &name)?,
             None => pebble_zoo::ModelOptions::default().profile,
         };
         let size = &args.opts.size;

@@ -3,7 +3,6 @@
 
 use std::process::ExitCode;
 
-use pebble_machine::Profile;
 use pebble_train::{BudgetRequest, Costs, DeviceKind, OptimizerKind, TrainConfig, TrainError};
 use pebble_zoo::ModelOptions;
 
@@ -17,7 +16,7 @@ use crate::source::solver_or_policy;
 pub fn run_target(m: &RunModelOpts) -> anyhow::Result<(DeviceKind, ModelOptions)> {
     let (device, profile) = m.device_and_profile().map_err(bad)?;
     let profile = match profile {
-        Some(name) => Profile::lookup(&name).map_err(|e| bad(format!("--profile: {e}")))?,
+        Some(name) => crate::source::lookup_profile("--profile", &name)?,
         None => ModelOptions::default().profile,
     };
     let device = match device {

@@ -66,7 +66,7 @@ fn variants() -> Vec<(&'static str, HiremateConfig)> {
 pub fn hiremate(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let paths = super::output_paths(args, &[FILE])?;
-    let profile = pebble_machine::Profile::lookup(&args.profile()).map_err(|e| anyhow!("--profile: {e}"))?;
+    let profile = crate::source::lookup_profile("--profile", &args.profile())?;
     let options = SolveOptions { machine: profile.machine, ..SolveOptions::default() };
     let gpt: Vec<(&str, f64)> = GPT_CASES.iter().copied().filter(|(m, _)| !args.quick || *m == "gpt2-small").collect();
     let mut suspects = Vec::new();

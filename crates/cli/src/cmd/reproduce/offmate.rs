@@ -196,7 +196,7 @@ pub fn offmate(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let paths = super::output_paths(args, &FILES)?;
     let profile_name = args.profile();
-    let profile = pebble_machine::Profile::lookup(&profile_name).map_err(|e| anyhow!("--profile: {e}"))?;
+    let profile = crate::source::lookup_profile("--profile", &profile_name)?;
     let options = SolveOptions { machine: profile.machine, time_limit: Some(MILP_SECONDS), ..SolveOptions::default() };
     let mut tasks = vec![
         Task { name: "Llama2-7B fp32", model: "llama2-7b", bf16: false, layers: None, batch: BATCH },

@@ -193,7 +193,7 @@ pub fn table1(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     rows.push(row(STUDY.0, STUDY.1, STUDY.2, args)?);
     let study = rows.len() - 1;
     let betas: Vec<f64> = if args.quick { QUICK_BETAS.to_vec() } else { BETAS.to_vec() };
-    let profile = pebble_machine::Profile::lookup(&args.profile()).map_err(|e| anyhow!("--profile: {e}"))?;
+    let profile = crate::source::lookup_profile("--profile", &args.profile())?;
     let options_at =
         |beta: f64| SolveOptions { machine: profile.machine.with_bandwidth(beta), ..SolveOptions::default() };
 
