@@ -114,6 +114,11 @@ fn wrong_btime_length_names_the_field() {
 #[test]
 fn unknown_names_are_bad_input() {
     bad_input_one_line(&["info", "--model", "resnet9000"], &["unknown model `resnet9000`", "resnet18"]);
+    // The executor's commands name the flag too.
+    bad_input_one_line(
+        &["train", "--model", "resnet9000", "--solver", "store-all", "--budget", "100%"],
+        &["--model: unknown model `resnet9000`"],
+    );
     let chain = fixture("chain.json");
     bad_input_one_line(
         &["plan", "--chain", s(&chain), "--budget", "10", "--solver", "magic"],

@@ -39,7 +39,7 @@ pub fn run_target(m: &RunModelOpts) -> anyhow::Result<(DeviceKind, ModelOptions)
 /// Turns a run's error into the CLI's outcomes: bad input (2), infeasible (1), failure (1).
 pub fn lift(e: TrainError) -> anyhow::Error {
     match e {
-        TrainError::Model(e) => bad(e.to_string()),
+        TrainError::Model(e) => bad(format!("--model: {e}")),
         TrainError::UnknownSolver(e) => bad(format!("--solver: {e}")),
         TrainError::IntWidth { .. } => bad(format!("--profile: {e}")),
         TrainError::Solver { ref solver, .. } => bad(format!("--solver {solver}: {e}")),
