@@ -32,20 +32,44 @@ type Client = cubecl::client::ComputeClient<CudaRuntime>;
 /// CubeCL's default `streaming.max_streams`: stream ids equal modulo it share a stream.
 const MAX_STREAMS: u64 = 128;
 
-/// The streams whose memory pools the probe sums (by index, `id % MAX_STREAMS`).
-static STREAMS: Mutex<BTreeSet<u64>> = Mutex::new(BTreeSet::new());
+/// The streams whose memory pools the probe sums (by index, `id % MAX_STREAMS`), and
+/// those of them whose thread has ended: such a stream is dropped from the sum once it
+/// holds nothing, since no thread allocates on it any more.
+struct Streams {
+    live: BTreeSet<u64>,
+    retired: BTreeSet<u64>,
+}
+
+static STREAMS: Mutex<Streams> = Mutex::new(Streams { live: BTreeSet::new(), retired: BTreeSet::new() });
+
+fn streams() -> std::sync::MutexGuard<'static, Streams> {
+    STREAMS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A registered thread's stream, retired when the thread ends (its thread-local is dropped).
+struct Registration(u64);
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        streams().retired.insert(self.0);
+    }
+}
 
 thread_local! {
-    static REGISTERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static REGISTERED: std::cell::OnceCell<Registration> = const { std::cell::OnceCell::new() };
 }
 
 /// Counts the calling thread's stream in [`bytes_in_use`] from now on (once per thread).
 pub(crate) fn register_stream() {
-    if REGISTERED.with(|r| r.replace(true)) {
-        return;
-    }
-    let index = StreamId::current().value % MAX_STREAMS;
-    STREAMS.lock().unwrap_or_else(|e| e.into_inner()).insert(index);
+    let _ = REGISTERED.try_with(|r| {
+        r.get_or_init(|| {
+            let index = StreamId::current().value % MAX_STREAMS;
+            let mut s = streams();
+            s.live.insert(index);
+            s.retired.remove(&index);
+            Registration(index)
+        });
+    });
 }
 
 fn client() -> Client {
@@ -53,22 +77,28 @@ fn client() -> Client {
 }
 
 /// Device memory in use on the first CUDA device: the bytes in use of every stream a
-/// thread of the executor allocated on (the compute thread, each step's transfer
-/// threads, the copy stream), as CubeCL's memory manager reports them. One round trip to
-/// the device's thread per stream.
+/// thread of the executor allocated on (the compute thread, the transfer threads while
+/// they run, and after them while their streams still hold tensors), as CubeCL's memory
+/// manager reports them. One round trip to the device's thread per stream.
 pub(crate) fn bytes_in_use() -> u64 {
     register_stream();
-    let streams: Vec<u64> = STREAMS.lock().unwrap_or_else(|e| e.into_inner()).iter().copied().collect();
+    let live: Vec<u64> = streams().live.iter().copied().collect();
     let base = client();
-    streams
-        .into_iter()
-        .map(|value| {
-            let mut c = base.clone();
-            // SAFETY: the client only reads the memory report of an existing stream.
-            unsafe { c.set_stream(StreamId { value }) };
-            c.memory_usage().map(|u| u.bytes_in_use).unwrap_or(0)
-        })
-        .sum()
+    let mut total = 0;
+    for value in live {
+        let mut c = base.clone();
+        // SAFETY: the client only reads the memory report of a stream that exists.
+        unsafe { c.set_stream(StreamId { value }) };
+        let bytes = c.memory_usage().map(|u| u.bytes_in_use).unwrap_or(0);
+        if bytes == 0 {
+            let mut s = streams();
+            if s.retired.remove(&value) {
+                s.live.remove(&value);
+            }
+        }
+        total += bytes;
+    }
+    total
 }
 
 /// Whether offload reads are queued on the copy stream when they are issued
@@ -83,12 +113,12 @@ pub(crate) type QueuedRead = Pin<Box<dyn Future<Output = Result<TensorData, Stri
 
 /// The client of the copy stream, kept for the process: a queued read borrows it until
 /// it is done. Its stream is that of a thread started for the purpose, so that no other
-/// thread of the process issues on it.
+/// thread of the process issues on it. Reads allocate no device memory, so the probe
+/// leaves it out.
 fn copy_client() -> &'static Client {
     static COPY: OnceLock<Client> = OnceLock::new();
     COPY.get_or_init(|| {
         let stream = std::thread::spawn(StreamId::current).join().unwrap_or_else(|_| StreamId::current());
-        STREAMS.lock().unwrap_or_else(|e| e.into_inner()).insert(stream.value % MAX_STREAMS);
         let mut c = client();
         // SAFETY: reads only are issued through this client; CubeCL orders each after the
         // work queued on the stream that owns the tensor with an event between the streams.
