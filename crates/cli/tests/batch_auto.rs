@@ -49,3 +49,15 @@ fn auto_needs_a_budget_in_bytes_and_plan() {
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("not a batch size"), "{}", run.stderr);
 }
+
+#[test]
+fn a_budget_too_small_for_batch_one_says_what_batch_one_needs() {
+    let run = pebble(&["plan", "--model", "mlp", "--solver", "rotor", "--budget", "1MiB", "--batch", "auto"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let need = run.stderr.split("batch 1 needs at least ").nth(1).map(str::trim);
+    let need = need.unwrap_or_else(|| panic!("no least memory in: {}", run.stderr));
+    // That memory plans batch 1, as `plan` at batch 1 states its least budget.
+    let one = pebble(&["plan", "--model", "mlp", "--batch", "1", "--solver", "rotor", "--budget", "1MiB"]);
+    let text = format!("{}{}", one.stdout, one.stderr);
+    assert!(text.contains(&format!("the minimum feasible budget is {need} (")), "{need} against: {text}");
+}

@@ -23,7 +23,7 @@ use super::plan::Setup;
 use crate::error::{bad, Infeasible};
 use crate::flags::{BatchArg, BudgetArgs, MaxbatchArgs, SourceArgs};
 use crate::out;
-use crate::source::{find_solver, solver_or_policy, Source};
+use crate::source::{find_solver, solver_or_policy, Source, Subject};
 
 /// One batch tried: its step time if it fits.
 struct Tried {
@@ -46,8 +46,8 @@ impl Search<'_> {
             return Ok(t.step);
         }
         self.progress.set_message(format!("{}: batch {batch}", self.solver.name()));
-        let step = self.at_batch(batch, |solver, problem, setup, _| {
-            match pebble_solve::plan(solver, problem, setup.resolved.planned_bytes, &setup.options) {
+        let step = self.at_batch(batch, |solver, subject, setup, _| {
+            match pebble_solve::plan(solver, subject.problem(), setup.resolved.planned_bytes, &setup.options) {
                 Ok(plan) => Ok(Some(plan.report.makespan)),
                 Err(PlanError::Solve(SolveError::Infeasible { .. })) => Ok(None),
                 Err(e) => Err(e.into()),
@@ -61,18 +61,17 @@ impl Search<'_> {
     /// budget, with the runtime's reserve), if any: what `--memory` would need to be.
     fn least_memory(&self, batch: usize) -> anyhow::Result<Option<u64>> {
         self.progress.set_message(format!("{}: the least memory for batch {batch}", self.solver.name()));
-        self.at_batch(batch, |solver, problem, setup, machine| {
-            let planned = pebble_solve::min_feasible_budget(solver, problem, &setup.options)?;
-            Ok(planned.map(|p| pebble_solve::budget::total_for(p, &machine.runtime)))
+        self.at_batch(batch, |solver, subject, setup, machine| {
+            super::plan::least_memory(solver, subject, &setup.options, machine)
         })
     }
 
-    /// Calls `f` with the solver, the problem, the setup and the machine of `--model` at
-    /// `batch`, under `--memory`.
+    /// Calls `f` with the solver, the problem's view, the setup and the machine of
+    /// `--model` at `batch`, under `--memory`.
     fn at_batch<T>(
         &self,
         batch: usize,
-        f: impl FnOnce(&dyn Solver, pebble_solve::Problem<'_>, &Setup, &pebble_machine::Machine) -> anyhow::Result<T>,
+        f: impl FnOnce(&dyn Solver, &Subject, &Setup, &pebble_machine::Machine) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
         let source_args = SourceArgs { chain: None, graph: None, model: Some(self.args.model.clone()), onnx: None };
         let mut opts = self.args.opts.clone();
@@ -81,7 +80,7 @@ impl Search<'_> {
         let (source, machine) = Source::load(&source_args, &opts)?;
         let subject = source.view_for(self.solver)?;
         let setup = Setup::new((&self.args.solve, &budget), &source, &machine, &subject)?;
-        f(self.solver, subject.problem(), &setup, &machine)
+        f(self.solver, &subject, &setup, &machine)
     }
 
     /// The largest batch up to `--max` that fits, and its step time; `None` if not even 1.

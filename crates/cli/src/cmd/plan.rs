@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use pebble_machine::Machine;
 use pebble_sim::{SimConfig, SimReport};
 use pebble_solve::budget::Budget;
-use pebble_solve::{Fit, PlanError, SolveError, SolveOptions};
+use pebble_solve::{Fit, PlanError, SolveError, SolveOptions, Solver};
 use serde_json::json;
 
 use super::{budget_json, check_timeline, overhead, percent_of, resolve_budget, solve_options, timeline_bars};
@@ -26,6 +26,19 @@ pub(crate) struct Setup {
     pub(crate) store_all: SimReport,
     pub(crate) static_bytes: u64,
     pub(crate) resolved: Budget,
+}
+
+/// The least memory a step of `subject` fits in under `solver`: its least feasible
+/// budget with the runtime's reserve, as `--budget` would have to give it; `None` if no
+/// budget does.
+pub(crate) fn least_memory(
+    solver: &dyn Solver,
+    subject: &Subject,
+    options: &SolveOptions,
+    machine: &Machine,
+) -> anyhow::Result<Option<u64>> {
+    let planned = pebble_solve::min_feasible_budget(solver, subject.problem(), options)?;
+    Ok(planned.map(|p| pebble_solve::budget::total_for(p, &machine.runtime)))
 }
 
 impl Setup {
@@ -365,6 +378,7 @@ fn auto_batch(args: &PlanArgs) -> anyhow::Result<usize> {
         ));
     }
     let mut best: Option<(usize, f64)> = None;
+    let mut least_for_first = None;
     let mut tried = Vec::new();
     let bar = crate::progress::bar(AUTO_BATCHES.len() as u64, "batch sizes");
     for &b in &AUTO_BATCHES {
@@ -387,6 +401,9 @@ fn auto_batch(args: &PlanArgs) -> anyhow::Result<usize> {
             }
             Err(PlanError::Solve(SolveError::Infeasible { .. })) => {
                 tried.push(format!("{b}: does not fit"));
+                if best.is_none() {
+                    least_for_first = Some((b, least_memory(solver, &subject, &options, &machine)?));
+                }
                 break;
             }
             Err(e) => return Err(e.into()),
@@ -399,8 +416,16 @@ fn auto_batch(args: &PlanArgs) -> anyhow::Result<usize> {
             Ok(b)
         }
         None => {
-            Err(Infeasible(format!("--batch auto: `{}` fits no batch size in the budget, not even 1", solver.name()))
-                .into())
+            let need = match least_for_first {
+                Some((b, Some(m))) => format!("; batch {b} needs at least {}", pebble_graph::units::format_bytes(m)),
+                _ => String::new(),
+            };
+            Err(Infeasible(format!(
+                "--batch auto: `{}` fits no batch size in the budget, not even {}{need}",
+                solver.name(),
+                AUTO_BATCHES[0]
+            ))
+            .into())
         }
     }
 }
