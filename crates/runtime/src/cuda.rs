@@ -130,7 +130,9 @@ fn copy_client() -> &'static Client {
 /// Queues the read of float tensor `t` on the copy stream, if this is CUDA and queued
 /// reads are on; otherwise hands `t` back. Called on the compute thread when the offload
 /// is issued: Burn's fusion runs the ops queued on this thread first, and the copy waits
-/// on the device for them only.
+/// on the device for them only. The data lands in CubeCL's pinned buffers as soon as the
+/// device has copied it; the executor's host pool admits the host copy, and the link's
+/// throttle starts, when the device→host thread takes the job, as for a read it makes.
 pub(crate) fn queue_read<B: Backend>(t: FloatTensor<B>) -> Result<QueuedRead, FloatTensor<B>> {
     if !queued_reads() {
         return Err(t);
