@@ -138,7 +138,7 @@ pub(crate) fn queue_read<B: Backend>(t: FloatTensor<B>) -> Result<QueuedRead, Fl
         return Err(t);
     }
     let any: Box<dyn Any> = Box::new(t);
-    let fused = match any.downcast::<FloatTensor<crate::backend::Gpu>>() {
+    let fused = match any.downcast::<FloatTensor<burn_cuda::Cuda>>() {
         Ok(fused) => *fused,
         Err(any) => return Err(*any.downcast::<FloatTensor<B>>().expect("the type it was boxed as")),
     };
