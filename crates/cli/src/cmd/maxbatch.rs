@@ -164,10 +164,8 @@ struct RealSearch<'a> {
 impl RealSearch<'_> {
     /// The step `--run` trains, at any batch.
     fn config(args: &MaxbatchArgs, name: &str, online: bool) -> anyhow::Result<TrainConfig> {
-        let profile = match args.opts.profile_name().map_err(bad)? {
-            Some(name) => crate::source::lookup_profile("--profile", &name)?,
-            None => pebble_zoo::ModelOptions::default().profile,
-        };
+        let profile =
+            crate::source::profile(&args.opts)?.unwrap_or_else(|| pebble_zoo::ModelOptions::default().profile);
         let size = &args.opts.size;
         let options = pebble_zoo::ModelOptions {
             image: size.image,
