@@ -59,6 +59,11 @@ pub struct HSolution {
     pub seq: Vec<(usize, usize)>,
     /// Whether HiGHS proved it optimal (else: the best found before the time limit).
     pub optimal: bool,
+    /// The most memory it holds in any stage, as the peak rows count it (bytes, rounded
+    /// up): it fits every peak budget from this one down to `peak`.
+    pub peak: u64,
+    /// What it holds right after the loss, as the save row counts it (bytes, rounded up).
+    pub save: u64,
 }
 
 /// How an aNode lives.
@@ -223,6 +228,9 @@ pub fn solve(h: &HGraph, budget: u64, save: Option<u64>, time_limit: Option<f64>
 
     let mut milp = Milp::new();
     let mut structural = false;
+    // The rows the budgets bound, kept to tell how much of them the solution uses.
+    let mut peak_rows: Vec<Lin> = Vec::new();
+    let mut save_row = Lin::default();
     // Debugging aid: with PEBBLE_TRACE_ILP set, every row store-all's start values break
     // is printed with its tag. Without a budget, none should be: that found the bug of a
     // cluster reading what it writes.
@@ -515,6 +523,7 @@ pub fn solve(h: &HGraph, budget: u64, save: Option<u64>, time_limit: Option<f64>
                 }
             }
             row(&mut milp, 454, f64::NEG_INFINITY, &with_tmp, cap);
+            peak_rows.push(with_tmp);
             // (3.34): substep `i` of option `o`, less the inputs no later substep reads,
             // when `k` deletes them.
             for (o, opt) in node.options.iter().enumerate() {
@@ -527,6 +536,7 @@ pub fn solve(h: &HGraph, budget: u64, save: Option<u64>, time_limit: Option<f64>
                         }
                     }
                     row(&mut milp, 473, f64::NEG_INFINITY, &e, cap);
+                    peak_rows.push(e);
                 }
             }
             // After the frees.
@@ -561,6 +571,7 @@ pub fn solve(h: &HGraph, budget: u64, save: Option<u64>, time_limit: Option<f64>
                 if let Some(s) = save {
                     row(&mut milp, 490, f64::NEG_INFINITY, &after, mem(s));
                 }
+                save_row = after.clone();
             }
             u = after;
         }
@@ -583,5 +594,9 @@ pub fn solve(h: &HGraph, budget: u64, save: Option<u64>, time_limit: Option<f64>
             }
         }
     }
-    Ok(HSolution { seq, optimal })
+    // In bytes, rounded up: a budget at least this large holds the solution.
+    let bytes = |v: f64| (v.max(0.0) * mu).ceil() as u64;
+    let peak = bytes(peak_rows.iter().map(|e| e.eval(&values)).fold(0.0, f64::max));
+    let save = bytes(save_row.eval(&values));
+    Ok(HSolution { seq, optimal, peak, save })
 }

@@ -117,18 +117,113 @@ pub(crate) fn budget_grid(
         .collect()
 }
 
-/// `items.iter().map(f)`, the first half on a second thread (a grid's ILPs are
-/// independent; this machine class has two cores).
-pub(crate) fn on_two_threads<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    std::thread::scope(|s| {
-        let (a, b) = items.split_at(items.len().div_ceil(2));
-        let f = &f;
-        let first = s.spawn(move || a.iter().map(f).collect::<Vec<_>>());
-        let rest: Vec<R> = b.iter().map(f).collect();
-        let mut out = first.join().expect("a solver thread panicked");
-        out.extend(rest);
-        out
-    })
+/// A point of a budget grid: a peak budget and, maybe, a save budget (bytes).
+pub type Budgets = (u64, Option<u64>);
+
+/// The H-ILP's answers over Rockmate's and HiRemate's budget grids, kept so that an ILP
+/// whose answer is already known is not solved again. The H-ILP at `(P′, S′)` is the one
+/// at `(P, S)` with tighter bounds when `P′ ≤ P` and `S′ ≤ S`: its solutions are a subset.
+/// So an optimal solution at `(P, S)` that uses at most `P′` and `S′` is optimal at
+/// `(P′, S′)` too, and infeasibility at `(P, S)` is infeasibility there.
+///
+/// Points are solved loosest first, up to `threads` at a time: first those no other point
+/// of the batch can settle, then, to keep the threads busy, the next open ones. Which
+/// points are solved depends on the answers and `threads` alone, never on timing, so a
+/// grid gives the same options on every run where its ILPs end optimal.
+pub struct GridAnswers {
+    answers: Vec<(Budgets, Result<hilp::HSolution, IlpError>)>,
+    threads: usize,
+    /// ILPs actually solved.
+    pub solved: usize,
+}
+
+/// Whether `inner` is `outer` or tighter.
+fn within(inner: Budgets, outer: Budgets) -> bool {
+    let save_within = match (inner.1, outer.1) {
+        (_, None) => true,
+        (None, Some(_)) => false,
+        (Some(a), Some(b)) => a <= b,
+    };
+    inner.0 <= outer.0 && save_within
+}
+
+impl GridAnswers {
+    /// No answers yet; ILPs solved `threads` at a time (at least one).
+    pub fn new(threads: usize) -> GridAnswers {
+        GridAnswers { answers: Vec::new(), threads: threads.max(1), solved: 0 }
+    }
+
+    /// The answer at `at` that an earlier answer proves: an optimal solution that fits
+    /// it, or infeasibility.
+    fn known(&self, at: Budgets) -> Option<Result<hilp::HSolution, IlpError>> {
+        self.answers.iter().find_map(|(point, answer)| {
+            if !within(at, *point) {
+                return None;
+            }
+            match answer {
+                Ok(sol) if sol.optimal && sol.peak <= at.0 && at.1.is_none_or(|s| sol.save <= s) => {
+                    Some(Ok(sol.clone()))
+                }
+                Err(IlpError::Infeasible) => Some(Err(IlpError::Infeasible)),
+                _ => None,
+            }
+        })
+    }
+
+    /// The answer at each point of `points`, in their order: a known one, or `solve`'s.
+    /// `solve` may decline a point (`None`, e.g. once a time budget is spent); it is then
+    /// left out of the answers.
+    pub fn solve(
+        &mut self,
+        points: &[Budgets],
+        solve: impl Fn(Budgets) -> Option<Result<hilp::HSolution, IlpError>> + Sync,
+    ) -> Vec<Result<hilp::HSolution, IlpError>> {
+        let mut order: Vec<usize> = (0..points.len()).collect();
+        // Loosest first: larger peaks, then larger saves (none is the largest).
+        order.sort_by_key(|&i| std::cmp::Reverse((points[i].0, points[i].1.map_or(u128::MAX, u128::from))));
+        let mut out: Vec<Option<Option<Result<hilp::HSolution, IlpError>>>> = vec![None; points.len()];
+        loop {
+            // The first points still open that no other one of the batch can settle.
+            let mut batch: Vec<usize> = Vec::new();
+            for &i in &order {
+                if out[i].is_some() {
+                    continue;
+                }
+                if let Some(answer) = self.known(points[i]) {
+                    out[i] = Some(Some(answer));
+                    continue;
+                }
+                if batch.len() < self.threads && !batch.iter().any(|&b| within(points[i], points[b])) {
+                    batch.push(i);
+                }
+            }
+            if batch.is_empty() {
+                break;
+            }
+            // Then the next open ones, which an answer of the batch might have settled.
+            for &i in &order {
+                if batch.len() < self.threads && out[i].is_none() && !batch.contains(&i) {
+                    batch.push(i);
+                }
+            }
+            let solve = &solve;
+            let answers: Vec<_> = std::thread::scope(|s| {
+                let others: Vec<_> = batch[1..].iter().map(|&i| s.spawn(move || solve(points[i]))).collect();
+                let first = solve(points[batch[0]]);
+                std::iter::once(first)
+                    .chain(others.into_iter().map(|h| h.join().expect("a solver thread panicked")))
+                    .collect()
+            });
+            for (&i, answer) in batch.iter().zip(answers) {
+                if let Some(a) = &answer {
+                    self.solved += 1;
+                    self.answers.push((points[i], a.clone()));
+                }
+                out[i] = Some(answer);
+            }
+        }
+        out.into_iter().flatten().flatten().collect()
+    }
 }
 
 /// Runs `solve(memory)` on the memory left after the fixed bytes and frees the sequence

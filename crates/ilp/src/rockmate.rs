@@ -93,7 +93,7 @@ impl Solver for Rockmate {
         if let Some(e) = too_many_blocks(cut.blocks.len()) {
             return Err(e);
         }
-        Ok(match cut.prepare(g, GRID, options.time_limit, &options.progress) {
+        Ok(match cut.prepare(g, GRID, options.time_limit, &options.progress, 2) {
             Ok(prepared) => Box::new(crate::Ready { solver: "rockmate", prepared, options }),
             Err(e) => failed(e),
         })
@@ -129,7 +129,8 @@ pub struct BlockOptions {
     pub f0: FastForward,
     /// Its options.
     pub options: Vec<BlockPlan>,
-    /// ILPs solved, and how many of them to optimality.
+    /// ILPs answered (solved, or settled by another's answer: [`crate::GridAnswers`]), and
+    /// how many of them to optimality.
     pub solved: (usize, usize),
 }
 
@@ -184,6 +185,7 @@ impl Cut {
         grid: (usize, usize),
         time_limit: Option<f64>,
         progress: &Progress,
+        threads: usize,
     ) -> Result<Prepared<'g>, IlpError> {
         let limit = time_limit.unwrap_or(DEFAULT_ILP_LIMIT);
         let total = self.representatives.len();
@@ -193,7 +195,7 @@ impl Cut {
             .iter()
             .enumerate()
             .map(|(done, &i)| {
-                let o = block_options(&self.blocks[i], grid, limit);
+                let o = block_options(&self.blocks[i], grid, limit, threads);
                 progress.report(PROGRESS, done + 1, total);
                 o
             })
@@ -206,17 +208,18 @@ impl Cut {
 /// Rockmate's preparation of `g` when the graph has at least two sequential blocks (and
 /// fewer than rk-Rotor takes), for HiRemate to start from: `None` where Rockmate has
 /// nothing to offer or its preparation fails. Reports each unique block solved to
-/// `progress`, as `rockmate` does.
+/// `progress`, as `rockmate` does, and solves `threads` ILPs at a time.
 pub(crate) fn incumbent<'g>(
     g: &'g TrainingGraph,
     time_limit: Option<f64>,
     progress: &Progress,
+    threads: usize,
 ) -> Option<Prepared<'g>> {
     let cut = Cut::new(g).ok()?;
     if cut.blocks.len() < 2 || too_many_blocks(cut.blocks.len()).is_some() {
         return None;
     }
-    cut.prepare(g, GRID, time_limit, progress).ok()
+    cut.prepare(g, GRID, time_limit, progress, threads).ok()
 }
 
 /// rk-Rotor's choice codes hold fewer than [`rk_rotor::MAX_BLOCKS`] blocks.
@@ -243,7 +246,7 @@ impl<'g> Prepared<'g> {
         time_limit: Option<f64>,
         progress: &Progress,
     ) -> Result<Prepared<'g>, IlpError> {
-        Cut::new(g)?.prepare(g, grid, time_limit, progress)
+        Cut::new(g)?.prepare(g, grid, time_limit, progress, 2)
     }
 
     /// rk-Rotor's chain.
@@ -358,8 +361,9 @@ pub fn grid_for(nodes: usize, grid: (usize, usize)) -> (usize, usize) {
     }
 }
 
-/// The options of one block: rk-Checkmate over the budget grid.
-pub fn block_options(b: &SubGraph, grid: (usize, usize), limit: f64) -> Result<BlockOptions, IlpError> {
+/// The options of one block: rk-Checkmate over the budget grid, `threads` ILPs at a time
+/// ([`crate::GridAnswers`]).
+pub fn block_options(b: &SubGraph, grid: (usize, usize), limit: f64, threads: usize) -> Result<BlockOptions, IlpError> {
     let g = &b.graph;
     let (h, _) = HGraph::bottom(g)?;
     let live = Liveness::new(g);
@@ -385,8 +389,8 @@ pub fn block_options(b: &SubGraph, grid: (usize, usize), limit: f64) -> Result<B
     // block of the sequential cut): a coarser grid for large blocks, and only the
     // store-all option beyond [`MAX_ILP_NODES`] nodes (HiRemate is the answer there).
     let budgets = crate::budget_grid(min_peak, max_peak, min_save, grid_for(n, grid));
-    let solve = |&(peak, save): &(u64, Option<u64>)| hilp::solve(&h, peak, save, Some(limit));
-    let results = crate::on_two_threads(&budgets, solve);
+    let results =
+        crate::GridAnswers::new(threads).solve(&budgets, |(peak, save)| Some(hilp::solve(&h, peak, save, Some(limit))));
     let mut options: Vec<BlockPlan> = Vec::new();
     let mut solved = (0, 0);
     for r in results {

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use pebble_ilp::hgraph::{HGraph, HKind, HNode, HOption, Substep};
 use pebble_ilp::hilp::{solve, HSolution};
-use pebble_ilp::IlpError;
+use pebble_ilp::{Budgets, GridAnswers, IlpError};
 use pebble_testkit::Rng;
 
 /// Who makes each aNode (one producer: a forward, the loss or a backward).
@@ -381,6 +381,7 @@ fn the_h_ilp_matches_exhaustive_search_on_small_clusters() {
                     (None, Err(IlpError::Infeasible)) => infeasible += 1,
                     (Some(w), Ok(sol)) => {
                         assert!(sol.optimal, "case {case}, budget {budget}: not solved to optimality");
+                        assert!(sol.peak <= budget && save.is_none_or(|s| sol.save <= s), "case {case}: {sol:?}");
                         let g = time_of(&h, sol);
                         assert!(
                             (g - w).abs() < 1e-6,
@@ -402,6 +403,57 @@ fn the_h_ilp_matches_exhaustive_search_on_small_clusters() {
     );
     // The sweep reaches every regime: infeasible, recomputation, store-all.
     assert!(compared > 200 && infeasible > 100 && recomputing > 100, "{compared} {infeasible} {recomputing}");
+}
+
+/// The memory a solution reports holds it: at exactly that peak and save budget the
+/// H-ILP is still feasible, and no slower.
+#[test]
+fn a_solution_reports_the_memory_it_uses() {
+    let mut rng = Rng::new(16);
+    let mut below_budget = 0;
+    for case in 0..8 {
+        let h = random_hgraph(&mut rng, 2);
+        let total: u64 = h.sizes.iter().sum::<u64>()
+            + h.nodes.iter().map(|n| n.options.iter().map(|o| o.phantom + o.overhead).max().unwrap_or(0)).sum::<u64>();
+        for budget in (1..=total).step_by(3) {
+            let Ok(sol) = solve(&h, budget, None, Some(30.0)) else { continue };
+            let again = solve(&h, sol.peak, Some(sol.save), Some(30.0));
+            let again = again.unwrap_or_else(|e| panic!("case {case}, budget {budget}: {e} at its own memory"));
+            assert!((time_of(&h, &again) - time_of(&h, &sol)).abs() < 1e-6, "case {case}, budget {budget}");
+            below_budget += usize::from(sol.peak < budget);
+        }
+    }
+    // Not the budget echoed back.
+    assert!(below_budget > 10, "{below_budget}");
+}
+
+/// [`GridAnswers`] over a grid of peak and save budgets: each point's answer is the
+/// exhaustive search's optimum (or infeasibility), though fewer ILPs are solved than
+/// there are points.
+#[test]
+fn grid_answers_match_exhaustive_search_with_fewer_ilps() {
+    let mut rng = Rng::new(17);
+    let (mut points, mut ilps) = (0, 0);
+    for case in 0..8 {
+        let h = random_hgraph(&mut rng, 2);
+        let total: u64 = h.sizes.iter().sum::<u64>()
+            + h.nodes.iter().map(|n| n.options.iter().map(|o| o.phantom + o.overhead).max().unwrap_or(0)).sum::<u64>();
+        let grid: Vec<Budgets> =
+            (1..=total).step_by(2).flat_map(|p| [(p, None), (p, Some(p / 2)), (p, Some(p / 4))]).collect();
+        let mut answers = GridAnswers::new(2);
+        let got = answers.solve(&grid, |(p, s)| Some(solve(&h, p, s, Some(30.0))));
+        assert_eq!(got.len(), grid.len());
+        for (&(p, s), answer) in grid.iter().zip(&got) {
+            match (brute(&h, p, s), answer) {
+                (None, Err(IlpError::Infeasible)) => {}
+                (Some(w), Ok(sol)) => assert!((time_of(&h, sol) - w).abs() < 1e-6, "case {case}, ({p}, {s:?})"),
+                (want, got) => panic!("case {case}, ({p}, {s:?}): search {want:?}, grid {got:?}"),
+            }
+        }
+        points += grid.len();
+        ilps += answers.solved;
+    }
+    assert!(ilps * 2 < points, "{ilps} ILPs for {points} points");
 }
 
 /// `random_hgraph` with correction terms (3.34) on about half of the options that read
