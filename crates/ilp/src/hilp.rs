@@ -60,9 +60,10 @@ pub struct HSolution {
     /// Whether HiGHS proved it optimal (else: the best found before the time limit).
     pub optimal: bool,
     /// The most memory it holds in any stage, as the peak rows count it (bytes, rounded
-    /// up): it fits every peak budget from this one down to `peak`.
+    /// up): every peak budget of at least `peak` holds it.
     pub peak: u64,
-    /// What it holds right after the loss, as the save row counts it (bytes, rounded up).
+    /// What it holds right after the loss, as the save row counts it (bytes, rounded up):
+    /// every save budget of at least `save` holds it.
     pub save: u64,
 }
 
