@@ -97,16 +97,14 @@ pub(crate) fn linspace(lo: u64, hi: u64, n: usize) -> Vec<u64> {
     v
 }
 
+/// A point of a budget grid: a peak budget and, maybe, a save budget (bytes).
+pub type Budgets = (u64, Option<u64>);
+
 /// Rockmate's and HiRemate's budget grid (thesis §2.6): `np` peak budgets evenly spaced
 /// from `min_peak` to `max_peak`, each with `ns` save budgets from `min_save` (the peak,
 /// if smaller) to the peak; with `ns` ≤ 1 no save budget (one at the peak would bound
 /// nothing the peak does not).
-pub(crate) fn budget_grid(
-    min_peak: u64,
-    max_peak: u64,
-    min_save: u64,
-    (np, ns): (usize, usize),
-) -> Vec<(u64, Option<u64>)> {
+pub(crate) fn budget_grid(min_peak: u64, max_peak: u64, min_save: u64, (np, ns): (usize, usize)) -> Vec<Budgets> {
     let peaks = if np == 0 { Vec::new() } else { linspace(min_peak, max_peak.max(min_peak), np) };
     peaks
         .into_iter()
@@ -116,9 +114,6 @@ pub(crate) fn budget_grid(
         })
         .collect()
 }
-
-/// A point of a budget grid: a peak budget and, maybe, a save budget (bytes).
-pub type Budgets = (u64, Option<u64>);
 
 /// The H-ILP's answers over Rockmate's and HiRemate's budget grids, kept so that an ILP
 /// whose answer is already known is not solved again. The H-ILP at `(P′, S′)` is the one

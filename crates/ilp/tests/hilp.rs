@@ -293,6 +293,13 @@ fn time_of(h: &HGraph, sol: &HSolution) -> f64 {
     sol.seq.iter().map(|&(k, o)| h.nodes[k].options[o].time).sum()
 }
 
+/// Every aNode and every cNode's largest phantom and overhead at once: no budget above
+/// it binds, so the sweeps over budgets stop there.
+fn most_memory(h: &HGraph) -> u64 {
+    h.sizes.iter().sum::<u64>()
+        + h.nodes.iter().map(|n| n.options.iter().map(|o| o.phantom + o.overhead).max().unwrap_or(0)).sum::<u64>()
+}
+
 fn option(time: f64, overhead: u64, phantom: u64, reads: Vec<usize>) -> HOption {
     HOption { time, overhead, phantom, reads, substeps: Vec::new() }
 }
@@ -366,8 +373,7 @@ fn the_h_ilp_matches_exhaustive_search_on_small_clusters() {
     for case in 0..16 {
         let pairs = if case % 4 == 3 { 3 } else { 2 };
         let h = random_hgraph(&mut rng, pairs);
-        let total: u64 = h.sizes.iter().sum::<u64>()
-            + h.nodes.iter().map(|n| n.options.iter().map(|o| o.phantom + o.overhead).max().unwrap_or(0)).sum::<u64>();
+        let total = most_memory(&h);
         let store_all_time: f64 = h.nodes.iter().map(|n| n.options[0].time).sum();
         for budget in (1..=total).step_by(2) {
             for save in [None, Some(budget / 2)] {
@@ -413,8 +419,7 @@ fn a_solution_reports_the_memory_it_uses() {
     let mut below_budget = 0;
     for case in 0..8 {
         let h = random_hgraph(&mut rng, 2);
-        let total: u64 = h.sizes.iter().sum::<u64>()
-            + h.nodes.iter().map(|n| n.options.iter().map(|o| o.phantom + o.overhead).max().unwrap_or(0)).sum::<u64>();
+        let total = most_memory(&h);
         for budget in (1..=total).step_by(3) {
             let Ok(sol) = solve(&h, budget, None, Some(30.0)) else { continue };
             let again = solve(&h, sol.peak, Some(sol.save), Some(30.0));
@@ -436,8 +441,7 @@ fn grid_answers_match_exhaustive_search_with_fewer_ilps() {
     let (mut points, mut ilps) = (0, 0);
     for case in 0..8 {
         let h = random_hgraph(&mut rng, 2);
-        let total: u64 = h.sizes.iter().sum::<u64>()
-            + h.nodes.iter().map(|n| n.options.iter().map(|o| o.phantom + o.overhead).max().unwrap_or(0)).sum::<u64>();
+        let total = most_memory(&h);
         let grid: Vec<Budgets> =
             (1..=total).step_by(2).flat_map(|p| [(p, None), (p, Some(p / 2)), (p, Some(p / 4))]).collect();
         let mut answers = GridAnswers::new(2);
@@ -490,8 +494,7 @@ fn correction_terms_match_exhaustive_search() {
         for opt in without.nodes.iter_mut().flat_map(|n| n.options.iter_mut()) {
             opt.substeps.clear();
         }
-        let total: u64 = h.sizes.iter().sum::<u64>()
-            + h.nodes.iter().map(|n| n.options.iter().map(|o| o.phantom + o.overhead).max().unwrap_or(0)).sum::<u64>();
+        let total = most_memory(&h);
         for budget in (1..=total).step_by(2) {
             let want = brute(&h, budget, None);
             let got = solve(&h, budget, None, Some(30.0));
