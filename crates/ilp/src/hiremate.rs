@@ -119,7 +119,10 @@ pub struct HiremateConfig {
     /// 24+24 Transformer +5.6% against +12.9% without), but costs 3 to 15 times its
     /// peak axis, and its parent's ILPs grow with the options (DenseNet-121 and
     /// Inception-v3 past 10 minutes with no limit). Clusters are solved children first,
-    /// so the budget goes to the first ones.
+    /// so the budget goes to the first ones. 24 limits (four minutes at the default 10 s):
+    /// at 6 the first few clusters of Inception-v3 and DenseNet-121 spent it all, for no
+    /// gain; at 24 their own plans gain 0.8 and 0.4 points, in under 8 minutes
+    /// (docs/benchmarks.md, "Four minutes of save axes").
     pub save_axes: f64,
     /// The thesis' `N_o`.
     pub max_options: usize,
@@ -166,7 +169,7 @@ impl HiremateConfig {
         mincut_incumbent: true,
         grid: (10, 10),
         coarse_grid: (8, 4),
-        save_axes: 6.0,
+        save_axes: 24.0,
         max_options: MAX_OPTIONS,
         selection: Selection::Pareto,
         time_limit: DEFAULT_ILP_LIMIT,
