@@ -138,6 +138,18 @@ fn unknown_names_are_bad_input() {
         &["reproduce", "hiremate", "--profile", "tpu9", "--out-dir", s(&out.join("new"))],
         &["--profile", "unknown device profile `tpu9`"],
     );
+    // A typo gets the nearest known name; a name near none gets no guess.
+    bad_input_one_line(
+        &["plan", "--model", "GPT2small", "--budget", "50%", "--solver", "rotor"],
+        &["--model: unknown model `GPT2small`", "; did you mean `gpt2-small`?"],
+    );
+    bad_input_one_line(
+        &["plan", "--chain", s(&chain), "--budget", "10", "--solver", "rotr"],
+        &["--solver: unknown solver `rotr`", "; did you mean `rotor`?"],
+    );
+    bad_input_one_line(&["info", "--model", "resnet18", "--profile", "v10"], &["; did you mean `v100`?"]);
+    let magic = bad_input(&["plan", "--chain", s(&chain), "--budget", "10", "--solver", "magic"], &[]);
+    assert!(!magic.stderr.contains("did you mean"), "a guess for `magic`: {}", magic.stderr);
 }
 
 #[test]

@@ -30,6 +30,8 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+pub mod names;
+
 /// One direction of a link: a transfer of `n` bytes takes `latency + n / bandwidth`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -230,7 +232,7 @@ pub struct Profile {
 #[non_exhaustive]
 pub enum ProfileError {
     /// No built-in profile has this name and no such file exists.
-    #[error("unknown device profile `{name}` (built-in: {known}; or a JSON file)")]
+    #[error("unknown device profile `{name}` (built-in: {known}; or a JSON file){}", names::did_you_mean(.name, .known.split(", ")))]
     Unknown {
         /// The name asked for.
         name: String,

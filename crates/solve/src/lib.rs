@@ -259,7 +259,11 @@ pub fn solver(name: &str) -> Result<&'static dyn Solver, UnknownSolver> {
 
 /// No registered solver has this name.
 #[derive(Debug, Error, Clone, PartialEq)]
-#[error("unknown solver `{name}` (known: {})", known.join(", "))]
+#[error(
+    "unknown solver `{name}` (known: {}){}",
+    known.join(", "),
+    pebble_machine::names::did_you_mean(.name, .known.iter().copied())
+)]
 pub struct UnknownSolver {
     /// The name asked for.
     pub name: String,

@@ -37,7 +37,7 @@ pub use pebble_machine::{Machine, Profile};
 #[non_exhaustive]
 pub enum ZooError {
     /// No model has this name.
-    #[error("unknown model `{name}` (known: {known})")]
+    #[error("unknown model `{name}` (known: {known}){}", pebble_machine::names::did_you_mean(.name, .known.split(", ")))]
     UnknownModel {
         /// The name asked for.
         name: String,

@@ -277,7 +277,8 @@ pub struct UnknownPolicy {
 
 impl fmt::Display for UnknownPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown policy `{}` (known: {})", self.name, NAMES.join(", "))
+        let hint = pebble_machine::names::did_you_mean(&self.name, NAMES.iter().copied());
+        write!(f, "unknown policy `{}` (known: {}){hint}", self.name, NAMES.join(", "))
     }
 }
 
