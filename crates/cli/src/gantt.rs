@@ -9,7 +9,7 @@ use pebble_sim::{PipeLane, PipeReport};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::plot::COLORS;
+use crate::plot::{fitting_size, COLORS};
 use crate::source::significant;
 
 const WIDTH: u32 = 1200;
@@ -51,10 +51,11 @@ pub fn render(title: &str, schedule: &Schedule, report: &PipeReport) -> Result<S
         let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
         root.fill(&WHITE).map_err(|x| e(&x))?;
         let center = Pos::new(HPos::Center, VPos::Top);
+        let title_size = fitting_size(title, 22.0, f64::from(WIDTH) - 20.0, true);
         root.draw(&Text::new(
             title.to_string(),
             (WIDTH as i32 / 2, 8),
-            ("sans-serif", 22).into_font().style(FontStyle::Bold).color(&BLACK).pos(center),
+            ("sans-serif", title_size).into_font().style(FontStyle::Bold).color(&BLACK).pos(center),
         ))
         .map_err(|x| e(&x))?;
         let figures = format!(

@@ -46,10 +46,31 @@ fn legend_and_present<'a, 'b: 'a>(
 }
 
 /// Divisor and axis name of sizes.
-fn size_axis(units: Units, what: &str) -> (f64, String) {
+fn size_axis(units: Units, what: &str, largest: u64) -> (f64, String) {
     match units {
-        Units::Bytes => ((1u64 << 30) as f64, format!("{what} (GiB)")),
+        Units::Bytes => {
+            let (shift, unit) = match largest {
+                b if b >= 1 << 30 => (30, "GiB"),
+                b if b >= 1 << 20 => (20, "MiB"),
+                _ => (10, "KiB"),
+            };
+            ((1u64 << shift) as f64, format!("{what} ({unit})"))
+        }
         Units::Plain => (1.0, format!("{what} (units)")),
+    }
+}
+
+/// The font size at which `text` fits in `width` pixels: `size`, or smaller for a long
+/// title (a model's label grows with its options), never below 9. Bold text is estimated
+/// as [`text_width`] does (0.6 em a character), regular text at 0.55 em (DejaVu Sans, the
+/// usual renderer's sans-serif, sets pebble's figure lines, digits and `·` among them, at
+/// 0.49–0.54 em).
+pub(crate) fn fitting_size(text: &str, size: f64, width: f64, bold: bool) -> f64 {
+    let at_size = text_width(text, size) * if bold { 1.0 } else { 0.55 / 0.6 };
+    if at_size <= width {
+        size
+    } else {
+        (size * width / at_size).max(9.0)
     }
 }
 
@@ -83,7 +104,7 @@ pub fn sweep(
     store_all: u64,
     curves: &[Curve],
 ) -> anyhow::Result<()> {
-    let (scale, x_desc) = size_axis(units, "memory budget");
+    let (scale, x_desc) = size_axis(units, "memory budget", budgets.1.max(store_all));
     let draw_err = |e: &dyn std::fmt::Display| anyhow!("--svg `{}`: cannot draw the plot: {e}", path.display());
     let overheads = curves.iter().flat_map(|c| c.points.iter().filter_map(|p| p.1));
     let (ymin, ymax) = overheads.fold((0.0f64, 0.0f64), |(lo, hi), y| (lo.min(y), hi.max(y)));
@@ -99,7 +120,7 @@ pub fn sweep(
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE).map_err(|e| draw_err(&e))?;
         let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 22))
+            .caption(title, ("sans-serif", fitting_size(title, 22.0, f64::from(SIZE.0) - 40.0, false)))
             .margin(20)
             .x_label_area_size(50)
             .y_label_area_size(70)
@@ -365,7 +386,8 @@ fn timeline_figures(report: &SimReport, moves: pebble_schedule::Moves, units: Un
 pub fn render_timeline(chart: &Timeline<'_>) -> Result<String, String> {
     let report = chart.report;
     let units = chart.units;
-    let (scale, y_desc) = size_axis(units, "device memory");
+    let largest = report.timeline.iter().map(|p| p.bytes).chain(chart.budget.as_ref().map(|b| b.0)).max();
+    let (scale, y_desc) = size_axis(units, "device memory", largest.unwrap_or(0));
     let x_desc = match units {
         Units::Bytes => "time (s)",
         Units::Plain => "time (units)",
@@ -399,16 +421,20 @@ pub fn render_timeline(chart: &Timeline<'_>) -> Result<String, String> {
 
         // The title, the figures, the legend.
         let centered = Pos::new(HPos::Center, VPos::Top);
+        let room = f64::from(width) - 20.0;
+        let title_size = fitting_size(&chart.title, 24.0, room, true);
         head.draw(&Text::new(
             chart.title.clone(),
             (width / 2, 10),
-            ("sans-serif", 24).into_font().style(FontStyle::Bold).color(&BLACK).pos(centered),
+            ("sans-serif", title_size).into_font().style(FontStyle::Bold).color(&BLACK).pos(centered),
         ))
         .map_err(|x| e(&x))?;
+        let figures = timeline_figures(report, chart.moves, units);
+        let figures_size = fitting_size(&figures, 15.0, room, false);
         head.draw(&Text::new(
-            timeline_figures(report, chart.moves, units),
+            figures,
             (width / 2, 42),
-            ("sans-serif", 15).into_font().color(&BLACK.mix(0.75)).pos(centered),
+            ("sans-serif", figures_size).into_font().color(&BLACK.mix(0.75)).pos(centered),
         ))
         .map_err(|x| e(&x))?;
         let kinds: Vec<BarKind> =
@@ -581,7 +607,7 @@ pub fn lines(title: &str, x_desc: &str, y_desc: &str, series: &[Series]) -> anyh
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE).map_err(|e| draw_err(&e))?;
         let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 20))
+            .caption(title, ("sans-serif", fitting_size(title, 20.0, f64::from(SIZE.0) - 40.0, false)))
             .margin(20)
             .x_label_area_size(50)
             .y_label_area_size(70)
@@ -641,7 +667,7 @@ pub fn bars(
         root.fill(&WHITE).map_err(|e| draw_err(&e))?;
         let (plot, legend) = root.split_horizontally(SIZE.0 - LEGEND_WIDTH);
         let mut chart = ChartBuilder::on(&plot)
-            .caption(title, ("sans-serif", 18))
+            .caption(title, ("sans-serif", fitting_size(title, 18.0, f64::from(SIZE.0 - LEGEND_WIDTH) - 40.0, false)))
             .margin(20)
             .x_label_area_size(40)
             .y_label_area_size(70)
@@ -768,5 +794,28 @@ mod tests {
         // No op label fits a bar of a third of a pixel.
         assert!(!svg.contains(">F17all"), "labels are skipped where they do not fit");
         assert!(svg.contains("no transfers"));
+    }
+
+    #[test]
+    fn the_memory_axis_counts_in_the_unit_of_its_largest_value() {
+        assert_eq!(size_axis(Units::Bytes, "m", 5 << 30), ((1u64 << 30) as f64, "m (GiB)".to_string()));
+        assert_eq!(size_axis(Units::Bytes, "m", 1 << 30).1, "m (GiB)");
+        assert_eq!(size_axis(Units::Bytes, "m", (1 << 30) - 1), ((1u64 << 20) as f64, "m (MiB)".to_string()));
+        assert_eq!(size_axis(Units::Bytes, "m", 900 << 10), (1024.0, "m (KiB)".to_string()));
+        assert_eq!(size_axis(Units::Plain, "m", 5 << 30), (1.0, "m (units)".to_string()));
+    }
+
+    #[test]
+    fn a_long_title_is_set_smaller_to_fit_the_chart() {
+        assert_eq!(fitting_size("pofo on gpt2-small", 24.0, 1180.0, true), 24.0);
+        let long = "x".repeat(120);
+        let size = fitting_size(&long, 24.0, 1180.0, true);
+        assert!(size < 24.0, "{size}");
+        assert!((text_width(&long, size) - 1180.0).abs() < 1e-6, "{}", text_width(&long, size));
+        // Regular text is narrower: the same line fits at a larger size.
+        let regular = fitting_size(&long, 24.0, 1180.0, false);
+        assert!((regular - size * 0.6 / 0.55).abs() < 1e-9, "{regular} against {size}");
+        // Never unreadably small.
+        assert_eq!(fitting_size(&"x".repeat(10_000), 24.0, 1180.0, true), 9.0);
     }
 }
