@@ -1,5 +1,6 @@
 //! `pebble train --policy` (issue 13): a run-time policy decides inside each step, with no
-//! solver; the losses are store-all's, and bad requests name their flag.
+//! solver; the losses are store-all's, and bad requests name their flag. And any `train`
+//! run whose measured peak is over its budget warns.
 
 mod common;
 
@@ -49,4 +50,35 @@ fn a_policy_is_named_alone_and_known() {
         assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
         assert!(run.stderr.contains(needle), "{args:?}: {}", run.stderr);
     }
+}
+
+/// A run whose measured peak is over its budget says so on stderr, by how much, and what
+/// would have foreseen it; a run within its budget says nothing. Analytic costs declare
+/// less temporary memory than burn-flex allocates (docs/benchmarks.md, "Offloading plans
+/// on real tensors"), so offload-dp's plan at 80% on them runs about 10% over (in the test
+/// build; 5–10% in the release build, whose kernels allocate otherwise); on profiled costs
+/// it fits.
+#[test]
+fn a_run_over_its_budget_says_so() {
+    let run_with = |costs: &str, budget: &str| {
+        let mut args = vec!["train"];
+        args.extend_from_slice(&GPT);
+        args.extend_from_slice(&["--solver", "offload-dp", "--budget", budget, "--bandwidth", "1GB", "--steps", "1"]);
+        args.extend_from_slice(&["--costs", costs, "--json"]);
+        ok(&args)
+    };
+    let analytic = run_with("analytic", "80%");
+    let report = analytic.json();
+    let (measured, budget) =
+        (report["measured_peak_bytes"].as_u64().unwrap(), report["budget_bytes"].as_u64().unwrap());
+    assert!(measured > budget, "the case no longer runs over: {measured} within {budget}");
+    let over = format!("(+{:.1}%)", 100.0 * (measured as f64 / budget as f64 - 1.0));
+    for needle in ["warning: the measured peak", "is over the budget", &over, "`--costs profiled`"] {
+        assert!(analytic.stderr.contains(needle), "`{needle}` not in:\n{}", analytic.stderr);
+    }
+    // Profiled, 80% of the (larger) measured store-all peak is below what offload-dp needs.
+    let profiled = run_with("profiled", "90%");
+    let report = profiled.json();
+    assert!(report["measured_peak_bytes"].as_u64().unwrap() <= report["budget_bytes"].as_u64().unwrap());
+    assert!(!profiled.stderr.contains("warning"), "{}", profiled.stderr);
 }

@@ -81,11 +81,28 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<ExitCode> {
         solve,
     };
     let report = pebble_train::train_on(device, &config).map_err(lift)?;
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
+    if let Some(over) = report.measured_peak_bytes.filter(|&m| m > report.budget_bytes) {
+        // A plan whose costs understate what the device allocates runs over its budget:
+        // say so, and what would have foreseen it.
+        let why = match args.costs {
+            CostsArg::Analytic => {
+                "the plan's costs are analytic (the profile's roofline and the ops' declared temporaries), \
+                 and this device allocates more; `--costs profiled` plans on what it measures"
+            }
+            CostsArg::Profiled | CostsArg::Steps => "this run allocated more than the profiled ops did",
+        };
+        eprintln!(
+            "warning: the measured peak, {}, is over the budget, {} (+{:.1}%): {why}",
+            mib(over),
+            mib(report.budget_bytes),
+            100.0 * (over as f64 / report.budget_bytes as f64 - 1.0)
+        );
+    }
     if args.json {
         out::print_json(&serde_json::to_value(&report)?)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
     let mean = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
     let mut text = format!(
         "model     {} ({} parameters) on {}\n\
