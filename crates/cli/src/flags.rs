@@ -41,7 +41,7 @@ pub enum Command {
     Profile(ProfileArgs),
     /// Compare Burn's autodiff (with and without checkpointing) with pebble's store-all and rotor.
     Bench(BenchArgs),
-    /// Reproduce a published experiment in simulation (`ch4`: Shilova's thesis, Ch. 4).
+    /// Reproduce a published experiment in simulation: ch4, ch7, weights, offmate, hiremate, delta.
     Reproduce(ReproduceArgs),
     /// Pipelined model parallelism: spread the layers over several devices and plan the
     /// pipeline (1F1B*, PipeDream, the ILP, MadPipe, GPipe, interleaved 1F1B, Zero Bubble).
@@ -875,7 +875,11 @@ pub struct ReproduceArgs {
     /// Where to write the JSON and the SVG charts.
     #[arg(long, value_name = "DIR", default_value = "docs")]
     pub out_dir: PathBuf,
-    /// Fewer points: α ∈ {0.2, 0.5, 0.75}, β ∈ {12, 36} GB/s (the full run: α from 0.1 to 1 by tenths and 0.75, β ∈ {12, 18, 24, 36} GB/s).
+    /// Fewer points. `ch4`: α ∈ {0.2, 0.5, 0.75}, β ∈ {12, 36} GB/s (the full run: α from
+    /// 0.1 to 1 by tenths and 0.75, β ∈ {12, 18, 24, 36} GB/s); `ch7`: P ∈ {2, 4, 8}, four
+    /// memories, 12 GB/s; `weights`: six of Table 1's rows, three bandwidths; `offmate`:
+    /// Llama2-7B at 8 layers and Phi-2, fewer depths and batches; `hiremate`: GPT-2 small
+    /// only; `delta`: ResNet-50 only.
     #[arg(long)]
     pub quick: bool,
     /// `ch7`: schedule MadPipe's allocation with the Ch. 6 ILP (10 s each) as well as by
