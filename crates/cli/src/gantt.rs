@@ -129,12 +129,11 @@ pub fn render(title: &str, schedule: &Schedule, report: &PipeReport) -> Result<S
         let y = HEAD as i32 + ROW as i32 * lanes.len() as i32 + 6;
         root.draw(&PathElement::new(vec![(LEFT, y), (WIDTH as i32 - RIGHT, y)], BLACK.stroke_width(1)))
             .map_err(|x| e(&x))?;
-        for i in 0..=5 {
-            let t = end * i as f64 / 5.0;
+        for (t, label) in time_ticks(end) {
             let x = span_x(t);
             root.draw(&PathElement::new(vec![(x, y), (x, y + 5)], BLACK.stroke_width(1))).map_err(|x| e(&x))?;
             root.draw(&Text::new(
-                significant(t),
+                label,
                 (x, y + 8),
                 ("sans-serif", 12).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Top)),
             ))
@@ -143,4 +142,36 @@ pub fn render(title: &str, schedule: &Schedule, report: &PipeReport) -> Result<S
         root.present().map_err(|x| e(&x))?;
     }
     Ok(svg)
+}
+
+/// Ticks at round times (1, 2 or 5 times a power of ten apart, five or so) from 0
+/// to `end`, each labelled with as many decimals as its step needs.
+fn time_ticks(end: f64) -> Vec<(f64, String)> {
+    let raw = end / 5.0;
+    let power = 10f64.powf(raw.log10().floor());
+    // The round step nearest the fifth of the span, on a log scale.
+    let off = |s: f64| (s / raw).ln().abs();
+    let step =
+        [1.0, 2.0, 5.0, 10.0].into_iter().map(|m| m * power).fold(power, |b, s| if off(s) < off(b) { s } else { b });
+    let digits = (-step.log10().floor()).max(0.0) as usize;
+    (0..)
+        .map(|i| f64::from(i) * step)
+        .take_while(|t| *t <= end * (1.0 + 1e-9))
+        .map(|t| (t, format!("{t:.digits$}")))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::time_ticks;
+
+    #[test]
+    fn time_ticks_fall_on_round_values_within_the_chart() {
+        let labels = |end: f64| time_ticks(end).into_iter().map(|(_, l)| l).collect::<Vec<_>>();
+        // A step of about 0.0103 s: 0.002 apart, none past the end.
+        assert_eq!(labels(0.01027), ["0.000", "0.002", "0.004", "0.006", "0.008", "0.010"]);
+        assert_eq!(labels(10.0), ["0", "2", "4", "6", "8", "10"]);
+        assert_eq!(labels(3.0), ["0.0", "0.5", "1.0", "1.5", "2.0", "2.5", "3.0"]);
+        assert_eq!(labels(740.0), ["0", "200", "400", "600"]);
+    }
 }
