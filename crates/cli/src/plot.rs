@@ -365,10 +365,15 @@ fn timeline_figures(report: &SimReport, moves: pebble_schedule::Moves, units: Un
             units.time(busy)
         }
     };
+    // A periodic schedule is drawn unrolled; its figures are per steady-state period.
+    let makespan = if report.periods > 1 {
+        format!("{} periods shown; per period: makespan {}", report.periods, units.time(report.makespan))
+    } else {
+        format!("makespan {}", units.time(report.makespan))
+    };
     format!(
-        "makespan {} · compute stall {} · device→host busy {} · host→device busy {}{} · device peak {} · host peak {} · \
+        "{makespan} · compute stall {} · device→host busy {} · host→device busy {}{} · device peak {} · host peak {} · \
          {} offloads, {} reloads, {} recomputations",
-        units.time(report.makespan),
         share(report.compute_stall),
         share(report.d2h_busy),
         share(report.h2d_busy),
@@ -794,6 +799,28 @@ mod tests {
         // No op label fits a bar of a third of a pixel.
         assert!(!svg.contains(">F17all"), "labels are skipped where they do not fit");
         assert!(svg.contains("no transfers"));
+    }
+
+    #[test]
+    fn a_periodic_schedule_is_drawn_over_every_period_it_ran() {
+        // Store-all, periodic: each period runs every forward once, so none is a
+        // recomputation, and the bars cover the memory curve's whole time axis.
+        let chain = pebble_graph::Chain::homogeneous(3, 1.0, 2.0, 1);
+        let problem = pebble_solve::Problem::Chain(&chain);
+        let schedule = pebble_solve::baseline::store_all::store_all_schedule(problem).repeated();
+        let config = pebble_sim::SimConfig { timeline: true, ..Default::default() };
+        let report = pebble_solve::simulate(problem, &schedule, &config).expect("valid");
+        assert_eq!(report.periods, pebble_sim::PERIODS);
+        let bars = crate::cmd::timeline_bars(problem, &schedule, &report.spans);
+        let count = |kind: BarKind| bars.iter().filter(|b| b.kind == kind).count();
+        assert_eq!(count(BarKind::Forward), 3 * report.periods);
+        assert_eq!(count(BarKind::Recompute), 0);
+        assert_eq!(count(BarKind::Backward), 3 * report.periods);
+        let last_bar = bars.iter().map(|b| b.end).fold(0.0, f64::max);
+        let last_point = report.timeline.last().expect("a timeline").time;
+        assert!(last_bar >= last_point, "bars end at {last_bar}, the memory curve at {last_point}");
+        let figures = timeline_figures(&report, Default::default(), Units::Plain);
+        assert!(figures.starts_with("6 periods shown; per period: makespan "), "{figures}");
     }
 
     #[test]

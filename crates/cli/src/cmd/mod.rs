@@ -117,8 +117,17 @@ pub fn timeline_bars(
     let mut order: Vec<&pebble_sim::Span> = spans.iter().collect();
     order.sort_by_key(|s| s.op);
     let mut bars = Vec::with_capacity(spans.len());
+    // A periodic schedule runs unrolled: the span of op `k` in period `p` names op
+    // `p·len + k`, and each period's first forward of a stage is no recomputation.
+    let len = schedule.ops.len().max(1);
+    let mut period = 0;
     for span in order {
-        let Some(op) = schedule.ops.get(span.op) else { continue };
+        if schedule.periodic && span.op / len != period {
+            period = span.op / len;
+            seen.clear();
+        }
+        let k = if schedule.periodic { span.op % len } else { span.op };
+        let Some(op) = schedule.ops.get(k) else { continue };
         let (kind, labels) = match *op {
             Op::Forward { stage, .. } => {
                 let short = format!("F{stage}");
