@@ -56,8 +56,8 @@ fn a_policy_is_named_alone_and_known() {
 /// would have foreseen it; a run within its budget says nothing. Analytic costs declare
 /// less temporary memory than burn-flex allocates (docs/benchmarks.md, "Offloading plans
 /// on real tensors"), so offload-dp's plan at 80% on them runs about 10% over (in the test
-/// build; 5–10% in the release build, whose kernels allocate otherwise); on profiled costs
-/// it fits.
+/// build and the release build alike; other plans' excess differs between the two, whose
+/// kernels allocate otherwise); on profiled costs it fits.
 #[test]
 fn a_run_over_its_budget_says_so() {
     let run_with = |costs: &str, budget: &str| {
