@@ -298,7 +298,8 @@ pub enum OptimizerArg {
     Sgd,
     /// One state per parameter.
     Momentum,
-    /// Two states per parameter.
+    /// Two states per parameter (Adam, or AdamW: `adamw` is the same memory).
+    #[value(alias = "adamw")]
     Adam,
 }
 
@@ -644,6 +645,8 @@ pub enum DeviceArg {
 pub enum TrainOptimizerArg {
     /// Plain SGD.
     Sgd,
+    /// Adam: AdamW without weight decay.
+    Adam,
     /// AdamW (weight decay 0.01).
     Adamw,
 }

@@ -387,6 +387,10 @@ fn info_json() {
     let sgd =
         ok(&["info", "--model", "resnet18", "--batch", "2", "--image", "64", "--optimizer", "sgd", "--json"]).json();
     assert_eq!(sgd["static_bytes"], 2 * 4 * 11_689_512);
+    // `adamw`, the name `train` takes, sizes the same two moments.
+    let adamw =
+        ok(&["info", "--model", "resnet18", "--batch", "2", "--image", "64", "--optimizer", "adamw", "--json"]).json();
+    assert_eq!(adamw["static_bytes"], 4 * 4 * 11_689_512);
     let human = ok(&["info", "--model", "resnet18", "--batch", "2", "--image", "64"]);
     assert!(human.stdout.contains("11689512"), "{}", human.stdout);
 }

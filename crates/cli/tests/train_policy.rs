@@ -52,6 +52,19 @@ fn a_policy_is_named_alone_and_known() {
     }
 }
 
+/// `--optimizer` takes the planning commands' names too: `adam` (AdamW without weight
+/// decay), beside `sgd` and `adamw`; Adam and AdamW plan the same memory, SGD less, and
+/// only AdamW's decay moves the second step's loss.
+#[test]
+fn train_takes_adam_as_plan_does() {
+    let with = |optimizer: &str| train(&["--solver", "store-all", "--budget", "100%", "--optimizer", optimizer]);
+    let (adam, adamw, sgd) = (with("adam"), with("adamw"), with("sgd"));
+    assert_eq!(adam["static_bytes"], adamw["static_bytes"]);
+    assert!(sgd["static_bytes"].as_u64() < adam["static_bytes"].as_u64());
+    assert_eq!(adam["losses"][0], adamw["losses"][0], "the first loss is before any update");
+    assert_ne!(adam["losses"][1], adamw["losses"][1], "weight decay changed nothing");
+}
+
 /// A run whose measured peak is over its budget says so on stderr, by how much, and what
 /// would have foreseen it; a run within its budget says nothing. Analytic costs declare
 /// less temporary memory than burn-flex allocates (docs/benchmarks.md, "Offloading plans

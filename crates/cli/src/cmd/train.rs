@@ -71,6 +71,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<ExitCode> {
         seed: args.model.seed,
         optimizer: match args.optimizer {
             TrainOptimizerArg::Sgd => OptimizerKind::Sgd { lr: args.lr },
+            TrainOptimizerArg::Adam => OptimizerKind::AdamW { lr: args.lr, weight_decay: 0.0 },
             TrainOptimizerArg::Adamw => OptimizerKind::AdamW { lr: args.lr, weight_decay: 0.01 },
         },
         costs: match args.costs {
