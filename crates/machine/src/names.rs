@@ -35,7 +35,7 @@ mod tests {
         assert_eq!(did_you_mean("resnet-50", zoo), "; did you mean `resnet50`?");
         assert_eq!(did_you_mean("inceptionv3", zoo), "; did you mean `inception_v3`?");
         assert_eq!(did_you_mean("ResNet101", zoo), "; did you mean `resnet101`?");
-        // Two edits in 7 characters are within a third; three in 9 are too.
+        // Two edits in 7 characters are within a third (7 / 3, rounded down).
         assert_eq!(did_you_mean("llama7b", zoo), "; did you mean `llama2-7b`?");
         // A transposition is one edit.
         assert_eq!(did_you_mean("gtp", zoo), "; did you mean `gpt`?");

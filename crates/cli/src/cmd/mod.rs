@@ -118,20 +118,16 @@ pub fn timeline_bars(
     order.sort_by_key(|s| s.op);
     let mut bars = Vec::with_capacity(spans.len());
     // A periodic schedule runs unrolled: the span of op `k` in period `p` names op
-    // `p·len + k`, and each period's first forward of a stage is no recomputation.
+    // `p·len + k` (any other schedule's spans are all in period 0), and each period's
+    // first forward of a stage is no recomputation.
     let len = schedule.ops.len().max(1);
-    let mut period = 0;
     for span in order {
-        if schedule.periodic && span.op / len != period {
-            period = span.op / len;
-            seen.clear();
-        }
-        let k = if schedule.periodic { span.op % len } else { span.op };
+        let (period, k) = (span.op / len, span.op % len);
         let Some(op) = schedule.ops.get(k) else { continue };
         let (kind, labels) = match *op {
             Op::Forward { stage, .. } => {
                 let short = format!("F{stage}");
-                let kind = if seen.insert(stage) { BarKind::Forward } else { BarKind::Recompute };
+                let kind = if seen.insert((period, stage)) { BarKind::Forward } else { BarKind::Recompute };
                 (kind, vec![op.to_string(), short])
             }
             Op::Backward { stage } => {
@@ -147,7 +143,7 @@ pub fn timeline_bars(
                     Problem::Graph(g) if node < g.compute.len() => {
                         let n = &g.compute[node];
                         let kind = match n.kind {
-                            pebble_graph::ComputeKind::Forward if seen.insert(node) => BarKind::Forward,
+                            pebble_graph::ComputeKind::Forward if seen.insert((period, node)) => BarKind::Forward,
                             pebble_graph::ComputeKind::Forward => BarKind::Recompute,
                             pebble_graph::ComputeKind::Backward => BarKind::Backward,
                             pebble_graph::ComputeKind::Loss => BarKind::Loss,
