@@ -213,9 +213,53 @@ impl Vars {
     }
 }
 
+/// The `Comp` columns' values of the sequence `seq` (`NaN` for every other column), or
+/// `None` if `seq` is not a sequence of stages: stage `t` runs nodes `k ≤ t` in
+/// increasing order and ends with node `t`, each in an option it may run in there.
+fn comp_values(vars: &Vars, cols: usize, seq: &[(usize, usize)]) -> Option<Vec<f64>> {
+    let mut values = vec![f64::NAN; cols];
+    for b in vars.comp.iter().flatten().flatten() {
+        if let Bin::Var(c) = b {
+            values[c.index()] = 0.0;
+        }
+    }
+    let (mut t, mut last) = (0, None);
+    for &(k, o) in seq {
+        if k > t || last.is_some_and(|l| k <= l) {
+            return None;
+        }
+        match vars.comp.get(t)?.get(k)?.get(o)? {
+            Bin::Var(c) => values[c.index()] = 1.0,
+            Bin::One => {}
+            Bin::Zero => return None,
+        }
+        last = Some(k);
+        if k == t {
+            t += 1;
+            last = None;
+        }
+    }
+    (t == vars.comp.len()).then_some(values)
+}
+
 /// Solves the H-ILP on `h` within `budget` bytes (everything the H-graph allocates),
 /// and, with `save`, at most that many bytes resident right after the loss.
 pub fn solve(h: &HGraph, budget: u64, save: Option<u64>, time_limit: Option<f64>) -> Result<HSolution, IlpError> {
+    solve_from(h, budget, save, time_limit, None)
+}
+
+/// [`solve`], with HiGHS started from `start`, a sequence of `(node, option)` as
+/// [`HSolution::seq`] gives it: which node runs in which option in each stage. Only the
+/// `Comp` columns are given; HiGHS completes the rest, and drops the start if it breaks a
+/// row (a budget it does not fit, an option `h` does not have). Without a start, or with
+/// one that cannot be read as stages, it is store-all's, as in [`solve`].
+pub fn solve_from(
+    h: &HGraph,
+    budget: u64,
+    save: Option<u64>,
+    time_limit: Option<f64>,
+    start: Option<&[(usize, usize)]>,
+) -> Result<HSolution, IlpError> {
     let m = Model::new(h)?;
     let n = m.n;
     let na = h.sizes.len();
@@ -582,6 +626,9 @@ pub fn solve(h: &HGraph, budget: u64, save: Option<u64>, time_limit: Option<f64>
     }
     // The start values are store-all's (each node once, in its own stage, option 0, every
     // tensor kept to its last reader): HiGHS takes them when they fit the budget.
+    if let Some(values) = start.and_then(|seq| comp_values(&vars, milp.num_cols(), seq)) {
+        milp.partial_start(values);
+    }
     let options = [("mip_rel_gap", 1e-4), ("mip_abs_gap", 1e-6)];
     let (values, optimal) = match milp.solve(time_limit, true, &options)? {
         Outcome::Optimal(v) => (v, true),

@@ -348,6 +348,8 @@ pub struct Prepared<'g> {
     /// Cluster ILPs answered (solved, or settled by another's answer: [`crate::GridAnswers`]),
     /// and how many of them to optimality.
     pub solved: (usize, usize),
+    /// The top plans returned so far, to start later top H-ILPs from.
+    top_plans: std::sync::Mutex<Vec<TopPlan>>,
 }
 
 impl<'g> Prepared<'g> {
@@ -395,6 +397,7 @@ impl<'g> Prepared<'g> {
             cfg: *cfg,
             threads,
             solved: (0, 0),
+            top_plans: std::sync::Mutex::new(Vec::new()),
         };
         let todo: Vec<usize> = (0..p.h.clusters.len()).filter(|&c| c != p.h.top && p.rep[c] == c).collect();
         progress.report(PROGRESS, 0, todo.len());
@@ -747,10 +750,15 @@ impl<'g> Prepared<'g> {
         let (h, remap) = select_options(h, &self.cfg);
         let sub = &self.subs[top];
         let mut top_optimal = true;
+        let mut last = None;
         let schedule = crate::sequence_within_budget(self.g, budget, options, |memory| {
-            let sol = match hilp::solve(&h, memory, None, Some(options.time_limit.unwrap_or(self.limit * 6.0))) {
+            let limit = options.time_limit.unwrap_or(self.limit * 6.0);
+            let start = self.top_start(budget, memory);
+            let solved = hilp::solve_from(&h, memory, None, Some(limit), start.as_deref());
+            let sol = match solved {
                 Ok(s) => {
                     top_optimal = s.optimal;
+                    last = Some((s.peak, s.seq.clone()));
                     s
                 }
                 Err(IlpError::Infeasible) => {
@@ -770,8 +778,43 @@ impl<'g> Prepared<'g> {
                 .map(|(l, ng)| (sub.compute[l].expect("the top holds the real loss"), ng))
                 .collect())
         })?;
+        if let Some((peak, seq)) = last {
+            let time = seq.iter().map(|&(k, o)| h.nodes[k].options[o].time).sum();
+            self.top_plans.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(TopPlan {
+                budget,
+                peak,
+                seq,
+                time,
+            });
+        }
         Ok(schedule.with_optimal(top_optimal && self.solved.0 == self.solved.1))
     }
+
+    /// Where the top H-ILP starts at `budget`, `memory` left for it: the fastest top plan
+    /// kept at a budget no larger (so its schedule passed the simulator within this one)
+    /// whose rows fit `memory`. `None` for none (HiGHS then starts from store-all's).
+    fn top_start(&self, budget: u64, memory: u64) -> Option<Vec<(usize, usize)>> {
+        let plans = self.top_plans.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        plans
+            .iter()
+            .filter(|p| p.budget <= budget && p.peak <= memory)
+            .min_by(|a, b| a.time.total_cmp(&b.time))
+            .map(|p| p.seq.clone())
+    }
+}
+
+/// A top H-ILP answer [`Prepared::schedule`] returned, kept to start the top H-ILP at a
+/// larger budget: a sweep's budgets rise, and HiGHS started from a plan returns it or a
+/// faster one, even where its time limit stops it before it finds its own.
+#[derive(Debug, Clone)]
+struct TopPlan {
+    /// The budget the schedule passed the simulator within.
+    budget: u64,
+    /// What its peak rows hold ([`hilp::HSolution::peak`]).
+    peak: u64,
+    seq: Vec<(usize, usize)>,
+    /// Σ of its options' times: the top H-ILP's objective.
+    time: f64,
 }
 
 /// Rockmate's sequential blocks as the first level of the hierarchy: each block of
@@ -1052,6 +1095,43 @@ mod tests {
         }
         for m in ["unet", "transformer", "inception_v3"] {
             assert!(!sequential(m), "{m}");
+        }
+    }
+
+    /// The top H-ILP starts from the fastest plan already returned at a budget no larger
+    /// whose rows fit what is left for it; not from one returned at a larger budget
+    /// (its schedule may not fit), nor from one whose rows need more memory.
+    #[test]
+    fn the_top_starts_from_the_fastest_plan_that_fits() {
+        let g = pebble_testkit::gpt(2, 16, 8).graph;
+        let own = super::HiremateConfig { rockmate_incumbent: false, mincut_incumbent: false, ..Default::default() };
+        let problem = pebble_solve::Problem::Graph(&g);
+        let options = pebble_solve::SolveOptions::default();
+        let all =
+            pebble_solve::baseline::store_all::simulate_store_all(problem, &options.sim_config()).unwrap().peak_bytes;
+        let fixed = g.fixed_bytes();
+        let at = |pct: u64| fixed + (all - fixed) * pct / 100;
+        let time =
+            |s: &pebble_schedule::Schedule| pebble_solve::simulate(problem, s, &options.sim_config()).unwrap().makespan;
+        let p = super::Prepared::new(&g, &own, None).unwrap();
+        let kept = |p: &super::Prepared| p.top_plans.lock().unwrap().clone();
+        // Feasible from 84% of the activations.
+        let (lo, hi) = (at(86), at(100));
+        assert_eq!(p.top_start(hi, u64::MAX), None, "nothing kept yet");
+        let slow = p.schedule(lo, &options).unwrap();
+        let first = kept(&p)[0].clone();
+        assert_eq!(first.budget, lo);
+        assert!(first.peak <= lo - fixed);
+        assert_eq!(p.top_start(lo, first.peak).as_deref(), Some(&first.seq[..]));
+        assert_eq!(p.top_start(lo - 1, u64::MAX), None, "kept at a larger budget");
+        assert_eq!(p.top_start(hi, first.peak - 1), None, "its rows need more");
+        let fast = p.schedule(hi, &options).unwrap();
+        assert!(time(&fast) < time(&slow), "100% is no faster than 86%: the test shows nothing");
+        let second = kept(&p)[1].clone();
+        assert!(second.time < first.time);
+        assert_eq!(p.top_start(hi, u64::MAX).as_deref(), Some(&second.seq[..]), "the faster of the two");
+        if second.peak > first.peak {
+            assert_eq!(p.top_start(hi, second.peak - 1).as_deref(), Some(&first.seq[..]), "the one that fits");
         }
     }
 

@@ -111,6 +111,8 @@ pub struct Milp {
     problem: RowProblem,
     /// Column values of a known solution, for a warm start (`NaN` where unknown).
     start: Vec<f64>,
+    /// Whether a start with unknown values is still passed on ([`Milp::partial_start`]).
+    partial: bool,
 }
 
 impl Default for Milp {
@@ -122,7 +124,7 @@ impl Default for Milp {
 impl Milp {
     /// An empty problem.
     pub fn new() -> Milp {
-        Milp { problem: RowProblem::default(), start: Vec::new() }
+        Milp { problem: RowProblem::default(), start: Vec::new(), partial: false }
     }
 
     /// Number of columns.
@@ -155,6 +157,16 @@ impl Milp {
     /// The warm-start values, one per column.
     pub fn start_values(&self) -> &[f64] {
         &self.start
+    }
+
+    /// Replaces the warm start by a partial one: `values` per column, `NaN` where unknown.
+    /// HiGHS fixes the integer columns it is given and completes the rest with a small
+    /// sub-MIP (`mip_max_start_nodes`) before its search; it drops the start if that
+    /// fails.
+    pub fn partial_start(&mut self, values: Vec<f64>) {
+        assert_eq!(values.len(), self.num_cols(), "one start value per column");
+        self.start = values;
+        self.partial = true;
     }
 
     /// Adds the row `lo ≤ e ≤ hi` (infinite bounds allowed). A constant row is dropped
@@ -203,9 +215,11 @@ impl Milp {
         for &(name, value) in options {
             model.try_set_option(name, value).map_err(|e| highs_err("set an option", format!("{name}: {e}")))?;
         }
-        if warm && self.start.iter().all(|v| v.is_finite()) {
+        if warm && (self.partial || self.start.iter().all(|v| v.is_finite())) {
             // Best effort: HiGHS checks the start itself and drops it if it is infeasible.
-            let _ = model.try_set_solution(Some(&self.start), None, None, None);
+            // An unknown value is HiGHS's `kHighsUndefined`, which is +∞.
+            let start: Vec<f64> = self.start.iter().map(|&v| if v.is_finite() { v } else { f64::INFINITY }).collect();
+            let _ = model.try_set_solution(Some(&start), None, None, None);
         }
         let solved = model.try_solve().map_err(|s| highs_err("solve the model", format!("{s:?}")))?;
         let status = solved.status();
