@@ -625,7 +625,8 @@ pub fn solve_from(
         return Err(IlpError::Infeasible);
     }
     // The start values are store-all's (each node once, in its own stage, option 0, every
-    // tensor kept to its last reader): HiGHS takes them when they fit the budget.
+    // tensor kept to its last reader): HiGHS takes them when they fit the budget. A start
+    // sequence given replaces them.
     if let Some(values) = start.and_then(|seq| comp_values(&vars, milp.num_cols(), seq)) {
         milp.partial_start(values);
     }
