@@ -654,7 +654,11 @@ pub fn offmate_schedule(chain: &Chain, plan: &OffmatePlan) -> Schedule {
 
 /// The `offmate` solver: the O-ILP at the budget, Algorithm 8, and the simulator; if the
 /// simulator refuses the schedule (the step model is an approximation), the MILP again at a
-/// tightened budget.
+/// tightened budget. Where recomputation is allowed, Rotor's plan on the same chain (the
+/// optimal rematerialization of these blocks, Rockmate's plan on a chain whose blocks have
+/// one option each) is a second candidate, and the simulator keeps the faster: the O-ILP
+/// runs each block's forward at most twice (Assumption 3), where Rotor recomputes a block
+/// from any checkpoint, so with the weights on the device Rotor's plan can be the faster.
 pub struct Offmate;
 
 /// Budgets the MILP is tried at in turn, as fractions of the budget: Algorithm 8 rounds
@@ -663,8 +667,29 @@ pub struct Offmate;
 const TIGHTEN: [f64; 3] = [1.0, 0.95, 0.85];
 
 impl Offmate {
-    /// Plans with `opts` (the ablations of Table 4.2 switch techniques off).
+    /// Plans with `opts` (the ablations of Table 4.2 switch techniques off): the faster of
+    /// the O-ILP's plan and, where `opts.recompute`, Rotor's, which then says so
+    /// ([`Schedule::kept_from`]).
     pub fn solve_with(
+        chain: &Chain,
+        budget: u64,
+        options: &SolveOptions,
+        opts: &OffmateOptions,
+    ) -> Result<Schedule, SolveError> {
+        let own = Self::milp_schedule(chain, budget, options, opts);
+        if !opts.recompute || matches!(own, Err(ref e) if !matches!(e, SolveError::Infeasible { .. })) {
+            return own;
+        }
+        let rotor = match pebble_solve::rotor::Rotor.solve(Problem::Chain(chain), budget, options) {
+            Ok(s) => Schedule { kept_from: Some("rotor".into()), ..s.with_solver("offmate") },
+            Err(_) => return own,
+        };
+        let candidates = own.as_ref().ok().cloned().into_iter().chain([rotor]);
+        pebble_solve::fastest_within(Problem::Chain(chain), candidates, budget, options).or(own)
+    }
+
+    /// The O-ILP's plan alone, at the budget or a tightened one.
+    fn milp_schedule(
         chain: &Chain,
         budget: u64,
         options: &SolveOptions,
