@@ -1,6 +1,7 @@
 //! The executor runs schedules that move weights, their gradients and optimizer states
 //! (issue 12): the weight-offloading solvers' periodic schedules and a hand-written one
-//! that updates some stages on the host CPU train exactly as store-all does (the same
+//! that updates some stages on the host CPU, and Rotor's plans with each weight gradient
+//! freed after its update (OffMate's candidate), train exactly as store-all does (the same
 //! losses and parameters, bit for bit, step after step), within the budget, with the
 //! host copies the simulator counts.
 //!
@@ -109,6 +110,45 @@ fn weight_offloading_schedules_train_as_store_all_does() {
             }
             assert!(moved > 0, "{model} {name}: no schedule moved weights");
         }
+    }
+}
+
+/// OffMate's candidate from Rotor, each weight gradient freed after the backward that
+/// updates its stage on the device, at budgets where it recomputes: the losses and
+/// parameters are store-all's, bit for bit, within a pool capped at the simulated peak.
+#[test]
+fn rotors_plan_freeing_gradients_trains_as_store_all_does() {
+    let _turn = lock();
+    // The MLP at a batch where its activations weigh beside its weights.
+    let wide = ModelOptions { batch: Some(512), layers: Some(8), ..mlp() };
+    for (model, options) in [("mlp", wide), ("gpt", tiny_gpt())] {
+        let (mut reference, chain) = session(model, &options);
+        let l = chain.len();
+        let want = trained(&mut reference, &store_all(l), 4);
+        let solve = SolveOptions { machine: options.profile.machine, ..SolveOptions::default() };
+        let config = solve.sim_config();
+        let top = pebble_solve::simulate(Problem::Chain(&chain), &store_all(l), &config).expect("store-all").peak_bytes;
+        let mut ran = 0;
+        for percent in [95, 90, 85, 80, 70] {
+            let budget = top * percent / 100;
+            let Some(schedule) = pebble_ilp::offmate::rotor_freeing_gradients(&chain, budget, &solve) else { continue };
+            let mut within = config.clone();
+            within.budget = Some(budget);
+            let Ok(sim) = pebble_solve::simulate(Problem::Chain(&chain), &schedule, &within) else { continue };
+            let forwards = schedule.ops.iter().filter(|op| matches!(op, Op::Forward { .. })).count();
+            if forwards <= l {
+                continue;
+            }
+            let what = format!("{model} at {percent}%: {}", schedule.to_notation());
+            let (mut session, _) = session(model, &options);
+            session.set_transfers(transfer_options(&solve.machine, Some(sim.peak_bytes)));
+            session.set_temporaries(StageTemporaries::of(&chain));
+            let got = trained(&mut session, &schedule, 4);
+            assert_eq!(got.0, want.0, "{what}: the losses differ");
+            assert!(got.1 == want.1, "{what}: the parameters differ");
+            ran += 1;
+        }
+        assert!(ran >= 1, "{model}: Rotor's plan never recomputed");
     }
 }
 
