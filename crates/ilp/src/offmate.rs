@@ -49,7 +49,8 @@
 //! exceeds the MILP's). Each absence starts with an offload (or a drop, when the host copy
 //! is current) and ends with a prefetch issued one step ahead. The schedule is periodic;
 //! the simulator judges it, and [`Offmate`] returns the fastest of a few candidates (the
-//! MILP at the budget and at tightened budgets) that the simulator accepts.
+//! MILP at the budget and at tightened budgets, and Rotor's plans on the same chain) that
+//! the simulator accepts.
 
 use pebble_graph::Chain;
 use pebble_schedule::{ForwardMode, Op, Schedule, Tensor, View};
