@@ -1,10 +1,10 @@
-//! OffMate on the chain: without offloading it is the faster of the best rematerialization
-//! its MILP can express (checked against every combination of the block options) and
-//! Rotor's plan (Rockmate's on blocks of one option each), and no faster than Rotor with
-//! the weight gradients' memory given back, whose schedules include every such
-//! combination; with offloading, its
-//! schedules run in the simulator within the budget, and beat rematerialization alone
-//! when weights and optimizer states are what fills the device.
+//! OffMate on the chain. Without offloading it runs in exactly the time of Rotor's plan
+//! with OffMate's accounting of the weight gradients (Rockmate's plan on blocks of one
+//! option each), which is no slower than every combination of its MILP's block options
+//! (an exhaustive search) nor than the `rotor` solver's plan, and no faster than Rotor
+//! with the gradients' memory given back. With offloading, its schedules run in the
+//! simulator within the budget, and beat rematerialization alone when weights and
+//! optimizer states are what fills the device.
 
 use pebble_graph::Chain;
 use pebble_ilp::offmate::{
