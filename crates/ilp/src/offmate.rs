@@ -673,19 +673,33 @@ fn rotor_plans(chain: &Chain, budget: u64, options: &SolveOptions) -> Vec<Schedu
 
 /// Rotor's plan with OffMate's accounting of the weight gradients: each stage's gradient
 /// lives only through the backward that computes it and updates the stage on the device,
-/// and is freed right after, as in OffMate's own schedules. Rotor plans on the chain with
-/// each gradient counted as a temporary of its backward instead of static memory; the
-/// schedule, periodic, frees each gradient after its backward. `None` where Rotor has no
-/// plan or the chain has no gradients `g`. The simulator judges it on `chain` itself.
+/// and is freed right after, as in OffMate's own schedules. Rotor plans on
+/// [`gradients_as_temporaries`]; the schedule, [`freeing_gradients`], frees each
+/// gradient after its backward. `None` where Rotor has no plan or the chain has no
+/// gradients `g`. The simulator judges it on `chain` itself.
 pub fn rotor_freeing_gradients(chain: &Chain, budget: u64, options: &SolveOptions) -> Option<Schedule> {
+    let freed = gradients_as_temporaries(chain)?;
+    let plan = pebble_solve::rotor::Rotor.solve(Problem::Chain(&freed), budget, options).ok()?;
+    Some(freeing_gradients(chain, plan.ops))
+}
+
+/// `chain` with each stage's weight gradient counted as a temporary of its backward
+/// (`btmp[i] + g[i]`) instead of static memory, for a chain solver to plan OffMate's
+/// accounting; `None` where the chain has no gradients `g`.
+pub fn gradients_as_temporaries(chain: &Chain) -> Option<Chain> {
     let g = chain.g.as_ref()?;
     let mut freed = Chain { static_bytes: chain.static_bytes.saturating_sub(g.iter().sum()), g: None, ..chain.clone() };
     for (tmp, g) in freed.btmp.iter_mut().zip(g) {
         *tmp = tmp.saturating_add(*g);
     }
-    let plan = pebble_solve::rotor::Rotor.solve(Problem::Chain(&freed), budget, options).ok()?;
-    let mut ops = Vec::with_capacity(plan.ops.len() + chain.len());
-    for op in plan.ops {
+    Some(freed)
+}
+
+/// A plan of [`gradients_as_temporaries`] as a periodic schedule of `chain`: each
+/// backward followed by the free of its stage's weight gradient.
+pub fn freeing_gradients(chain: &Chain, plan: Vec<Op>) -> Schedule {
+    let mut ops = Vec::with_capacity(plan.len() + chain.len());
+    for op in plan {
         let free = match op {
             Op::Backward { stage } if stage < chain.len() => Some(Op::Free { tensor: Tensor::WeightGrad(stage) }),
             _ => None,
@@ -693,7 +707,7 @@ pub fn rotor_freeing_gradients(chain: &Chain, budget: u64, options: &SolveOption
         ops.push(op);
         ops.extend(free);
     }
-    Some(Schedule::new(View::Chain, ops).repeated())
+    Schedule::new(View::Chain, ops).repeated()
 }
 
 /// Budgets the MILP is tried at in turn, as fractions of the budget: Algorithm 8 rounds

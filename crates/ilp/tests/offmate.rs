@@ -1,17 +1,20 @@
-//! OffMate on the chain. Without offloading it runs in exactly the time of Rotor's plan
-//! with OffMate's accounting of the weight gradients (Rockmate's plan on blocks of one
-//! option each), which is no slower than every combination of its MILP's block options
-//! (an exhaustive search) nor than the `rotor` solver's plan, and no faster than Rotor
-//! with the gradients' memory given back. With offloading, its schedules run in the
+//! OffMate on the chain. Without offloading it runs in exactly the time of Rockmate's
+//! plan on its blocks (rk-Rotor's DP, each block with the one option the chain gives it)
+//! and of Rotor's, both with OffMate's accounting of the weight gradients. That is no
+//! slower than every combination of its MILP's block options (an exhaustive search) nor
+//! than the `rotor` solver's plan, and no faster than Rotor with the gradients' memory
+//! given back. With offloading, its schedules run in the
 //! simulator within the budget, and beat rematerialization alone when weights and
 //! optimizer states are what fills the device.
 
 use pebble_graph::Chain;
 use pebble_ilp::offmate::{
-    offmate_schedule, rotor_freeing_gradients, BlockOption, Offmate, OffmateOptions, OffmatePlan,
+    freeing_gradients, gradients_as_temporaries, offmate_schedule, rotor_freeing_gradients, BlockOption, Offmate,
+    OffmateOptions, OffmatePlan,
 };
 use pebble_schedule::{Op, Schedule, View};
 use pebble_sim::{simulate_chain, Machine, SimConfig};
+use pebble_solve::rk_rotor::{self, RkChain};
 use pebble_solve::{Problem, Slots, SolveError, SolveOptions, Solver};
 use pebble_testkit::{random_chain, Rng};
 
@@ -59,7 +62,7 @@ fn options() -> SolveOptions {
 }
 
 #[test]
-fn without_offloading_offmate_is_rotors_plan_on_its_blocks() {
+fn without_offloading_offmate_is_rockmates_plan_on_its_blocks() {
     let mut rng = Rng::new(11);
     let mut compared = 0;
     let mut recomputed = 0;
@@ -67,6 +70,8 @@ fn without_offloading_offmate_is_rotors_plan_on_its_blocks() {
     // Where Rotor (with OffMate's gradients) is strictly faster than every combination
     // of OffMate's options, and where only it fits.
     let (mut faster, mut only) = (0, 0);
+    // Of the latter, where rk-Rotor has a plan too.
+    let mut rockmate_equal = 0;
     // Short chains with weights that matter, then longer ones with light weights and
     // tighter budgets, where recomputing from any checkpoint pays.
     let families = [(12, (3, 7), (1, 4), (60, 100)), (8, (7, 10), (1, 2), (55, 85))];
@@ -97,6 +102,13 @@ fn without_offloading_offmate_is_rotors_plan_on_its_blocks() {
                 }
             }
         }
+        // Rockmate's own DP (rk-Rotor) on the same blocks, each with its one option, with
+        // the same accounting of the gradients (exact sizes).
+        let freed = gradients_as_temporaries(&chain).unwrap();
+        let memory = budget.saturating_sub(freed.static_bytes);
+        let rockmate = rk_rotor::rk_rotor(&RkChain::from_chain(&freed), memory, Some(memory.max(1) as usize))
+            .map(|p| freeing_gradients(&chain, rk_rotor::chain_ops(&p.ops)));
+        let rockmate_time = rockmate.as_ref().map(|s| time(s).expect("rk-Rotor's plan runs"));
         let plain = pebble_solve::rotor::Rotor.solve(Problem::Chain(&chain), budget, &options()).ok();
         let plain_time = plain.as_ref().and_then(time);
         let ours = Offmate::solve_with(&chain, budget, &options(), &OffmateOptions::remat_only());
@@ -110,6 +122,8 @@ fn without_offloading_offmate_is_rotors_plan_on_its_blocks() {
                 // OffMate without offloading: exactly Rotor's time, and Rotor's plan where
                 // it is strictly faster than the O-ILP's best.
                 assert!((t - rotor_time).abs() <= 1e-9 * t, "offmate {t} vs rotor {rotor_time}");
+                let rockmate_time = rockmate_time.unwrap_or_else(|| panic!("no rk-Rotor plan where OffMate's fit"));
+                assert!((t - rockmate_time).abs() <= 1e-9 * t, "offmate {t} vs rk-rotor {rockmate_time}");
                 let strictly = rotor_time < best * (1.0 - 1e-9);
                 if strictly {
                     assert_eq!(s.kept_from.as_deref(), Some("rotor"));
@@ -134,18 +148,25 @@ fn without_offloading_offmate_is_rotors_plan_on_its_blocks() {
                 assert_eq!(s.kept_from.as_deref(), Some("rotor"));
                 let t = time(&s).expect("offmate's plan runs");
                 assert!((t - rotor_time.unwrap()).abs() <= 1e-9 * t, "offmate {t} vs rotor {rotor_time:?}");
+                if let Some(r) = rockmate_time {
+                    assert!((t - r).abs() <= 1e-9 * t, "offmate {t} vs rk-rotor {r}");
+                    rockmate_equal += 1;
+                }
                 only += 1;
             }
-            (None, Err(SolveError::Infeasible { .. })) => assert_eq!((rotor_time, plain_time), (None, None)),
+            (None, Err(SolveError::Infeasible { .. })) => {
+                assert_eq!((rotor_time, plain_time, rockmate_time), (None, None, None))
+            }
             (best, ours) => panic!("exhaustive {best:?}, offmate {ours:?}"),
         }
     }
     assert!(compared >= 8, "only {compared} instances compared");
     assert!(recomputed >= 2, "recomputation never needed: the check is weak");
     assert!(faster >= 1 && only >= 4, "Rotor strictly faster {faster} times, alone feasible {only}");
+    assert!(rockmate_equal >= 4, "rk-Rotor's plan where only Rotor's fits: {rockmate_equal}");
     println!(
-        "{compared} compared, Rotor strictly faster on {faster}, alone feasible on {only}; \
-         the relaxation below on {below_bound}"
+        "{compared} compared, Rotor strictly faster on {faster}, alone feasible on {only} \
+         ({rockmate_equal} with rk-Rotor's too); the relaxation below on {below_bound}"
     );
 }
 

@@ -54,6 +54,15 @@
 //! option's forward of an earlier block hoisted above a backward whose `δ_s` is larger
 //! than what that backward frees.
 //!
+//! # A chain's blocks
+//!
+//! [`RkChain::from_chain`] gives each stage of a [`Chain`] as a block with one option
+//! (`F_all`, then `B`) and `F_∅` as its fast forward, in Rotor's accounting, and
+//! [`chain_ops`] writes a plan back as chain ops. On such blocks this DP is Rotor's:
+//! the same time wherever it has a plan, and Rotor has one more only through the first
+//! kind of plan above (`tests.rs`, `on_a_chains_blocks_rk_rotor_is_rotor`). OffMate's
+//! tests use it as Rockmate's plan on OffMate's blocks.
+//!
 //! # Discretization
 //!
 //! * `slots = Some(S)`: the budget is cut into slots of `⌈memory / S⌉` bytes and every size
@@ -76,6 +85,9 @@
 //! time and `10·S·(L+1)(L+2)/2` bytes of table.
 
 use std::num::NonZeroUsize;
+
+use pebble_graph::Chain;
+use pebble_schedule::{ForwardMode, Op};
 
 #[cfg(test)]
 mod tests;
@@ -134,6 +146,71 @@ pub struct RkChain {
     pub blocks: Vec<RkBlock>,
     /// The loss.
     pub loss: RkLoss,
+}
+
+impl RkChain {
+    /// A chain's stages as Rockmate's blocks, each with one option, `F_all` then `B`
+    /// (OffMate's "PyTorch" option), and `F_∅` as the fast forward: Rotor's model in
+    /// rk-Rotor's terms, sizes as [`rotor`](crate::rotor) counts them.
+    ///
+    /// * `f0`: `ftime[s]`, peak `x[s] + x[s+1] + ftmp[s]`;
+    /// * the option: `ftime[s]` and `btime[s]`; forward peak `x[s] + xbar[s+1] + ftmp[s]`;
+    ///   `keep` the saved set less `a_{s+1}`, plus `a_s`: `x[s] + xbar[s+1] − x[s+1]`;
+    ///   backward peak `keep + a_{s+1} + δ_{s+1} + δ_s + btmp[s]` (Rotor holds the saved
+    ///   set whole, `a_{s+1}` included, until `B_s`);
+    /// * the loss: `btime[L]`, peak `a_L + δ_L + btmp[L]`.
+    ///
+    /// Static memory is the caller's: plan in the budget less `static_bytes` (`a_0` is
+    /// counted in rk-Rotor's memory, as in Rotor's budget).
+    pub fn from_chain(chain: &Chain) -> RkChain {
+        let (x, xbar) = (&chain.x, &chain.xbar);
+        let blocks = (0..chain.len())
+            .map(|s| {
+                let keep = x[s] + xbar[s + 1].saturating_sub(x[s + 1]);
+                RkBlock {
+                    x_in: x[s],
+                    delta_out: x[s + 1],
+                    f0: FastForward { time: chain.ftime[s], peak: x[s] + x[s + 1] + chain.ftmp[s] },
+                    options: vec![BlockOption {
+                        fwd_time: chain.ftime[s],
+                        bwd_time: chain.btime[s],
+                        fwd_peak: x[s] + xbar[s + 1] + chain.ftmp[s],
+                        keep,
+                        bwd_peak: keep + 2 * x[s + 1] + x[s] + chain.btmp[s],
+                    }],
+                }
+            })
+            .collect();
+        let l = chain.len();
+        RkChain { blocks, loss: RkLoss { time: chain.btime[l], peak: 2 * x[l] + chain.btmp[l] } }
+    }
+}
+
+/// An rk-Rotor plan of [`RkChain::from_chain`] as chain ops, the way Rotor writes its
+/// own: an option's forward is `F_all`, the loss `B_L`; a fast forward is `F_ck` where its
+/// input is read again before a forward recomputes it (the start of a recomputed run),
+/// else `F_∅`.
+pub fn chain_ops(ops: &[RkOp]) -> Vec<Op> {
+    let forward_of = |op: &RkOp| match *op {
+        RkOp::FastForward(b) | RkOp::Forward { block: b, .. } => Some(b),
+        RkOp::Loss | RkOp::Backward { .. } => None,
+    };
+    let read_again = |k: usize, h: usize| {
+        ops[k + 1..].iter().filter_map(forward_of).find(|&b| b == h || b + 1 == h).is_some_and(|b| b == h)
+    };
+    let l = ops.iter().filter(|op| matches!(op, RkOp::Backward { .. })).count();
+    ops.iter()
+        .enumerate()
+        .map(|(k, op)| match *op {
+            RkOp::FastForward(h) => Op::Forward {
+                stage: h,
+                mode: if read_again(k, h) { ForwardMode::Checkpoint } else { ForwardMode::Discard },
+            },
+            RkOp::Forward { block, .. } => Op::Forward { stage: block, mode: ForwardMode::KeepAll },
+            RkOp::Loss => Op::Backward { stage: l },
+            RkOp::Backward { block, .. } => Op::Backward { stage: block },
+        })
+        .collect()
 }
 
 /// One step of an rk-Rotor plan.

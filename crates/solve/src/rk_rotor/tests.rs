@@ -414,3 +414,61 @@ fn loss_recomputation_is_outside_the_dp() {
     ];
     assert_eq!(evaluate(&chain, &ops), Ok((3.0, 5)));
 }
+
+/// Rockmate's DP on a chain's own blocks ([`RkChain::from_chain`]: one option each) is
+/// Rotor's. On small random chains, at budgets from a little below recompute-all's peak
+/// to store-all's, wherever rk-Rotor has a plan, written as chain ops ([`chain_ops`]) it
+/// passes the simulator within the budget in the DP's time, and that time is Rotor's
+/// (exact sizes both). Where only Rotor has a plan, it is the one kind of plan rk-Rotor
+/// leaves out (the module's "Limits"): block `L − 1` run without its graph just before
+/// the loss, and recomputed after it.
+#[test]
+fn on_a_chains_blocks_rk_rotor_is_rotor() {
+    use crate::brute::tests::{check, same};
+    use crate::rotor::persistent;
+    use crate::Slots;
+    use pebble_schedule::{Schedule, View};
+    use pebble_sim::{simulate_chain, SimConfig};
+    let mut rng = Rng::new(0x70c_4a7e);
+    let (mut equal, mut neither, mut only_rotor) = (0, 0, 0);
+    for k in 0..300 {
+        let l = 1 + k % 7;
+        let chain = if k % 3 == 2 {
+            pebble_testkit::random_chain(&mut rng, l)
+        } else {
+            pebble_testkit::small_chain(&mut rng, l, k % 2 == 0)
+        };
+        let peak = |ops: Vec<Op>| {
+            simulate_chain(&chain, &Schedule::new(View::Chain, ops), &SimConfig::default()).unwrap().peak_bytes
+        };
+        let hi = peak(crate::baseline::store_all_ops(l));
+        let lo = peak(crate::baseline::recompute_all_ops(l)).min(hi).saturating_sub(2);
+        let blocks = RkChain::from_chain(&chain);
+        for j in 0..=8 {
+            let budget = lo + (hi + 1 - lo) * j / 8;
+            let who = format!("{chain:?} at {budget}");
+            let rotor = persistent(&chain, budget, Slots::Exact).ok();
+            let memory = budget.saturating_sub(chain.static_bytes);
+            let rk = rk_rotor(&blocks, memory, Some(memory.max(1) as usize));
+            match (rotor, rk) {
+                (Some((time, _)), Some(rk)) => {
+                    check(&chain, budget, &chain_ops(&rk.ops), rk.time, "rk-rotor");
+                    assert!(same(time, rk.time), "rotor {time} ≠ rk-rotor {}: {who}", rk.time);
+                    equal += 1;
+                }
+                (None, None) => neither += 1,
+                (Some((_, ops)), None) => {
+                    let through_the_loss = ops.windows(2).any(|w| {
+                        matches!(w, [Op::Forward { stage, mode }, Op::Backward { stage: b }]
+                            if *stage + 1 == l && *b == l && *mode != ForwardMode::KeepAll)
+                    });
+                    assert!(through_the_loss, "only Rotor has a plan, not of the kind rk-Rotor leaves out: {who}");
+                    only_rotor += 1;
+                }
+                (None, Some(_)) => panic!("only rk-Rotor has a plan: {who}"),
+            }
+        }
+    }
+    eprintln!("{equal} budgets with equal times, {only_rotor} with Rotor's plan alone, {neither} with none");
+    assert!(equal > 1500 && neither > 300 && only_rotor <= 20, "{equal}, {only_rotor}, {neither}");
+}
