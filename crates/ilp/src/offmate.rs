@@ -49,8 +49,8 @@
 //! exceeds the MILP's). Each absence starts with an offload (or a drop, when the host copy
 //! is current) and ends with a prefetch issued one step ahead. The schedule is periodic;
 //! the simulator judges it, and [`Offmate`] returns the fastest of a few candidates (the
-//! MILP at the budget and at tightened budgets, and Rotor's plans on the same chain) that
-//! the simulator accepts.
+//! MILP at the budget and at tightened budgets, Rotor's plans on the same chain, and the
+//! practice baselines' fixed policies) that the simulator accepts.
 
 use pebble_graph::Chain;
 use pebble_schedule::{ForwardMode, Op, Schedule, Tensor, View};
@@ -661,14 +661,37 @@ pub fn offmate_schedule(chain: &Chain, plan: &OffmatePlan) -> Schedule {
 /// gradients) are candidates too, and the simulator keeps the fastest: the O-ILP runs
 /// each block's forward at most twice (Assumption 3), where Rotor recomputes a block from
 /// any checkpoint, so with the weights on the device Rotor's plan can be the faster.
+/// Where offloading is allowed, so are the practice baselines' plans (`paged-adam`,
+/// `zero-offload`, `zero-infinity`), so that `offmate` fits wherever they do.
 pub struct Offmate;
 
-/// Rotor's plans for `chain`, as OffMate's candidates: Rotor's own, and
-/// [`rotor_freeing_gradients`].
-fn rotor_plans(chain: &Chain, budget: u64, options: &SolveOptions) -> Vec<Schedule> {
-    let own = pebble_solve::rotor::Rotor.solve(Problem::Chain(chain), budget, options).ok();
-    let kept = |s: Schedule| Schedule { kept_from: Some("rotor".into()), ..s.with_solver("offmate") };
-    own.into_iter().chain(rotor_freeing_gradients(chain, budget, options)).map(kept).collect()
+/// Other solvers' plans for `chain`, as OffMate's candidates, each naming its solver
+/// ([`Schedule::kept_from`]), where `opts` allows every technique it uses:
+///
+/// * with recomputation: Rotor's own plan, and [`rotor_freeing_gradients`];
+/// * with weight (and state) offloading and recomputation: `paged-adam`'s; with the CPU
+///   optimizer too, `zero-offload`'s and `zero-infinity`'s. Their fixed policies free
+///   each layer's weights or state right after use, where the O-ILP's steps are whole
+///   blocks and an offload frees its memory only in the step after its own, so with a
+///   few large layers a policy can fit where the O-ILP cannot.
+fn kept_plans(chain: &Chain, budget: u64, options: &SolveOptions, opts: &OffmateOptions) -> Vec<Schedule> {
+    use pebble_solve::baseline::{paged_adam::PagedAdam, zero};
+    let problem = Problem::Chain(chain);
+    let mut plans: Vec<(&str, Schedule)> = Vec::new();
+    if opts.recompute {
+        let rotor = pebble_solve::rotor::Rotor.solve(problem, budget, options).ok();
+        plans.extend(rotor.into_iter().chain(rotor_freeing_gradients(chain, budget, options)).map(|s| ("rotor", s)));
+    }
+    if opts.recompute && opts.weight_offload {
+        let mut policies: Vec<&dyn Solver> = vec![&PagedAdam];
+        if opts.cpu_optimizer {
+            policies.extend([&zero::ZeroOffload as &dyn Solver, &zero::ZeroInfinity]);
+        }
+        for policy in policies {
+            plans.extend(policy.solve(problem, budget, options).ok().map(|s| (policy.name(), s)));
+        }
+    }
+    plans.into_iter().map(|(from, s)| Schedule { kept_from: Some(from.into()), ..s.with_solver("offmate") }).collect()
 }
 
 /// Rotor's plan with OffMate's accounting of the weight gradients: each stage's gradient
@@ -717,8 +740,9 @@ const TIGHTEN: [f64; 3] = [1.0, 0.95, 0.85];
 
 impl Offmate {
     /// Plans with `opts` (the ablations of Table 4.2 switch techniques off): the fastest of
-    /// the O-ILP's plan and, where `opts.recompute`, Rotor's, which then says so
-    /// ([`Schedule::kept_from`]). Without offloading ([`OffmateOptions::remat_only`]) this
+    /// the O-ILP's plan and the other solvers' plans `opts` allows (Rotor's where
+    /// `opts.recompute`, the practice baselines' where their techniques are allowed too),
+    /// a kept plan saying whose it is ([`Schedule::kept_from`]). Without offloading ([`OffmateOptions::remat_only`]) this
     /// is Rotor's time with OffMate's accounting, never slower than any combination of the
     /// block options (`tests/offmate.rs`).
     pub fn solve_with(
@@ -728,14 +752,14 @@ impl Offmate {
         opts: &OffmateOptions,
     ) -> Result<Schedule, SolveError> {
         let own = Self::milp_schedule(chain, budget, options, opts);
-        if !opts.recompute || matches!(own, Err(ref e) if !matches!(e, SolveError::Infeasible { .. })) {
+        if matches!(own, Err(ref e) if !matches!(e, SolveError::Infeasible { .. })) {
             return own;
         }
-        let rotor = rotor_plans(chain, budget, options);
-        if rotor.is_empty() {
+        let kept = kept_plans(chain, budget, options, opts);
+        if kept.is_empty() {
             return own;
         }
-        let candidates = own.as_ref().ok().cloned().into_iter().chain(rotor);
+        let candidates = own.as_ref().ok().cloned().into_iter().chain(kept);
         pebble_solve::fastest_within(Problem::Chain(chain), candidates, budget, options).or(own)
     }
 

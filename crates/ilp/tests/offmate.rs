@@ -242,3 +242,48 @@ fn host_memory_bounds_what_offmate_puts_there() {
         Err(SolveError::Infeasible { .. })
     ));
 }
+
+/// The practice baselines' plans are OffMate's candidates: wherever `paged-adam`,
+/// `zero-offload` or `zero-infinity` has a plan, `offmate` has one no slower, and where
+/// it keeps a baseline's, it says whose and runs in the best baseline's time. On chains
+/// of a few heavy layers, whose weights and states a fixed policy frees layer by layer,
+/// a policy's plan is kept at some budgets (10 of the 33 compared).
+#[test]
+fn offmate_fits_wherever_a_practice_baseline_does() {
+    use pebble_solve::baseline::{paged_adam::PagedAdam, zero};
+    let baselines: [&dyn Solver; 3] = [&PagedAdam, &zero::ZeroOffload, &zero::ZeroInfinity];
+    let mut rng = Rng::new(23);
+    let (mut compared, mut kept) = (0, 0);
+    for _ in 0..6 {
+        let l = rng.range(3, 6) as usize;
+        let chain = trained_chain(&mut rng, l, (30, 60));
+        let full = simulate_chain(&chain, &store_all(&chain), &SimConfig::on(machine())).unwrap().peak_bytes;
+        for percent in [30, 40, 50, 60, 70, 85] {
+            let budget = full * percent / 100;
+            let config = SimConfig { budget: Some(budget), ..SimConfig::on(machine()) };
+            let time = |s: &Schedule| simulate_chain(&chain, s, &config).map(|r| r.makespan);
+            let best = baselines
+                .iter()
+                .filter_map(|b| b.solve(Problem::Chain(&chain), budget, &options()).ok())
+                .map(|s| time(&s).expect("a baseline's plan runs in its budget"))
+                .min_by(f64::total_cmp);
+            let ours = Offmate::solve_with(&chain, budget, &options(), &OffmateOptions::default());
+            match (best, ours) {
+                (Some(best), Ok(s)) => {
+                    let t = time(&s).expect("offmate's plan runs in its budget");
+                    assert!(t <= best * (1.0 + 1e-9), "offmate {t} vs the best baseline {best} at {percent}%");
+                    let from = s.kept_from.as_deref();
+                    if matches!(from, Some("paged-adam" | "zero-offload" | "zero-infinity")) {
+                        kept += 1;
+                        assert!((t - best).abs() <= 1e-9 * t, "a baseline's plan kept at {t}, the best is {best}");
+                    }
+                    compared += 1;
+                }
+                (None, _) => {}
+                (Some(best), Err(e)) => panic!("a baseline runs in {best} at {percent}%, offmate: {e}"),
+            }
+        }
+    }
+    assert!(compared >= 10 && kept >= 1, "{compared} budgets compared, a baseline's plan kept at {kept}");
+    println!("{compared} budgets compared, a baseline's plan kept at {kept}");
+}
