@@ -742,8 +742,9 @@ impl Offmate {
     /// Plans with `opts` (the ablations of Table 4.2 switch techniques off): the fastest of
     /// the O-ILP's plan and the other solvers' plans `opts` allows (Rotor's where
     /// `opts.recompute`, the practice baselines' where their techniques are allowed too),
-    /// a kept plan saying whose it is ([`Schedule::kept_from`]). Without offloading ([`OffmateOptions::remat_only`]) this
-    /// is Rotor's time with OffMate's accounting, never slower than any combination of the
+    /// a kept plan saying whose it is ([`Schedule::kept_from`]). Without offloading
+    /// ([`OffmateOptions::remat_only`]) this is Rotor's time with OffMate's accounting,
+    /// which is Rockmate's DP on these blocks, never slower than any combination of the
     /// block options (`tests/offmate.rs`).
     pub fn solve_with(
         chain: &Chain,
