@@ -64,6 +64,17 @@ fn crange(a: usize, b: usize, n: usize) -> Vec<usize> {
     }
 }
 
+/// The MILP's binaries, per layer (index `i − 1`): an offload set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffloadSets {
+    /// `O_i^*`: `w_i` offloaded at some point.
+    pub offloaded: Vec<bool>,
+    /// `D_i^{(1)}`: `w_i` removed between `F_i` and `B_i`.
+    pub after_forward: Vec<bool>,
+    /// `D_i^{(0)}`: `w_i` removed between `B_i` and `F_i`.
+    pub after_backward: Vec<bool>,
+}
+
 /// The MILP lower bound of the instance with `memory` bytes of device memory and
 /// bandwidth `beta` (bytes per time unit, each direction). [`IlpError::Infeasible`] when
 /// HiGHS proves no solution fits.
@@ -72,6 +83,39 @@ pub fn weight_offload_bound(
     memory: u64,
     beta: f64,
     options: &WeightBoundOptions,
+) -> Result<WeightBound, IlpError> {
+    solve(chain, memory, beta, options, None)
+}
+
+/// [`weight_offload_bound`] with its binaries fixed to `sets`: a linear program, the
+/// least cycle time of the MILP's model with these offload sets. The MILP's optimum is the
+/// least of these over every set, which its tests check by exhaustive search.
+/// [`IlpError::Infeasible`] where these sets cannot fit.
+///
+/// # Panics
+///
+/// Where a vector of `sets` is not one entry per layer.
+pub fn weight_offload_bound_with_sets(
+    chain: &WeightChain,
+    memory: u64,
+    beta: f64,
+    options: &WeightBoundOptions,
+    sets: &OffloadSets,
+) -> Result<WeightBound, IlpError> {
+    let l = chain.len();
+    assert!(
+        [&sets.offloaded, &sets.after_forward, &sets.after_backward].iter().all(|v| v.len() == l),
+        "one offload choice per layer"
+    );
+    solve(chain, memory, beta, options, Some(sets))
+}
+
+fn solve(
+    chain: &WeightChain,
+    memory: u64,
+    beta: f64,
+    options: &WeightBoundOptions,
+    fixed: Option<&OffloadSets>,
 ) -> Result<WeightBound, IlpError> {
     let l = chain.len();
     let n = 2 * l;
@@ -94,9 +138,21 @@ pub fn weight_offload_bound(
     let p = cols(&mut m);
     let d = cols(&mut m);
     let idle: Vec<_> = (0..n).map(|_| m.continuous(1.0, 0.0, inf, 0.0)).collect();
-    let d1: Vec<_> = (0..l).map(|_| m.binary(0.0, 0.0)).collect();
-    let d0: Vec<_> = (0..l).map(|_| m.binary(0.0, 0.0)).collect();
-    let os: Vec<_> = (0..l).map(|_| m.binary(0.0, 0.0)).collect();
+    // The binaries, or columns fixed to the given sets.
+    let binaries = |m: &mut Milp, set: Option<&Vec<bool>>| -> Vec<highs::Col> {
+        (0..l)
+            .map(|i| match set {
+                None => m.binary(0.0, 0.0),
+                Some(set) => {
+                    let v = f64::from(u8::from(set[i]));
+                    m.continuous(0.0, v, v, v)
+                }
+            })
+            .collect()
+    };
+    let d1 = binaries(&mut m, fixed.map(|f| &f.after_forward));
+    let d0 = binaries(&mut m, fixed.map(|f| &f.after_backward));
+    let os = binaries(&mut m, fixed.map(|f| &f.offloaded));
     // Σ_{j ∈ range} (P_{i,j} − D_{i,j}), plus O_{i,j} with `with_o`.
     let net = |i: usize, range: &[usize], with_o: bool| {
         let mut e = Lin::default();
@@ -272,6 +328,69 @@ mod tests {
                 assert!(close(b.time, want), "{accounting:?} β = {beta}: {} ≠ {want}", b.time);
             }
         }
+    }
+
+    /// Every offload set, as the MILP's binaries (`3L` of them).
+    fn every_set(l: usize) -> impl Iterator<Item = OffloadSets> {
+        (0u32..1 << (3 * l)).map(move |mask| {
+            let bits = |k: usize| (0..l).map(|i| mask >> (k * l + i) & 1 == 1).collect();
+            OffloadSets { offloaded: bits(0), after_forward: bits(1), after_backward: bits(2) }
+        })
+    }
+
+    /// The MILP's optimum is the least, over every offload set, of its model with the
+    /// binaries fixed to that set (an LP each), and the set it reports reaches it: on the
+    /// digest's T1 at both ends of its β range and on small random instances with memory
+    /// pressure, where offloading is needed, and where no set fits.
+    #[test]
+    fn the_bound_equals_an_exhaustive_search_over_offload_sets() {
+        let mut rng = pebble_testkit::Rng::new(31);
+        let mut cases: Vec<(WeightChain, u64, f64, Accounting)> = vec![
+            (t1(), 11, 100.0, Accounting::Consistent),
+            (t1(), 11, 0.5, Accounting::Consistent),
+            (t1(), 13, 0.25, Accounting::Literal),
+        ];
+        for k in 0..6 {
+            let l = 2 + k % 2;
+            let w: Vec<u64> = (0..l).map(|_| rng.range(1, 6)).collect();
+            let a: Vec<u64> = (0..=l).map(|_| rng.range(0, 3)).collect();
+            let uf: Vec<f64> = (0..l).map(|_| rng.range(1, 4) as f64).collect();
+            let ub: Vec<f64> = uf.iter().map(|f| 2.0 * f).collect();
+            let store_all = w.iter().sum::<u64>() + a.iter().sum::<u64>() + w.iter().max().unwrap();
+            let memory = store_all * rng.range(55, 90) / 100;
+            cases.push((
+                WeightChain::new(w, a, uf, ub).unwrap(),
+                memory,
+                [0.5, 2.0, 8.0][k % 3],
+                Accounting::Consistent,
+            ));
+        }
+        let (mut pressed, mut none) = (0, 0);
+        for (chain, memory, beta, accounting) in cases {
+            let o = opts(accounting);
+            let best = every_set(chain.len())
+                .filter_map(|sets| weight_offload_bound_with_sets(&chain, memory, beta, &o, &sets).ok())
+                .map(|b| b.time)
+                .min_by(f64::total_cmp);
+            match (weight_offload_bound(&chain, memory, beta, &o), best) {
+                (Ok(b), Some(best)) => {
+                    assert!(b.optimal);
+                    assert!(close(b.time, best), "MILP {} ≠ exhaustive {best} ({memory}, β = {beta})", b.time);
+                    let sets = OffloadSets {
+                        offloaded: b.offloaded,
+                        after_forward: b.after_forward,
+                        after_backward: b.after_backward,
+                    };
+                    let at = weight_offload_bound_with_sets(&chain, memory, beta, &o, &sets).unwrap();
+                    assert!(close(at.time, best), "the MILP's own sets give {}", at.time);
+                    pressed += usize::from(best > chain.compute_time() + 1e-9);
+                }
+                (Err(IlpError::Infeasible), None) => none += 1,
+                (milp, best) => panic!("MILP {milp:?}, exhaustive {best:?}"),
+            }
+        }
+        assert!(pressed >= 3 && none >= 1, "idle time needed in {pressed} cases, no set fits in {none}");
+        println!("{pressed} cases need idle time, {none} have no set that fits");
     }
 
     #[test]

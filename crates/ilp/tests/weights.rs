@@ -77,7 +77,9 @@ fn the_bound_is_registered_by_name() {
 /// greedy never below it. They meet where no idle time is needed; elsewhere the gap is
 /// wide (on these 10 instances, up to 74% of the bound: the MILP checks memory only at
 /// operation starts and splits transfers across intervals, and Algorithm 2 is a
-/// heuristic), so the "the bound equals the search" does not hold in general.
+/// heuristic). Over the MILP's own offload sets (its binaries fixed, an LP each) the
+/// bound does equal the exhaustive search: `weight_bound.rs`'s
+/// `the_bound_equals_an_exhaustive_search_over_offload_sets`.
 #[test]
 fn the_milp_is_below_the_exhaustive_search_on_small_chains() {
     let mut rng = Rng::new(99);
