@@ -244,7 +244,7 @@ pub(crate) mod tests {
 
     /// Budgets from a little below the least of recompute-all's and store-all's peaks to
     /// a little above store-all's.
-    fn budgets(chain: &Chain) -> Vec<u64> {
+    pub(crate) fn budgets(chain: &Chain) -> Vec<u64> {
         let l = chain.len();
         let sp = peak(chain, store_all_ops(l));
         let rp = peak(chain, recompute_all_ops(l));

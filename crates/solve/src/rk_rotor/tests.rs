@@ -424,11 +424,9 @@ fn loss_recomputation_is_outside_the_dp() {
 /// the loss, and recomputed after it.
 #[test]
 fn on_a_chains_blocks_rk_rotor_is_rotor() {
-    use crate::brute::tests::{check, same};
+    use crate::brute::tests::{budgets, check, same};
     use crate::rotor::persistent;
     use crate::Slots;
-    use pebble_schedule::{Schedule, View};
-    use pebble_sim::{simulate_chain, SimConfig};
     let mut rng = Rng::new(0x70c_4a7e);
     let (mut equal, mut neither, mut only_rotor) = (0, 0, 0);
     for k in 0..300 {
@@ -438,14 +436,8 @@ fn on_a_chains_blocks_rk_rotor_is_rotor() {
         } else {
             pebble_testkit::small_chain(&mut rng, l, k % 2 == 0)
         };
-        let peak = |ops: Vec<Op>| {
-            simulate_chain(&chain, &Schedule::new(View::Chain, ops), &SimConfig::default()).unwrap().peak_bytes
-        };
-        let hi = peak(crate::baseline::store_all_ops(l));
-        let lo = peak(crate::baseline::recompute_all_ops(l)).min(hi).saturating_sub(2);
         let blocks = RkChain::from_chain(&chain);
-        for j in 0..=8 {
-            let budget = lo + (hi + 1 - lo) * j / 8;
+        for budget in budgets(&chain) {
             let who = format!("{chain:?} at {budget}");
             let rotor = persistent(&chain, budget, Slots::Exact).ok();
             let memory = budget.saturating_sub(chain.static_bytes);
