@@ -2,10 +2,11 @@
 //!
 //! The executor holds what the simulator tracks, and frees it where the simulator does:
 //!
-//! * **chain schedules** (Shilova's Table 2.1): `a_i` ([`Tensor::Activation`]), `ā_i`
-//!   ([`Tensor::Saved`]: `a_i` plus what stage `i-1`'s backward reads) and `δ_i`
-//!   ([`Tensor::Grad`]). `F_i^∅` releases the `a_i` it read; `B_i` releases `δ_{i+1}`,
-//!   `ā_{i+1}`, `a_{i+1}` and `a_i`. Within a stage, a tensor lives until its last reader.
+//! * **chain schedules**: the program [`pebble_schedule::lower`] lowers them to (Shilova's
+//!   Table 2.1, written there once: which tensors each op reads, creates and frees), run
+//!   step by step on `a_i` ([`Tensor::Activation`]), `ā_i` ([`Tensor::Saved`]: `a_i` plus
+//!   what stage `i-1`'s backward reads) and `δ_i` ([`Tensor::Grad`]). Within a stage, a
+//!   tensor lives until its last reader.
 //! * **graph schedules** (Zhao §1.3): one slot per data node of the training graph,
 //!   filled by compute nodes and emptied by explicit frees.
 //!
@@ -86,7 +87,8 @@ use crate::transfer::{
 };
 use crate::value::sync;
 use crate::{memory, RuntimeError, Value};
-use pebble_schedule::placement::{self, StageStart};
+use pebble_schedule::lower::{self, Action, Ids, Refusal, Step, STATE, WEIGHT, WGRAD};
+use pebble_schedule::placement::{self, Copies, StageStart};
 
 pub(crate) type Env<B> = HashMap<TensorId, Value<B>>;
 pub(crate) type GradMap<B> = HashMap<TensorId, FloatTensor<B>>;
@@ -120,11 +122,6 @@ pub struct Update {
     /// The step, from 1 (Adam's bias correction).
     pub t: i32,
 }
-
-/// A stage's static tensor: its weights, their gradient, their optimizer state.
-const WEIGHT: usize = 0;
-const WGRAD: usize = 1;
-const STATE: usize = 2;
 
 /// A host copy a step leaves for the next, with its bytes.
 type Carried = (Arc<HostCopy<Part>>, u64);
@@ -819,8 +816,8 @@ impl<B: Backend> Runner<'_, B> {
         statics: &mut Statics<B>,
     ) -> Result<TransferReport, RuntimeError> {
         let l = self.p.len();
-        let ids = Ids { n: l + 1 };
-        let effects = resolve(&schedule.ops, l, schedule.periodic)?;
+        let ids = Ids::with_statics(l);
+        let steps = lower_checked(schedule, l, &statics.device)?;
         // (The moments are the runner's for the step.)
         let moments = if self.moments.is_empty() { 0 } else { 2 };
         let sizes = chain_sizes(self.p, ids, moments);
@@ -831,7 +828,7 @@ impl<B: Backend> Runner<'_, B> {
             a0.insert(t, self.static_value(t)?);
         }
         held.act[0] = Some(a0);
-        let mut track = vec![Track::default(); 6 * ids.n];
+        let mut track = vec![Track::default(); ids.count()];
         // The host copies the last step left, under jobs past this step's ops.
         let mut hosts = HostCopies::new();
         for i in 0..l {
@@ -867,7 +864,7 @@ impl<B: Backend> Runner<'_, B> {
         let (result, finished) = std::thread::scope(|scope| {
             let xfer = Transfers::new(scope, device, *options, base, hosts);
             let mut run = ChainRun { held, track, sizes, xfer };
-            let result = self.chain_ops(schedule, &effects, &mut run, &mut stat);
+            let result = self.chain_ops(schedule, &steps, &mut run, &mut stat);
             let ok = result.is_ok();
             let ChainRun { held, xfer, track, .. } = run;
             drop(held);
@@ -904,87 +901,71 @@ impl<B: Backend> Runner<'_, B> {
     fn chain_ops(
         &mut self,
         schedule: &Schedule,
-        effects: &[Effect],
+        steps: &[Step],
         run: &mut ChainRun<'_, '_, B>,
         st: &mut StaticRun<B>,
     ) -> Result<(), RuntimeError> {
         let ids = run.held.ids;
-        let l = self.p.len();
         let time_ops = run.xfer.options().time_ops;
         if time_ops {
             self.op_seconds = vec![0.0; schedule.ops.len()];
         }
-        for (k, op) in schedule.ops.iter().enumerate() {
-            let eff = &effects[k];
+        for (k, (op, step)) in schedule.ops.iter().zip(steps).enumerate() {
             self.poll(run, st)?;
-            match *op {
-                Op::Forward { .. } | Op::Backward { .. } => {
-                    for &r in &eff.reads {
+            match step.action {
+                Action::Forward { .. } | Action::Loss { .. } | Action::Backward { .. } => {
+                    for &r in &step.reads {
                         self.settle(run, st, r)?;
                     }
-                    // The output and the op's temporaries must fit in the pool beside
-                    // what it holds; the temporaries go back when the op is done. A
-                    // backward whose weight gradient is not on the device makes it.
+                    // What it creates and the op's temporaries must fit in the pool beside
+                    // what it holds; the temporaries go back when the op is done.
                     let tmp = self.step.temporaries.of_op(op);
-                    let new_grad = match *op {
-                        Op::Backward { stage: i } if i < l && !st.dev[i][WGRAD] => Some(i),
-                        _ => None,
-                    };
                     let mut need = tmp;
-                    if let Some(o) = eff.output {
-                        // Made again while held (or kept for a read): the old device copy
-                        // goes first; a host copy stays.
-                        run.drop_device(o)?;
-                        need += run.sizes[o];
-                    }
-                    if let Some(i) = new_grad {
-                        need += run.sizes[ids.wgrad(i)];
+                    for &c in &step.creates {
+                        if !ids.is_static(c) {
+                            // Made again while held (or kept for a read): the old device
+                            // copy goes first; a host copy stays.
+                            run.drop_device(c)?;
+                        }
+                        need += run.sizes[c];
                     }
                     run.xfer.reserve(k, &op.to_string(), need)?;
-                    if let Some(o) = eff.output {
-                        run.track[o].dev = run.sizes[o];
-                    }
-                    if let Some(i) = new_grad {
-                        st.dev[i][WGRAD] = true;
-                        run.track[ids.wgrad(i)].dev = run.sizes[ids.wgrad(i)];
-                        for &q in &self.p.weights[i] {
-                            let shape = self.p.net.params[q].shape.clone();
-                            self.grads[q] = Some(B::float_zeros(shape.into(), self.device, FloatDType::F32));
+                    for &c in &step.creates {
+                        run.track[c].dev = run.sizes[c];
+                        if let Some((WGRAD, i)) = ids.static_of(c) {
+                            st.dev[i][WGRAD] = true;
+                            for &q in &self.p.weights[i] {
+                                let shape = self.p.net.params[q].shape.clone();
+                                self.grads[q] = Some(B::float_zeros(shape.into(), self.device, FloatDType::F32));
+                            }
                         }
                     }
                     let start = Instant::now();
-                    self.compute(k, op, eff, &mut run.held).map_err(|e| at_op(e, k, op))?;
+                    self.compute(k, op, step, &mut run.held).map_err(|e| at_op(e, k, op))?;
                     if time_ops {
                         sync::<B>(self.device)?;
                         self.op_seconds[k] = start.elapsed().as_secs_f64();
                     }
                     run.xfer.release(tmp);
-                    for &r in &eff.releases {
+                    for &r in &step.frees {
                         run.release(r)?;
                     }
                     run.let_go_after(k);
-                    if let Op::Backward { stage: i } = *op {
-                        if i < l && st.fused {
+                    if let Action::Backward { stage: i, .. } = step.action {
+                        if st.fused {
                             self.after_backward(k, op, i, run, st)?;
                         }
                     }
                 }
-                Op::CpuUpdate { stage } => self.cpu_update(k, op, stage, run, st)?,
-                Op::Free { tensor } => match ids.of(tensor).expect("resolved") {
-                    id if ids.is_static(id) => self.free_static(k, op, id, run, st)?,
-                    id => run.release(id)?,
-                },
-                Op::Offload { tensor, .. } => match ids.of(tensor).expect("resolved") {
-                    id if ids.is_static(id) => self.offload_static(k, op, id, eff.upload, run, st)?,
-                    _ => run.offload(k, op, tensor, eff.hold_until)?,
-                },
-                Op::Prefetch { tensor, .. } => match ids.of(tensor).expect("resolved") {
-                    id if ids.is_static(id) => self.prefetch_static(k, op, id, run, st)?,
-                    _ => run.prefetch(k, op, tensor)?,
-                },
-                Op::Compute { .. } | Op::Run { .. } | Op::Send { .. } => {
-                    unreachable!("resolve refuses graph and pipeline ops in chain schedules")
+                Action::CpuUpdate { stage, .. } => self.cpu_update(k, op, stage, run, st)?,
+                Action::Free { tensor: id, .. } if ids.is_static(id) => self.free_static(k, op, id, run, st)?,
+                Action::Free { tensor: id, .. } => run.release(id)?,
+                Action::Offload { tensor: id, upload, .. } if ids.is_static(id) => {
+                    self.offload_static(k, op, id, upload, run, st)?
                 }
+                Action::Offload { tensor: id, hold_until, .. } => run.offload(k, op, id, hold_until)?,
+                Action::Prefetch { tensor: id, .. } if ids.is_static(id) => self.prefetch_static(k, op, id, run, st)?,
+                Action::Prefetch { tensor: id, .. } => run.prefetch(k, op, id)?,
             }
         }
         // A prefetch still in flight (a period's last ops bring in what the next period
@@ -1359,44 +1340,34 @@ impl<B: Backend> Runner<'_, B> {
         Ok(())
     }
 
-    /// Runs one compute op of a chain schedule on the tensors `held`, as `eff` resolved it.
-    fn compute(&mut self, k: usize, op: &Op, eff: &Effect, h: &mut Held<B>) -> Result<(), RuntimeError> {
-        let l = self.p.len();
-        let gone = |what: String| sched_err(k, op, format!("{what} is not on the device"));
-        // `a_i`, from `ā_i` or (taken if `take`) from `Activation(i)`.
-        let a_of = |h: &mut Held<B>, i: usize, take: bool| -> Result<Env<B>, RuntimeError> {
-            let a = if eff.a_saved {
-                h.sav[i].as_ref().map(|s| s.boundary.clone())
-            } else if take {
-                h.act[i].take()
-            } else {
-                h.act[i].clone()
-            };
-            a.ok_or_else(|| gone(format!("a_{i}")))
-        };
-        match *op {
-            Op::Forward { stage: i, mode } => {
-                let input = a_of(h, i, mode == ForwardMode::Discard)?;
+    /// Runs one compute step of a chain schedule on the tensors `held`: what it reads and
+    /// also frees is taken from `held`, what it frees unread is dropped first, the rest of
+    /// what it reads is shared.
+    fn compute(&mut self, k: usize, op: &Op, step: &Step, h: &mut Held<B>) -> Result<(), RuntimeError> {
+        let ids = h.ids;
+        let gone = |id: usize| sched_err(k, op, format!("{:?} is not on the device", ids.tensor(id)));
+        for &f in step.frees.iter().filter(|f| !step.reads.contains(f)) {
+            h.clear(f);
+        }
+        let take = |id: usize| step.frees.contains(&id);
+        match step.action {
+            Action::Forward { stage, mode, input, output } => {
+                let a = h.boundary(input, take(input)).ok_or_else(|| gone(input))?;
                 let grad = mode == ForwardMode::KeepAll;
-                let (out, inner) = self.forward_stage(i, input, grad)?;
-                if grad {
-                    h.sav[i + 1] = Some(SavedSet { boundary: out, inner });
-                } else {
-                    h.act[i + 1] = Some(out);
-                }
+                let (out, inner) = self.forward_stage(stage, a, grad)?;
+                h.set(output, Slot::from_forward(out, inner, grad));
             }
-            Op::Backward { stage: i } if i == l => {
-                let a_l = a_of(h, l, true)?;
-                h.delta[l] = Some(self.loss_stage(&a_l)?);
+            Action::Loss { input, output } => {
+                let a = h.boundary(input, take(input)).ok_or_else(|| gone(input))?;
+                h.set(output, Slot::Grad(self.loss_stage(&a)?));
             }
-            Op::Backward { stage: i } => {
-                let d = h.delta[i + 1].take().ok_or_else(|| gone(format!("δ_{}", i + 1)))?;
-                let s = h.sav[i + 1].take().ok_or_else(|| gone(format!("ā_{}", i + 1)))?;
-                h.act[i + 1] = None;
-                let a_i = a_of(h, i, true)?;
-                h.delta[i] = Some(self.backward_stage(i, d, &a_i, s)?);
+            Action::Backward { stage, input, grad_in, saved, output, .. } => {
+                let d = h.take_grad(grad_in).ok_or_else(|| gone(grad_in))?;
+                let s = h.take_saved(saved).ok_or_else(|| gone(saved))?;
+                let a = h.boundary(input, take(input)).ok_or_else(|| gone(input))?;
+                h.set(output, Slot::Grad(self.backward_stage(stage, d, &a, s)?));
             }
-            _ => unreachable!("a compute op"),
+            _ => unreachable!("a compute step"),
         }
         Ok(())
     }
@@ -1734,69 +1705,6 @@ pub(crate) enum Part {
     V(usize),
 }
 
-/// Dense ids of the chain tensors `a_i`, `ā_i`, `δ_i` for `i` in `0..n` (`n = L + 1`),
-/// then of the static tensors `Weight(i)`, `WeightGrad(i)`, `OptState(i)` for `i < L`.
-#[derive(Debug, Clone, Copy)]
-struct Ids {
-    n: usize,
-}
-
-impl Ids {
-    fn act(self, i: usize) -> usize {
-        i
-    }
-    fn sav(self, i: usize) -> usize {
-        self.n + i
-    }
-    fn grad(self, i: usize) -> usize {
-        2 * self.n + i
-    }
-    /// Static tensor `kind` ([`WEIGHT`], [`WGRAD`], [`STATE`]) of stage `i`.
-    fn stat(self, kind: usize, i: usize) -> usize {
-        (3 + kind) * self.n + i
-    }
-    fn weight(self, i: usize) -> usize {
-        self.stat(WEIGHT, i)
-    }
-    fn wgrad(self, i: usize) -> usize {
-        self.stat(WGRAD, i)
-    }
-    fn state(self, i: usize) -> usize {
-        self.stat(STATE, i)
-    }
-    fn is_static(self, id: usize) -> bool {
-        id >= 3 * self.n
-    }
-    /// `(kind, stage)` of a static tensor.
-    fn static_of(self, id: usize) -> Option<(usize, usize)> {
-        self.is_static(id).then(|| (id / self.n - 3, id % self.n))
-    }
-    fn of(self, t: Tensor) -> Option<usize> {
-        let l = self.n - 1;
-        match t {
-            Tensor::Activation(i) if i < self.n => Some(self.act(i)),
-            Tensor::Saved(i) if i < self.n => Some(self.sav(i)),
-            Tensor::Grad(i) if i < self.n => Some(self.grad(i)),
-            Tensor::Weight(i) if i < l => Some(self.weight(i)),
-            Tensor::WeightGrad(i) if i < l => Some(self.wgrad(i)),
-            Tensor::OptState(i) if i < l => Some(self.state(i)),
-            _ => None,
-        }
-    }
-    /// The tensor of an id, for errors.
-    fn tensor(self, id: usize) -> Tensor {
-        let i = id % self.n;
-        match id / self.n {
-            0 => Tensor::Activation(i),
-            1 => Tensor::Saved(i),
-            2 => Tensor::Grad(i),
-            3 => Tensor::Weight(i),
-            4 => Tensor::WeightGrad(i),
-            _ => Tensor::OptState(i),
-        }
-    }
-}
-
 /// A chain step's standing of the static tensors beside the pools.
 struct StaticRun<B: Backend> {
     /// Per stage, whether `Weight(i)`, `WeightGrad(i)`, `OptState(i)` are on the device
@@ -1825,6 +1733,24 @@ impl<B: Backend> StaticRun<B> {
     }
 }
 
+/// What a chain compute step creates: `a_{i+1}`, `ā_{i+1}` or `δ_i`.
+enum Slot<B: Backend> {
+    Act(Env<B>),
+    Saved(SavedSet<B>),
+    Grad(GradMap<B>),
+}
+
+impl<B: Backend> Slot<B> {
+    /// A forward's output: a saved set with its inner tensors if it kept its graph.
+    fn from_forward(out: Env<B>, inner: HashMap<Key, Value<B>>, kept: bool) -> Self {
+        if kept {
+            Slot::Saved(SavedSet { boundary: out, inner })
+        } else {
+            Slot::Act(out)
+        }
+    }
+}
+
 /// The chain tensors whose device copies the step holds.
 struct Held<B: Backend> {
     ids: Ids,
@@ -1837,14 +1763,14 @@ impl<B: Backend> Held<B> {
     fn new(ids: Ids) -> Self {
         Held {
             ids,
-            act: (0..ids.n).map(|_| None).collect(),
-            sav: (0..ids.n).map(|_| None).collect(),
-            delta: (0..ids.n).map(|_| None).collect(),
+            act: (0..ids.n()).map(|_| None).collect(),
+            sav: (0..ids.n()).map(|_| None).collect(),
+            delta: (0..ids.n()).map(|_| None).collect(),
         }
     }
 
     fn present(&self, id: usize) -> bool {
-        let (kind, i) = (id / self.ids.n, id % self.ids.n);
+        let (kind, i) = (id / self.ids.n(), id % self.ids.n());
         match kind {
             0 => self.act[i].is_some(),
             1 => self.sav[i].is_some(),
@@ -1854,7 +1780,7 @@ impl<B: Backend> Held<B> {
     }
 
     fn clear(&mut self, id: usize) {
-        let (kind, i) = (id / self.ids.n, id % self.ids.n);
+        let (kind, i) = (id / self.ids.n(), id % self.ids.n());
         match kind {
             0 => self.act[i] = None,
             1 => self.sav[i] = None,
@@ -1863,9 +1789,42 @@ impl<B: Backend> Held<B> {
         }
     }
 
+    /// The boundary tensors of `a_i` through `id` (`Activation(i)` or `Saved(i)`): taken
+    /// from `held` if `take`, else shared.
+    fn boundary(&mut self, id: usize, take: bool) -> Option<Env<B>> {
+        let (kind, i) = (id / self.ids.n(), id % self.ids.n());
+        match (kind, take) {
+            (0, true) => self.act[i].take(),
+            (0, false) => self.act[i].clone(),
+            (1, true) => self.sav[i].take().map(|s| s.boundary),
+            (1, false) => self.sav[i].as_ref().map(|s| s.boundary.clone()),
+            _ => None,
+        }
+    }
+
+    /// `δ_i`, taken from `held`.
+    fn take_grad(&mut self, id: usize) -> Option<GradMap<B>> {
+        (id / self.ids.n() == 2).then(|| self.delta[id % self.ids.n()].take()).flatten()
+    }
+
+    /// `ā_i`, taken from `held`.
+    fn take_saved(&mut self, id: usize) -> Option<SavedSet<B>> {
+        (id / self.ids.n() == 1).then(|| self.sav[id % self.ids.n()].take()).flatten()
+    }
+
+    /// Holds what a compute step created.
+    fn set(&mut self, id: usize, slot: Slot<B>) {
+        let i = id % self.ids.n();
+        match slot {
+            Slot::Act(env) => self.act[i] = Some(env),
+            Slot::Saved(set) => self.sav[i] = Some(set),
+            Slot::Grad(map) => self.delta[i] = Some(map),
+        }
+    }
+
     /// Handles to the tensor's parts (the device copy stays).
     fn parts(&self, id: usize) -> Parts<B, Part> {
-        let (kind, i) = (id / self.ids.n, id % self.ids.n);
+        let (kind, i) = (id / self.ids.n(), id % self.ids.n());
         let boundary = |env: &Env<B>| env.iter().map(|(&t, v)| (Part::Boundary(t), v.clone())).collect::<Vec<_>>();
         match kind {
             0 => self.act[i].as_ref().map(boundary).unwrap_or_default(),
@@ -1894,7 +1853,7 @@ impl<B: Backend> Held<B> {
 
     /// Holds the tensor again, from its parts.
     fn put(&mut self, id: usize, parts: Parts<B, Part>) {
-        let (kind, i) = (id / self.ids.n, id % self.ids.n);
+        let (kind, i) = (id / self.ids.n(), id % self.ids.n());
         let mut boundary = Env::new();
         let mut inner = HashMap::new();
         for (part, v) in parts {
@@ -1921,13 +1880,13 @@ fn chain_sizes(p: &Program, ids: Ids, moments: u64) -> Vec<u64> {
         let set: std::collections::BTreeSet<TensorId> = ts.map(|t| net.root(t)).collect();
         set.into_iter().map(|t| net.bytes(&net.tensors[t].shape, net.tensors[t].elem)).sum::<u64>()
     };
-    let mut sizes = vec![0; 6 * ids.n];
+    let mut sizes = vec![0; ids.count()];
     for (i, stage) in static_sizes(p, moments).into_iter().enumerate() {
         for kind in [WEIGHT, WGRAD, STATE] {
             sizes[ids.stat(kind, i)] = stage[kind];
         }
     }
-    for i in 0..ids.n {
+    for i in 0..ids.n() {
         let b = &p.boundary[i];
         sizes[ids.act(i)] = roots(&mut b.iter().copied());
         let grads = b.iter().copied().filter(|&t| net.tensors[t].requires_grad && net.tensors[t].elem == Elem::Float);
@@ -1958,150 +1917,38 @@ fn chain_sizes(p: &Program, ids: Ids, moments: u64) -> Vec<u64> {
     sizes
 }
 
-/// What a chain op does to the chain tensors, resolved before the step runs as the
-/// simulator reads Table 2.1: which copy of `a_i` a compute op reads, what it produces and
-/// releases; for an offload, the last compute op that still reads the device copy.
-#[derive(Debug, Clone, Default)]
-struct Effect {
-    reads: Vec<usize>,
-    /// `a_i` is read from `ā_i` (no `Activation(i)` is held).
-    a_saved: bool,
-    output: Option<usize>,
-    releases: Vec<usize>,
-    hold_until: Option<usize>,
-    /// An offload of a weight or state read again before its next move: the device copy
-    /// stays until a free.
-    upload: bool,
-}
-
-/// Resolves a chain schedule's ops (see [`Effect`]), refusing the ops the executor
-/// cannot run before any of them runs.
-fn resolve(ops: &[Op], l: usize, periodic: bool) -> Result<Vec<Effect>, RuntimeError> {
-    let ids = Ids { n: l + 1 };
-    let on_cpu = placement::cpu_updated(ops, l);
-    // Held, as the simulator sees it: an offloaded tensor stays readable (its device copy
-    // is kept for the reads) until it is prefetched, produced again or released.
-    let mut held = vec![false; 3 * ids.n];
-    held[ids.act(0)] = true;
-    let mut effects: Vec<Effect> = Vec::with_capacity(ops.len());
-    let tensor_of = |k: usize, op: &Op, t: Tensor| {
-        ids.of(t).ok_or_else(|| sched_err(k, op, format!("{t:?} is not a tensor of this chain ({l} stages)")))
-    };
-    for (k, op) in ops.iter().enumerate() {
-        let a_of = |held: &[bool], i: usize| {
-            if held[ids.act(i)] {
-                Ok((ids.act(i), false))
-            } else if held[ids.sav(i)] {
-                Ok((ids.sav(i), true))
-            } else {
-                Err(sched_err(k, op, format!("a_{i} is not available")))
-            }
-        };
-        let mut e = Effect::default();
-        match *op {
-            Op::Forward { stage: i, mode } => {
-                if i >= l {
-                    return Err(sched_err(k, op, format!("stage {i} out of range (L = {l})")));
-                }
-                let (a, saved) = a_of(&held, i)?;
-                e.reads.push(a);
-                e.a_saved = saved;
-                e.reads.push(ids.weight(i));
-                if mode == ForwardMode::Discard && !saved {
-                    e.releases.push(a);
-                }
-                e.output = Some(if mode == ForwardMode::KeepAll { ids.sav(i + 1) } else { ids.act(i + 1) });
-            }
-            Op::Backward { stage: i } if i == l => {
-                let (a, saved) = a_of(&held, l)?;
-                e.reads.push(a);
-                e.a_saved = saved;
-                e.releases.push(ids.act(l));
-                e.output = Some(ids.grad(l));
-            }
-            Op::Backward { stage: i } => {
-                if i > l {
-                    return Err(sched_err(k, op, format!("stage {i} out of range (L = {l})")));
-                }
-                if !held[ids.grad(i + 1)] {
-                    return Err(sched_err(k, op, format!("δ_{} is missing", i + 1)));
-                }
-                if !held[ids.sav(i + 1)] {
-                    return Err(sched_err(k, op, format!("ā_{} is missing", i + 1)));
-                }
-                let (a, saved) = a_of(&held, i)?;
-                e.reads = vec![ids.grad(i + 1), ids.sav(i + 1), a, ids.weight(i), ids.wgrad(i)];
-                if !on_cpu[i] {
-                    e.reads.push(ids.state(i));
-                }
-                e.a_saved = saved;
-                e.releases = vec![ids.grad(i + 1), ids.sav(i + 1), ids.act(i + 1)];
-                if !saved {
-                    e.releases.push(a);
-                }
-                e.output = Some(ids.grad(i));
-            }
-            Op::Free { tensor } => {
-                let id = tensor_of(k, op, tensor)?;
-                if !ids.is_static(id) {
-                    e.releases.push(id);
-                }
-            }
-            Op::Offload { tensor, fraction } | Op::Prefetch { tensor, fraction } => {
-                tensor_of(k, op, tensor)?;
-                e.upload = matches!(op, Op::Offload { .. }) && placement::is_upload(ops, k, tensor, periodic, &on_cpu);
-                if fraction != 1.0 {
-                    return Err(sched_err(
-                        k,
-                        op,
-                        format!(
-                            "fraction {fraction}: the executor moves whole tensors (fraction 1); \
-                             partial transfers are a relaxation for the planner only"
-                        ),
-                    ));
-                }
-            }
-            Op::Compute { .. } => return Err(sched_err(k, op, "a graph op in a chain schedule")),
-            Op::Run { .. } | Op::Send { .. } => {
-                return Err(sched_err(k, op, "a pipeline op in a chain schedule (run it with `pebble pipeline`)"))
-            }
-            Op::CpuUpdate { stage } => {
-                if stage >= l {
-                    return Err(sched_err(k, op, format!("stage {stage} out of range (L = {l})")));
-                }
-            }
+/// The chain schedule lowered ([`lower::lower_chain`]) from where the step's static
+/// tensors start, refusing what the executor cannot run before any of it runs: an op the
+/// lowering refuses, a read of a tensor not on the device, a partial transfer.
+fn lower_checked(schedule: &Schedule, l: usize, device: &[[bool; 3]]) -> Result<Vec<Step>, RuntimeError> {
+    let ids = Ids::with_statics(l);
+    let on = |d: bool| Copies { device: d, host: false };
+    let starts: Vec<StageStart> =
+        device.iter().map(|d| StageStart { weight: on(d[WEIGHT]), grad: on(d[WGRAD]), state: on(d[STATE]) }).collect();
+    let program = lower::lower_chain(&schedule.ops, ids, schedule.periodic, &starts, 1);
+    let ops = &schedule.ops;
+    for (k, step) in program.steps.iter().enumerate() {
+        if let Some(m) = step.missing.filter(|&m| !ids.is_static(m)) {
+            return Err(sched_err(k, &ops[k], format!("{:?} is not available", ids.tensor(m))));
         }
-        for &r in &e.releases {
-            held[r] = false;
-        }
-        if let Some(o) = e.output {
-            held[o] = true;
-        }
-        effects.push(e);
-    }
-    // An offload's device copy stays for the compute ops after it that read the tensor,
-    // until it is prefetched, freed, produced again or released.
-    for k in 0..ops.len() {
-        let Op::Offload { tensor, .. } = ops[k] else { continue };
-        let id = ids.of(tensor).expect("resolved");
-        if ids.is_static(id) {
-            continue;
-        }
-        for j in k + 1..ops.len() {
-            if let Op::Prefetch { tensor: t, .. } | Op::Free { tensor: t } = ops[j] {
-                if ids.of(t) == Some(id) {
-                    break;
-                }
-            }
-            if effects[j].reads.contains(&id) {
-                effects[k].hold_until = Some(j);
-            }
-            if effects[j].output == Some(id) || effects[j].releases.contains(&id) {
-                break;
+        if let Action::Offload { fraction, .. } | Action::Prefetch { fraction, .. } = step.action {
+            if fraction != 1.0 {
+                return Err(sched_err(
+                    k,
+                    &ops[k],
+                    format!(
+                        "fraction {fraction}: the executor moves whole tensors (fraction 1); \
+                         partial transfers are a relaxation for the planner only"
+                    ),
+                ));
             }
         }
     }
-    Ok(effects)
+    match program.refused {
+        Some((k, Refusal::OutOfRange(what))) => Err(sched_err(k, &ops[k], format!("{what} is not in this chain"))),
+        Some((k, Refusal::Invalid(why))) => Err(sched_err(k, &ops[k], why)),
+        None => Ok(program.steps),
+    }
 }
 
 /// Where a chain tensor stands with the pools.
@@ -2173,8 +2020,8 @@ impl<B: Backend> ChainRun<'_, '_, B> {
     }
 
     /// Schedule op `k`, an offload of `tensor`.
-    fn offload(&mut self, k: usize, op: &Op, tensor: Tensor, hold_until: Option<usize>) -> Result<(), RuntimeError> {
-        let id = self.held.ids.of(tensor).expect("resolved");
+    fn offload(&mut self, k: usize, op: &Op, id: usize, hold_until: Option<usize>) -> Result<(), RuntimeError> {
+        let tensor = self.held.ids.tensor(id);
         self.settle(id)?;
         if !self.held.present(id) || self.track[id].hold.is_some() {
             return Err(sched_err(k, op, format!("{tensor:?} is not on the device")));
@@ -2200,8 +2047,8 @@ impl<B: Backend> ChainRun<'_, '_, B> {
     }
 
     /// Schedule op `k`, a prefetch of `tensor`.
-    fn prefetch(&mut self, k: usize, op: &Op, tensor: Tensor) -> Result<(), RuntimeError> {
-        let id = self.held.ids.of(tensor).expect("resolved");
+    fn prefetch(&mut self, k: usize, op: &Op, id: usize) -> Result<(), RuntimeError> {
+        let tensor = self.held.ids.tensor(id);
         let t = &self.track[id];
         if t.prefetch.is_some() || (self.held.present(id) && t.hold.is_none()) {
             return Err(sched_err(k, op, format!("{tensor:?} is already on the device")));
@@ -2225,43 +2072,23 @@ impl<B: Backend> ChainRun<'_, '_, B> {
 mod tests {
     use super::*;
 
-    fn with(text: &str, l: usize, extra: &[(usize, Op)]) -> Vec<Op> {
-        let mut ops = Schedule::from_notation(View::Chain, text).unwrap().resolve_loss(l).ops;
+    fn refused(text: &str, l: usize, extra: &[(usize, Op)]) -> String {
+        let mut schedule = Schedule::from_notation(View::Chain, text).unwrap().resolve_loss(l);
         for &(at, op) in extra {
-            ops.insert(at, op);
+            schedule.ops.insert(at, op);
         }
-        ops
-    }
-
-    const OFF1: Op = Op::Offload { tensor: Tensor::Saved(1), fraction: 1.0 };
-    const PRE1: Op = Op::Prefetch { tensor: Tensor::Saved(1), fraction: 1.0 };
-
-    #[test]
-    fn an_offloaded_saved_set_stays_on_the_device_for_the_forward_that_reads_it() {
-        // F0all [offload ā_1] F1all F2all L B2 [prefetch ā_1] B1 B0: F1all reads a_1 from
-        // ā_1 (no Activation(1) is held), so the device copy stays until op 2 ends.
-        let ops = with("F0all F1all F2all L B2 B1 B0", 3, &[(1, OFF1), (6, PRE1)]);
-        let e = resolve(&ops, 3, false).unwrap();
-        assert_eq!(e[1].hold_until, Some(2));
-        assert!(e[2].a_saved && e[2].reads == vec![5, 13]); // ā_1 is id L + 1 + 1, Weight(1) 3(L + 1) + 1
-                                                            // B1 reads a_1 from ā_1 too, but after the prefetch: no hold reaches it.
-        assert!(e[7].a_saved && e[7].reads.contains(&5));
-        // With a checkpoint of a_1 held, F1 reads it, and the offload holds nothing.
-        let ops = with("F0ck F0all F1all F2all L B2 B1 B0", 3, &[(2, OFF1), (7, PRE1)]);
-        let e = resolve(&ops, 3, false).unwrap();
-        assert_eq!(e[2].hold_until, None);
-        assert!(!e[3].a_saved);
+        lower_checked(&schedule, l, &vec![[true; 3]; l]).unwrap_err().to_string()
     }
 
     #[test]
     fn what_the_executor_cannot_run_is_refused_before_anything_runs() {
         let half = Op::Offload { tensor: Tensor::Saved(1), fraction: 0.5 };
-        let e = resolve(&with("F0all F1all L B1 B0", 2, &[(1, half)]), 2, false).unwrap_err().to_string();
+        let e = refused("F0all F1all L B1 B0", 2, &[(1, half)]);
         assert!(e.starts_with("schedule op 1 ([offload Saved(1) 0.5])") && e.contains("whole tensors"), "{e}");
         let w = Op::Prefetch { tensor: Tensor::Weight(2), fraction: 1.0 };
-        let e = resolve(&with("F0all F1all L B1 B0", 2, &[(0, w)]), 2, false).unwrap_err().to_string();
-        assert!(e.contains("Weight(2) is not a tensor of this chain"), "{e}");
-        let e = resolve(&with("F0all L B1 B0", 2, &[]), 2, false).unwrap_err().to_string();
-        assert!(e.contains("a_2 is not available"), "{e}");
+        let e = refused("F0all F1all L B1 B0", 2, &[(0, w)]);
+        assert!(e.contains("Weight(2) (the chain has 2 stages) is not in this chain"), "{e}");
+        let e = refused("F0all L B1 B0", 2, &[]);
+        assert!(e.starts_with("schedule op 1 (B2)") && e.contains("Activation(2) is not available"), "{e}");
     }
 }

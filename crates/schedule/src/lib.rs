@@ -18,6 +18,7 @@
 
 use std::fmt;
 
+pub mod lower;
 pub mod pipeline;
 pub mod placement;
 pub mod torch;

@@ -1,0 +1,226 @@
+//! The one lowering of chain schedules ([`pebble_schedule::lower`]) against the simulator:
+//! every registered chain solver's plans, on shared fixtures at several budgets, lower
+//! with no refused op and no missing read; and on a machine whose links and CPU take no
+//! time (so that nothing waits), the simulator's peak equals the memory the program itself
+//! accounts, step by step in program order: what each step creates, frees and moves, at
+//! the sizes [`lower::tensor_bytes`] gives. The accounting here shares no code with the
+//! simulator's event engine.
+
+use pebble_graph::Chain;
+// Linked for its registrations (the ILP solvers), as the CLI links it.
+use pebble_ilp as _;
+use pebble_schedule::lower::{self, Action, ChainProgram, Ids};
+use pebble_schedule::placement::{self, StageStart};
+use pebble_schedule::{Schedule, View};
+use pebble_sim::SimConfig;
+use pebble_sim::{Link, Machine};
+use pebble_solve::baseline::store_all::store_all_schedule;
+use pebble_solve::{registry, simulate, Problem, SolveError, SolveOptions};
+use pebble_testkit::{gpt, hand_chain, random_chain, weighty_chain, ChainSpec, Rng};
+
+fn fixtures() -> Vec<(&'static str, Chain)> {
+    let mut rng = Rng::new(0x10_3e4);
+    let mut homogeneous = Chain::homogeneous(6, 1.0, 2.0, 4);
+    homogeneous.static_bytes = 5;
+    vec![
+        ("hand", hand_chain()),
+        ("homogeneous-6", homogeneous),
+        ("random-7", random_chain(&mut rng, 7)),
+        ("sparse-5", ChainSpec::SPARSE.chain(&mut rng, 5)),
+        ("gpt-1 (chain)", gpt(1, 16, 8).chain),
+        ("weighty-5", weighty_chain(&mut rng, 5)),
+    ]
+}
+
+/// A machine whose transfers and CPU updates end when they start (in floating point,
+/// past time 0).
+fn instant() -> Machine {
+    let link = Link { bandwidth: f64::MAX, latency: 0.0 };
+    Machine { d2h: link, h2d: link, cpu_optimizer_rate: f64::MAX, host_memory: u64::MAX, ..Machine::default() }
+}
+
+/// Device bytes of `size` moved by `fraction` (the simulator's rounding).
+fn part(size: u64, fraction: f64) -> u64 {
+    ((size as f64) * fraction).round().min(size as f64) as u64
+}
+
+/// A tensor's device copy: the fraction of it there, and its bytes.
+#[derive(Clone, Copy, Default)]
+struct Copy {
+    frac: f64,
+    bytes: u64,
+}
+
+/// The program's own account of device memory, in program order with every transfer
+/// instant: each compute step's creates and temporary on top of what is resident, then
+/// its frees; an offload's device copy goes at once, or after the last step that reads
+/// it; a prefetch takes its bytes when issued.
+struct Account<'a> {
+    chain: &'a Chain,
+    ids: Ids,
+    dev: Vec<Copy>,
+    level: u64,
+    peak: u64,
+    /// `(release after this step, tensor, bytes)`: offloaded copies later steps read.
+    held: Vec<(usize, usize, u64)>,
+}
+
+impl Account<'_> {
+    fn size(&self, id: usize) -> u64 {
+        lower::tensor_bytes(self.chain, self.ids.tensor(id))
+    }
+    fn create(&mut self, id: usize) {
+        let size = self.size(id);
+        self.dev[id] = Copy { frac: 1.0, bytes: size };
+        self.level += size;
+    }
+    fn drop(&mut self, id: usize) {
+        self.level -= std::mem::take(&mut self.dev[id]).bytes;
+        let mut freed = 0;
+        self.held.retain(|&(_, t, bytes)| {
+            t != id || {
+                freed += bytes;
+                false
+            }
+        });
+        self.level -= freed;
+    }
+    fn compute(&mut self, step: &lower::Step, tmp: u64) {
+        let made: u64 = step.creates.iter().map(|&c| self.size(c)).sum();
+        self.peak = self.peak.max(self.level + made + tmp);
+        step.creates.iter().for_each(|&c| self.create(c));
+        step.frees.iter().for_each(|&f| self.drop(f));
+    }
+    fn offload(&mut self, id: usize, fraction: f64, hold: Option<usize>) {
+        let c = self.dev[id];
+        let rest = c.frac - fraction;
+        let bytes = if rest <= 1e-9 { c.bytes } else { part(self.size(id), fraction).min(c.bytes) };
+        self.dev[id] = Copy { frac: rest.max(0.0), bytes: c.bytes - bytes };
+        match hold {
+            Some(h) => self.held.push((h, id, bytes)),
+            None => self.level -= bytes,
+        }
+    }
+    fn prefetch(&mut self, id: usize, fraction: f64) {
+        let (size, c) = (self.size(id), self.dev[id]);
+        let frac = c.frac + fraction;
+        let bytes = if frac >= 1.0 - 1e-9 { size - c.bytes } else { part(size, fraction).min(size - c.bytes) };
+        self.dev[id] = Copy { frac: frac.min(1.0), bytes: c.bytes + bytes };
+        self.level += bytes;
+        self.peak = self.peak.max(self.level);
+    }
+    fn after(&mut self, g: usize) {
+        let mut freed = 0;
+        self.held.retain(|&(h, _, bytes)| {
+            h != g || {
+                freed += bytes;
+                false
+            }
+        });
+        self.level -= freed;
+    }
+}
+
+fn program_peak(chain: &Chain, schedule: &Schedule, program: &ChainProgram) -> u64 {
+    let ids = program.ids;
+    let named = |id: usize| ids.of(ids.tensor(id)).is_some();
+    let starts = placement::starts(schedule, chain.len());
+    let mut acc = Account { chain, ids, dev: vec![Copy::default(); ids.count()], level: 0, peak: 0, held: Vec::new() };
+    let statics: u64 = (0..ids.count()).filter(|&id| ids.is_static(id) && named(id)).map(|id| acc.size(id)).sum();
+    acc.level = chain.static_bytes - statics;
+    acc.create(ids.act(0));
+    for id in (0..ids.count()).filter(|&id| named(id)) {
+        if let Some((kind, i)) = ids.static_of(id) {
+            let s = starts.get(i).copied().unwrap_or(StageStart::DEVICE);
+            if [s.weight, s.grad, s.state][kind].device {
+                acc.create(id);
+            }
+        }
+    }
+    acc.peak = acc.level;
+    for (g, step) in program.steps.iter().enumerate() {
+        if g > 0 && step.op == 0 {
+            // The next batch: δ_0 goes, a new a_0 comes.
+            acc.drop(ids.grad(0));
+            acc.create(ids.act(0));
+            acc.peak = acc.peak.max(acc.level);
+        }
+        match step.action {
+            Action::Forward { stage, .. } => acc.compute(step, chain.ftmp[stage]),
+            Action::Backward { stage, .. } => acc.compute(step, chain.btmp[stage]),
+            Action::Loss { .. } => acc.compute(step, chain.btmp[chain.len()]),
+            Action::Free { tensor, .. } => acc.drop(tensor),
+            Action::Offload { upload: true, .. } | Action::CpuUpdate { .. } => {}
+            Action::Offload { tensor, fraction, hold_until, .. } => acc.offload(tensor, fraction, hold_until),
+            Action::Prefetch { tensor, fraction } => acc.prefetch(tensor, fraction),
+        }
+        acc.after(g);
+    }
+    acc.peak
+}
+
+fn transfers(schedule: &Schedule) -> bool {
+    schedule
+        .ops
+        .iter()
+        .any(|op| matches!(op, pebble_schedule::Op::Offload { .. } | pebble_schedule::Op::Prefetch { .. }))
+}
+
+#[test]
+fn every_chain_solvers_plans_lower_and_the_program_accounts_the_simulators_peak() {
+    let options = SolveOptions { time_limit: Some(10.0), ..SolveOptions::default() };
+    let config = SimConfig { machine: instant(), ..SimConfig::default() };
+    let (mut plans, mut with_transfers, mut idle, mut failures) = (0, 0, Vec::new(), Vec::new());
+    for solver in registry().into_iter().filter(|s| s.views().contains(&View::Chain)) {
+        let mut exercised = false;
+        for (name, chain) in &fixtures() {
+            let problem = Problem::Chain(chain);
+            let sa = simulate(problem, &store_all_schedule(problem), &SimConfig::default()).expect("store-all");
+            let prepared = match solver.prepare(problem, &options) {
+                Ok(p) => p,
+                Err(
+                    SolveError::NotApplicable { .. } | SolveError::TooLarge { .. } | SolveError::Unsupported { .. },
+                ) => continue,
+                Err(e) => panic!("{} on {name}: {e}", solver.name()),
+            };
+            for share in [1.0, 0.8, 0.6, 0.45] {
+                let budget = (sa.peak_bytes as f64 * share) as u64;
+                let Ok(schedule) = prepared.solve(budget) else { continue };
+                let at = format!("{} on {name} at {budget}", solver.name());
+                let ids = Ids::of_chain(chain);
+                let periods = if schedule.periodic { pebble_sim::PERIODS } else { 1 };
+                let starts = placement::starts(&schedule, chain.len());
+                let program = lower::lower_chain(&schedule.ops, ids, schedule.periodic, &starts, periods);
+                if let Some((k, why)) = &program.refused {
+                    failures.push(format!("{at}: op {k} refused: {why}"));
+                    continue;
+                }
+                if let Some(s) = program.steps.iter().find(|s| s.missing.is_some()) {
+                    failures.push(format!("{at}: op {} reads {:?}, not on the device", s.op, s.missing));
+                    continue;
+                }
+                let sim = match simulate(problem, &schedule, &config) {
+                    Ok(r) => r.peak_bytes,
+                    Err(e) => {
+                        failures.push(format!("{at}: the simulator with instant links rejects it: {e}"));
+                        continue;
+                    }
+                };
+                let own = program_peak(chain, &schedule, &program);
+                if own != sim {
+                    failures.push(format!("{at}: the program accounts {own}, the simulator {sim}"));
+                }
+                plans += 1;
+                with_transfers += usize::from(transfers(&schedule));
+                exercised = true;
+            }
+        }
+        if !exercised {
+            idle.push(solver.name());
+        }
+    }
+    eprintln!("{plans} plans, {with_transfers} with transfers");
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    assert!(idle.is_empty(), "chain solvers with no plan on any fixture: {idle:?}");
+    assert!(plans >= 100 && with_transfers >= 20, "{plans} plans, {with_transfers} with transfers");
+}
