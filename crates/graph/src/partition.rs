@@ -24,49 +24,9 @@ use crate::{Chain, ComputeKind, DataKind, GraphError, TrainingGraph};
 ///   static data go to `static_bytes`.
 pub fn to_chain(g: &TrainingGraph) -> Result<Chain, GraphError> {
     g.validate()?;
-    let nd = g.data.len();
-    let stage_of = |c: usize, kind: &str| {
-        g.compute[c].stage.ok_or_else(|| {
-            GraphError::Invalid(format!(
-                "compute[{c}] `{}` ({kind}) has no stage: the graph is not partitioned",
-                g.compute[c].name
-            ))
-        })
-    };
-    let mut l = 0;
-    for (c, node) in g.compute.iter().enumerate() {
-        if node.kind != ComputeKind::Loss {
-            l = l.max(stage_of(c, "forward or backward")? + 1);
-        }
-    }
-    if l == 0 {
-        return Err(GraphError::EmptyChain);
-    }
+    let l = block_count(g)?;
     let loss = g.loss().expect("validated");
-    let producers = g.producers();
-    let consumers = g.consumers();
-    // Stage that produces each data node in the forward pass (None for inputs / static).
-    let mut made_in: Vec<Option<usize>> = vec![None; nd];
-    for (c, node) in g.compute.iter().enumerate() {
-        if node.kind == ComputeKind::Forward {
-            for &d in &node.outputs {
-                made_in[d] = Some(stage_of(c, "forward")?);
-            }
-        }
-    }
-    let fwd_stage = |c: usize| -> Option<usize> {
-        match g.compute[c].kind {
-            ComputeKind::Forward => g.compute[c].stage,
-            ComputeKind::Loss => Some(l),
-            ComputeKind::Backward => None,
-        }
-    };
-    // Last forward stage (L for the loss) that reads each data node.
-    let last_fwd_use: Vec<Option<usize>> =
-        (0..nd).map(|d| consumers[d].iter().filter_map(|&c| fwd_stage(c)).max()).collect();
-    let read_by_backward: Vec<bool> =
-        (0..nd).map(|d| consumers[d].iter().any(|&c| g.compute[c].kind == ComputeKind::Backward)).collect();
-
+    let uses = Uses::of(g, l)?;
     let mut chain = Chain {
         name: g.name.clone(),
         ftime: vec![0.0; l],
@@ -80,8 +40,90 @@ pub fn to_chain(g: &TrainingGraph) -> Result<Chain, GraphError> {
         o: Some(vec![0; l]),
         static_bytes: g.static_bytes(),
     };
-    let first_fwd_use: Vec<Option<usize>> =
-        (0..nd).map(|d| consumers[d].iter().filter_map(|&c| fwd_stage(c)).min()).collect();
+    activation_sizes(g, &uses, l, &mut chain);
+    block_times(g, l, &mut chain)?;
+    param_sizes(g, &mut chain)?;
+    temporaries(g, &uses, l, &mut chain);
+    chain.btmp[l] = g.compute[loss].tmp;
+    chain.validate()?;
+    Ok(chain)
+}
+
+/// The block of compute node `c` (`kind` names what it is, for the error).
+fn stage_of(g: &TrainingGraph, c: usize, kind: &str) -> Result<usize, GraphError> {
+    g.compute[c].stage.ok_or_else(|| {
+        GraphError::Invalid(format!(
+            "compute[{c}] `{}` ({kind}) has no stage: the graph is not partitioned",
+            g.compute[c].name
+        ))
+    })
+}
+
+/// The number of blocks `L`: one more than the last stage of a forward or backward node.
+fn block_count(g: &TrainingGraph) -> Result<usize, GraphError> {
+    let mut l = 0;
+    for (c, node) in g.compute.iter().enumerate() {
+        if node.kind != ComputeKind::Loss {
+            l = l.max(stage_of(g, c, "forward or backward")? + 1);
+        }
+    }
+    if l == 0 {
+        return Err(GraphError::EmptyChain);
+    }
+    Ok(l)
+}
+
+/// Who produces and reads each data node, by block.
+struct Uses {
+    /// The compute nodes that produce each data node.
+    producers: Vec<Vec<usize>>,
+    /// The compute nodes that read each data node.
+    consumers: Vec<Vec<usize>>,
+    /// Block whose forward produces each data node (None for inputs / static).
+    made_in: Vec<Option<usize>>,
+    /// First forward block (L for the loss) that reads each data node.
+    first_fwd_use: Vec<Option<usize>>,
+    /// Last forward block (L for the loss) that reads each data node.
+    last_fwd_use: Vec<Option<usize>>,
+    /// Whether a backward node reads each data node.
+    read_by_backward: Vec<bool>,
+}
+
+impl Uses {
+    fn of(g: &TrainingGraph, l: usize) -> Result<Uses, GraphError> {
+        let nd = g.data.len();
+        let producers = g.producers();
+        let consumers = g.consumers();
+        let mut made_in: Vec<Option<usize>> = vec![None; nd];
+        for (c, node) in g.compute.iter().enumerate() {
+            if node.kind == ComputeKind::Forward {
+                for &d in &node.outputs {
+                    made_in[d] = Some(stage_of(g, c, "forward")?);
+                }
+            }
+        }
+        let fwd_stage = |c: usize| -> Option<usize> {
+            match g.compute[c].kind {
+                ComputeKind::Forward => g.compute[c].stage,
+                ComputeKind::Loss => Some(l),
+                ComputeKind::Backward => None,
+            }
+        };
+        let last_fwd_use: Vec<Option<usize>> =
+            (0..nd).map(|d| consumers[d].iter().filter_map(|&c| fwd_stage(c)).max()).collect();
+        let read_by_backward: Vec<bool> =
+            (0..nd).map(|d| consumers[d].iter().any(|&c| g.compute[c].kind == ComputeKind::Backward)).collect();
+        let first_fwd_use: Vec<Option<usize>> =
+            (0..nd).map(|d| consumers[d].iter().filter_map(|&c| fwd_stage(c)).min()).collect();
+        Ok(Uses { producers, consumers, made_in, first_fwd_use, last_fwd_use, read_by_backward })
+    }
+}
+
+/// `x` (the activations crossing each cut, inputs of the first block included; other
+/// inputs go to `static_bytes`) and `xbar` (what each block saves for its backward, plus
+/// `x`).
+fn activation_sizes(g: &TrainingGraph, uses: &Uses, l: usize, chain: &mut Chain) {
+    let Uses { made_in, first_fwd_use, last_fwd_use, read_by_backward, .. } = uses;
     for (d, node) in g.data.iter().enumerate() {
         match node.kind {
             DataKind::Input => {
@@ -118,23 +160,32 @@ pub fn to_chain(g: &TrainingGraph) -> Result<Chain, GraphError> {
     for i in 1..=l {
         chain.xbar[i] += chain.x[i];
     }
+}
+
+/// `ftime` and `btime`: each block's forward and backward times, and the loss's.
+fn block_times(g: &TrainingGraph, l: usize, chain: &mut Chain) -> Result<(), GraphError> {
     for (c, node) in g.compute.iter().enumerate() {
         match node.kind {
-            ComputeKind::Forward => chain.ftime[stage_of(c, "forward")?] += node.time,
-            ComputeKind::Backward => chain.btime[stage_of(c, "backward")?] += node.time,
+            ComputeKind::Forward => chain.ftime[stage_of(g, c, "forward")?] += node.time,
+            ComputeKind::Backward => chain.btime[stage_of(g, c, "backward")?] += node.time,
             ComputeKind::Loss => chain.btime[l] += node.time,
         }
     }
-    // Weights, their gradients and optimizer states: a parameter's belong to the one stage
-    // that reads it. A parameter that several stages read (tied weights) stays unnamed, in
-    // `static_bytes`, with its gradient and state: named at each reader, it would be
-    // counted once per reader where it is resident once, or not at all where one reader's
-    // copy is away and another's is not. The zoo names a parameter's gradient
-    // `{param}.grad` and its states `{param}.{optimizer}`.
+    Ok(())
+}
+
+/// `w`, `g` and `o`: weights, their gradients and optimizer states. A parameter's belong
+/// to the one stage that reads it. A parameter that several stages read (tied weights)
+/// stays unnamed, in `static_bytes`, with its gradient and state: named at each reader, it
+/// would be counted once per reader where it is resident once, or not at all where one
+/// reader's copy is away and another's is not. The zoo names a parameter's gradient
+/// `{param}.grad` and its states `{param}.{optimizer}`.
+fn param_sizes(g: &TrainingGraph, chain: &mut Chain) -> Result<(), GraphError> {
+    let nd = g.data.len();
     let mut readers = vec![Vec::<usize>::new(); nd];
     for (c, node) in g.compute.iter().enumerate() {
         if node.kind == ComputeKind::Forward {
-            let s = stage_of(c, "forward")?;
+            let s = stage_of(g, c, "forward")?;
             for &d in &node.inputs {
                 if g.data[d].kind == DataKind::Parameter && !readers[d].contains(&s) {
                     readers[d].push(s);
@@ -161,14 +212,19 @@ pub fn to_chain(g: &TrainingGraph) -> Result<Chain, GraphError> {
             slot[s] += node.size;
         }
     }
-    // Temporary memory: replay each block's forward (with grad) and backward.
+    Ok(())
+}
+
+/// `ftmp` and `btmp` of each block: replays the block's forward (with grad) and backward.
+fn temporaries(g: &TrainingGraph, uses: &Uses, l: usize, chain: &mut Chain) {
+    let Uses { producers, consumers, last_fwd_use, read_by_backward, .. } = uses;
     let is_static = |d: usize| g.data[d].kind.is_static();
     for s in 0..l {
         let fwd: Vec<usize> = (0..g.compute.len())
             .filter(|&c| g.compute[c].kind == ComputeKind::Forward && g.compute[c].stage == Some(s))
             .collect();
         let keep = |d: usize| read_by_backward[d] || last_fwd_use[d].is_some_and(|u| u > s);
-        let peak = replay(g, &fwd, &consumers, &keep, &is_static);
+        let peak = replay(g, &fwd, consumers, &keep, &is_static);
         // The chain charges F_all with x[s] + xbar[s+1] + ftmp; the replay counts above x[s].
         chain.ftmp[s] = peak.saturating_sub(chain.xbar[s + 1]);
         let bwd: Vec<usize> = (0..g.compute.len())
@@ -178,14 +234,11 @@ pub fn to_chain(g: &TrainingGraph) -> Result<Chain, GraphError> {
         let keep_b = |d: usize| {
             g.data[d].kind == DataKind::Gradient && producers[d].iter().any(|&p| g.compute[p].stage != Some(s))
         };
-        let peak_b = replay(g, &bwd, &consumers, &keep_b, &is_static);
+        let peak_b = replay(g, &bwd, consumers, &keep_b, &is_static);
         // The chain charges B with x[s] + xbar[s+1] + δ_{s+1} + δ_s + btmp; the replay
         // counts what the block's backward allocates, δ_s included.
         chain.btmp[s] = peak_b.saturating_sub(chain.x[s]);
     }
-    chain.btmp[l] = g.compute[loss].tmp;
-    chain.validate()?;
-    Ok(chain)
 }
 
 /// Peak of the memory a list of nodes allocates, replayed in order, beyond what was

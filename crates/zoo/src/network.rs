@@ -367,83 +367,141 @@ impl Network {
         memory: impl Into<ParamMemory>,
     ) -> (TrainingGraph, GraphIndex) {
         let memory: ParamMemory = memory.into();
-        let mut data: Vec<DataNode> = Vec::new();
-        let push = |data: &mut Vec<DataNode>, name: String, kind: DataKind, size: u64| {
-            data.push(DataNode { name, kind, size });
-            data.len() - 1
+        let mut lowering = Lowering::new(self);
+        lowering.tensor_nodes();
+        lowering.param_nodes(&memory);
+        lowering.forward_nodes(cost);
+        lowering.loss_node(cost);
+        lowering.backward_nodes(cost);
+        lowering.finish()
+    }
+
+    fn is_loss_output(&self, t: TensorId) -> bool {
+        self.tensors[t].producer.is_some_and(|o| self.ops[o].decl.loss)
+    }
+}
+
+/// A training graph being lowered from a network, step by step: its nodes so far and
+/// where each tensor and op landed.
+struct Lowering<'a> {
+    /// The network lowered.
+    net: &'a Network,
+    /// Data nodes so far.
+    data: Vec<DataNode>,
+    /// Compute nodes so far.
+    compute: Vec<ComputeNode>,
+    /// Where each tensor, parameter and op landed so far.
+    index: GraphIndex,
+}
+
+impl<'a> Lowering<'a> {
+    fn new(net: &'a Network) -> Lowering<'a> {
+        let index = GraphIndex {
+            tensor: Vec::new(),
+            grad: Vec::new(),
+            param: Vec::new(),
+            param_grad: Vec::new(),
+            extras: Vec::new(),
+            forward: Vec::new(),
+            backward: Vec::new(),
+            loss: usize::MAX,
+            data: 0,
         };
-        // Forward tensors (roots only: views share their root's node).
-        let mut tensor_node = vec![usize::MAX; self.tensors.len()];
-        for (t, tensor) in self.tensors.iter().enumerate() {
-            if tensor.view_of.is_none() && !self.is_loss_output(t) {
+        Lowering { net, data: Vec::new(), compute: Vec::new(), index }
+    }
+
+    /// Adds a data node and returns its index.
+    fn push(&mut self, name: String, kind: DataKind, size: u64) -> usize {
+        self.data.push(DataNode { name, kind, size });
+        self.data.len() - 1
+    }
+
+    /// The forward tensors' data nodes (roots only: views share their root's node), then
+    /// the gradients of those that take one.
+    fn tensor_nodes(&mut self) {
+        let net = self.net;
+        let mut tensor_node = vec![usize::MAX; net.tensors.len()];
+        for (t, tensor) in net.tensors.iter().enumerate() {
+            if tensor.view_of.is_none() && !net.is_loss_output(t) {
                 let kind = if tensor.producer.is_none() { DataKind::Input } else { DataKind::Activation };
-                tensor_node[t] = push(&mut data, tensor.name.clone(), kind, self.bytes(&tensor.shape, tensor.elem));
+                tensor_node[t] = self.push(tensor.name.clone(), kind, net.bytes(&tensor.shape, tensor.elem));
             }
         }
-        for t in 0..self.tensors.len() {
-            if self.tensors[t].view_of.is_some() {
-                tensor_node[t] = tensor_node[self.root(t)];
+        for t in 0..net.tensors.len() {
+            if net.tensors[t].view_of.is_some() {
+                tensor_node[t] = tensor_node[net.root(t)];
             }
         }
-        // Gradients of forward tensors that take one.
-        let mut grad_node = vec![usize::MAX; self.tensors.len()];
-        for (t, tensor) in self.tensors.iter().enumerate() {
-            if tensor.view_of.is_none() && tensor.requires_grad && !self.is_loss_output(t) {
-                grad_node[t] = push(
-                    &mut data,
+        let mut grad_node = vec![usize::MAX; net.tensors.len()];
+        for (t, tensor) in net.tensors.iter().enumerate() {
+            if tensor.view_of.is_none() && tensor.requires_grad && !net.is_loss_output(t) {
+                grad_node[t] = self.push(
                     format!("{}.grad", tensor.name),
                     DataKind::Gradient,
-                    self.bytes(&tensor.shape, tensor.elem),
+                    net.bytes(&tensor.shape, tensor.elem),
                 );
             }
         }
-        for t in 0..self.tensors.len() {
-            if self.tensors[t].view_of.is_some() {
-                grad_node[t] = grad_node[self.root(t)];
+        for t in 0..net.tensors.len() {
+            if net.tensors[t].view_of.is_some() {
+                grad_node[t] = grad_node[net.root(t)];
             }
         }
-        let mut param_node = Vec::new();
-        let mut pgrad_node = Vec::new();
-        let float = self.elem_bytes(Elem::Float);
+        self.index.tensor = tensor_node;
+        self.index.grad = grad_node;
+    }
+
+    /// Per parameter, its `Parameter`, `ParamGrad` and (where `memory` keeps any)
+    /// `OptimizerState` data nodes.
+    fn param_nodes(&mut self, memory: &ParamMemory) {
+        let net = self.net;
+        let float = net.elem_bytes(Elem::Float);
         let states = memory.optimizer.states_per_param();
         let optimizer = memory.optimizer.name();
         // An fp32 master copy only where the weights are narrower than fp32.
         let master = memory.master_weights && float < 4;
-        for p in &self.params {
+        for p in &net.params {
             let elements = p.shape.iter().product::<usize>() as u64;
             let trainable = memory.trainable_elements(elements);
-            param_node.push(push(&mut data, p.name.clone(), DataKind::Parameter, elements * float));
-            pgrad_node.push(push(&mut data, format!("{}.grad", p.name), DataKind::ParamGrad, trainable * float));
+            let param = self.push(p.name.clone(), DataKind::Parameter, elements * float);
+            self.index.param.push(param);
+            let grad = self.push(format!("{}.grad", p.name), DataKind::ParamGrad, trainable * float);
+            self.index.param_grad.push(grad);
             let (name, size) = match (master, states) {
                 (true, 0) => (format!("{}.master", p.name), trainable * 4),
                 (true, _) => (format!("{}.master+{optimizer}", p.name), trainable * (1 + states) * 4),
                 (false, _) => (format!("{}.{optimizer}", p.name), trainable * states * float),
             };
             if master || states > 0 {
-                push(&mut data, name, DataKind::OptimizerState, size);
+                self.push(name, DataKind::OptimizerState, size);
             }
         }
-        let mut compute: Vec<ComputeNode> = Vec::new();
-        let mut forward_node = vec![usize::MAX; self.ops.len()];
-        let mut extra_nodes: Vec<Vec<usize>> = vec![Vec::new(); self.ops.len()];
-        for (o, op) in self.ops.iter().enumerate() {
+    }
+
+    /// One forward compute node per op that is neither a view nor the loss, with a data
+    /// node per saved extra it outputs.
+    fn forward_nodes(&mut self, cost: &dyn OpCosts) {
+        let net = self.net;
+        self.index.forward = vec![usize::MAX; net.ops.len()];
+        self.index.extras = vec![Vec::new(); net.ops.len()];
+        for (o, op) in net.ops.iter().enumerate() {
             if op.decl.view || op.decl.loss {
                 continue;
             }
-            let mut outputs = vec![tensor_node[op.output]];
+            let mut outputs = vec![self.index.tensor[op.output]];
             for s in &op.decl.saved {
                 if let Saved::Extra { name, shape, elem } = s {
-                    let id = push(&mut data, format!("{}.{name}", op.name), DataKind::Saved, self.bytes(shape, *elem));
-                    extra_nodes[o].push(id);
+                    let id = self.push(format!("{}.{name}", op.name), DataKind::Saved, net.bytes(shape, *elem));
+                    self.index.extras[o].push(id);
                     outputs.push(id);
                 }
             }
-            let mut inputs: Vec<usize> = op.inputs.iter().map(|&t| tensor_node[t]).collect();
-            inputs.extend(op.params.iter().map(|&p| param_node[p]));
+            let mut inputs: Vec<usize> = op.inputs.iter().map(|&t| self.index.tensor[t]).collect();
+            inputs.extend(op.params.iter().map(|&p| self.index.param[p]));
             dedup(&mut inputs);
-            forward_node[o] = compute.len();
-            let (time, tmp) = cost.forward(self, o);
-            compute.push(ComputeNode {
+            self.index.forward[o] = self.compute.len();
+            let (time, tmp) = cost.forward(net, o);
+            self.compute.push(ComputeNode {
                 name: op.name.clone(),
                 kind: ComputeKind::Forward,
                 time,
@@ -455,15 +513,21 @@ impl Network {
                 stage: Some(op.stage),
             });
         }
-        let loss = self.ops.last().expect("a network ends with its loss");
-        let mut loss_inputs: Vec<usize> = loss.inputs.iter().map(|&t| tensor_node[t]).collect();
+    }
+
+    /// The loss's compute node (forward and backward at once): it reads the loss's inputs
+    /// and writes the gradients of those that take one.
+    fn loss_node(&mut self, cost: &dyn OpCosts) {
+        let net = self.net;
+        let loss = net.ops.last().expect("a network ends with its loss");
+        let mut loss_inputs: Vec<usize> = loss.inputs.iter().map(|&t| self.index.tensor[t]).collect();
         dedup(&mut loss_inputs);
         let mut loss_outputs: Vec<usize> =
-            loss.inputs.iter().filter(|&&t| self.tensors[t].requires_grad).map(|&t| grad_node[t]).collect();
+            loss.inputs.iter().filter(|&&t| net.tensors[t].requires_grad).map(|&t| self.index.grad[t]).collect();
         dedup(&mut loss_outputs);
-        let loss_node = compute.len();
-        let (time, tmp) = cost.backward(self, self.ops.len() - 1);
-        compute.push(ComputeNode {
+        self.index.loss = self.compute.len();
+        let (time, tmp) = cost.backward(net, net.ops.len() - 1);
+        self.compute.push(ComputeNode {
             name: loss.name.clone(),
             kind: ComputeKind::Loss,
             time,
@@ -474,31 +538,39 @@ impl Network {
             forward: None,
             stage: None,
         });
-        let mut backward_node = vec![usize::MAX; self.ops.len()];
-        for (o, op) in self.ops.iter().enumerate().rev() {
-            if op.decl.view || op.decl.loss || !self.tensors[op.output].requires_grad {
+    }
+
+    /// One backward compute node per op whose output takes a gradient, in reverse order:
+    /// it reads the output's gradient and what the op saved, and writes the gradients of
+    /// its inputs and parameters.
+    fn backward_nodes(&mut self, cost: &dyn OpCosts) {
+        let net = self.net;
+        let index = &mut self.index;
+        index.backward = vec![usize::MAX; net.ops.len()];
+        for (o, op) in net.ops.iter().enumerate().rev() {
+            if op.decl.view || op.decl.loss || !net.tensors[op.output].requires_grad {
                 continue;
             }
-            let mut inputs = vec![grad_node[op.output]];
-            let mut extras = extra_nodes[o].iter();
+            let mut inputs = vec![index.grad[op.output]];
+            let mut extras = index.extras[o].iter();
             for s in &op.decl.saved {
                 inputs.push(match s {
-                    Saved::Input(k) => tensor_node[op.inputs[*k]],
-                    Saved::Output => tensor_node[op.output],
+                    Saved::Input(k) => index.tensor[op.inputs[*k]],
+                    Saved::Output => index.tensor[op.output],
                     Saved::Extra { .. } => *extras.next().expect("one node per extra"),
                 });
             }
             if op.decl.backward_reads_params {
-                inputs.extend(op.params.iter().map(|&p| param_node[p]));
+                inputs.extend(op.params.iter().map(|&p| index.param[p]));
             }
             dedup(&mut inputs);
             let mut outputs: Vec<usize> =
-                op.inputs.iter().filter(|&&t| self.tensors[t].requires_grad).map(|&t| grad_node[t]).collect();
-            outputs.extend(op.params.iter().map(|&p| pgrad_node[p]));
+                op.inputs.iter().filter(|&&t| net.tensors[t].requires_grad).map(|&t| index.grad[t]).collect();
+            outputs.extend(op.params.iter().map(|&p| index.param_grad[p]));
             dedup(&mut outputs);
-            backward_node[o] = compute.len();
-            let (time, tmp) = cost.backward(self, o);
-            compute.push(ComputeNode {
+            index.backward[o] = self.compute.len();
+            let (time, tmp) = cost.backward(net, o);
+            self.compute.push(ComputeNode {
                 name: format!("{}.bwd", op.name),
                 kind: ComputeKind::Backward,
                 time,
@@ -506,26 +578,17 @@ impl Network {
                 inputs,
                 outputs,
                 op: Some(op.kind.name().to_string()),
-                forward: Some(forward_node[o]),
+                forward: Some(index.forward[o]),
                 stage: Some(op.stage),
             });
         }
-        let index = GraphIndex {
-            tensor: tensor_node,
-            grad: grad_node,
-            param: param_node,
-            param_grad: pgrad_node,
-            extras: extra_nodes,
-            forward: forward_node,
-            backward: backward_node,
-            loss: loss_node,
-            data: data.len(),
-        };
-        (TrainingGraph { name: Some(self.name.clone()), compute, data }, index)
     }
 
-    fn is_loss_output(&self, t: TensorId) -> bool {
-        self.tensors[t].producer.is_some_and(|o| self.ops[o].decl.loss)
+    /// The graph and its index.
+    fn finish(mut self) -> (TrainingGraph, GraphIndex) {
+        self.index.data = self.data.len();
+        let graph = TrainingGraph { name: Some(self.net.name.clone()), compute: self.compute, data: self.data };
+        (graph, self.index)
     }
 }
 

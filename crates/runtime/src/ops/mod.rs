@@ -66,6 +66,44 @@ pub struct LossOut<B: Backend> {
     pub inputs: Vec<Option<FloatTensor<B>>>,
 }
 
+/// The file of this module that runs an op: the same families as `pebble_zoo`'s `ops/`,
+/// where each op is declared.
+enum Family {
+    Basic,
+    Activation,
+    Conv,
+    Norm,
+    Pool,
+    Attention,
+    Loss,
+    /// The ops only the ONNX importer makes, which do not run yet.
+    Onnx,
+}
+
+/// The family of an op: the one list of which op runs where.
+fn family(kind: &OpKind) -> Family {
+    match kind {
+        OpKind::Linear { .. }
+        | OpKind::Reshape { .. }
+        | OpKind::Slice { .. }
+        | OpKind::Add
+        | OpKind::Mul
+        | OpKind::Concat { .. }
+        | OpKind::Embedding { .. } => Family::Basic,
+        OpKind::Relu | OpKind::Gelu | OpKind::Silu | OpKind::Softmax | OpKind::Dropout { .. } => Family::Activation,
+        OpKind::Conv2d { .. } | OpKind::Conv2dRect { .. } | OpKind::ConvTranspose2d { .. } => Family::Conv,
+        OpKind::BatchNorm2d | OpKind::LayerNorm { .. } | OpKind::RmsNorm => Family::Norm,
+        OpKind::MaxPool2d { .. } | OpKind::AvgPool2d { .. } | OpKind::AdaptiveAvgPool2d { .. } => Family::Pool,
+        OpKind::Attention { .. } | OpKind::Rope { .. } => Family::Attention,
+        OpKind::CrossEntropy | OpKind::Mse => Family::Loss,
+        OpKind::Lrn { .. }
+        | OpKind::Permute { .. }
+        | OpKind::MatMul
+        | OpKind::ChannelAffine { .. }
+        | OpKind::Pool2d { .. } => Family::Onnx,
+    }
+}
+
 /// Why the ops the ONNX importer added (`lrn`, `permute`, `channel_affine`, `pool2d`) do
 /// not run: the planner declares them, the executor has no kernels for them yet.
 const NOT_EXECUTABLE: &str = "the planner declares this op (ONNX import) but the executor has no kernel for it yet";
@@ -96,33 +134,15 @@ pub fn forward<B: Backend>(
         return Err(unsupported(op, "a loss runs through `loss`, not `forward`"));
     }
     util::check_forward(op, &inputs, params)?;
-    let out = match &op.kind {
-        OpKind::Linear { .. }
-        | OpKind::Reshape { .. }
-        | OpKind::Slice { .. }
-        | OpKind::Add
-        | OpKind::Mul
-        | OpKind::Concat { .. }
-        | OpKind::Embedding { .. } => basic::forward(op, inputs, params, ctx)?,
-        OpKind::Relu | OpKind::Gelu | OpKind::Silu | OpKind::Softmax | OpKind::Dropout { .. } => {
-            activation::forward(op, inputs, ctx)?
-        }
-        OpKind::Conv2d { .. } | OpKind::Conv2dRect { .. } | OpKind::ConvTranspose2d { .. } => {
-            conv::forward(op, inputs, params)?
-        }
-        OpKind::BatchNorm2d | OpKind::LayerNorm { .. } | OpKind::RmsNorm => norm::forward(op, inputs, params, ctx)?,
-        OpKind::MaxPool2d { .. } | OpKind::AvgPool2d { .. } | OpKind::AdaptiveAvgPool2d { .. } => {
-            pool::forward(op, inputs, ctx)?
-        }
-        OpKind::Attention { .. } | OpKind::Rope { .. } => attention::forward(op, inputs, ctx)?,
-        OpKind::Lrn { .. }
-        | OpKind::Permute { .. }
-        | OpKind::MatMul
-        | OpKind::ChannelAffine { .. }
-        | OpKind::Pool2d { .. } => {
-            return Err(unsupported(op, NOT_EXECUTABLE));
-        }
-        OpKind::CrossEntropy | OpKind::Mse => unreachable!("losses are handled above"),
+    let out = match family(&op.kind) {
+        Family::Basic => basic::forward(op, inputs, params, ctx)?,
+        Family::Activation => activation::forward(op, inputs, ctx)?,
+        Family::Conv => conv::forward(op, inputs, params)?,
+        Family::Norm => norm::forward(op, inputs, params, ctx)?,
+        Family::Pool => pool::forward(op, inputs, ctx)?,
+        Family::Attention => attention::forward(op, inputs, ctx)?,
+        Family::Onnx => return Err(unsupported(op, NOT_EXECUTABLE)),
+        Family::Loss => unreachable!("losses are handled above"),
     };
     let extras = op.decl.saved.iter().filter(|s| matches!(s, Saved::Extra { .. })).count();
     debug_assert_eq!(out.extras.len(), if ctx.grad { extras } else { 0 }, "{}: extras", op.name);
@@ -148,35 +168,15 @@ pub fn backward<B: Backend>(
         ));
     }
     util::check_backward(op, input_dims, &grad_out, &saved, params, needs)?;
-    match &op.kind {
-        OpKind::Linear { .. }
-        | OpKind::Reshape { .. }
-        | OpKind::Slice { .. }
-        | OpKind::Add
-        | OpKind::Mul
-        | OpKind::Concat { .. }
-        | OpKind::Embedding { .. } => basic::backward(op, input_dims, grad_out, saved, params, needs, ctx),
-        OpKind::Relu | OpKind::Gelu | OpKind::Silu | OpKind::Softmax | OpKind::Dropout { .. } => {
-            activation::backward(op, grad_out, saved, needs)
-        }
-        OpKind::Conv2d { .. } | OpKind::Conv2dRect { .. } | OpKind::ConvTranspose2d { .. } => {
-            conv::backward(op, grad_out, saved, params, needs)
-        }
-        OpKind::BatchNorm2d | OpKind::LayerNorm { .. } | OpKind::RmsNorm => {
-            norm::backward(op, grad_out, saved, params, needs)
-        }
-        OpKind::MaxPool2d { .. } | OpKind::AvgPool2d { .. } | OpKind::AdaptiveAvgPool2d { .. } => {
-            pool::backward(op, input_dims, grad_out, saved, needs)
-        }
-        OpKind::Attention { .. } | OpKind::Rope { .. } => {
-            attention::backward(op, input_dims, grad_out, saved, needs, ctx)
-        }
-        OpKind::Lrn { .. }
-        | OpKind::Permute { .. }
-        | OpKind::MatMul
-        | OpKind::ChannelAffine { .. }
-        | OpKind::Pool2d { .. } => Err(unsupported(op, NOT_EXECUTABLE)),
-        OpKind::CrossEntropy | OpKind::Mse => Err(unsupported(op, "a loss runs through `loss`, not `backward`")),
+    match family(&op.kind) {
+        Family::Basic => basic::backward(op, input_dims, grad_out, saved, params, needs, ctx),
+        Family::Activation => activation::backward(op, grad_out, saved, needs),
+        Family::Conv => conv::backward(op, grad_out, saved, params, needs),
+        Family::Norm => norm::backward(op, grad_out, saved, params, needs),
+        Family::Pool => pool::backward(op, input_dims, grad_out, saved, needs),
+        Family::Attention => attention::backward(op, input_dims, grad_out, saved, needs, ctx),
+        Family::Onnx => Err(unsupported(op, NOT_EXECUTABLE)),
+        Family::Loss => Err(unsupported(op, "a loss runs through `loss`, not `backward`")),
     }
 }
 
@@ -187,8 +187,8 @@ pub fn loss<B: Backend>(
     needs: &[bool],
     ctx: &OpCtx<'_, B>,
 ) -> Result<LossOut<B>, RuntimeError> {
-    match &op.kind {
-        OpKind::CrossEntropy | OpKind::Mse => {
+    match family(&op.kind) {
+        Family::Loss => {
             util::check_forward::<B>(op, &inputs, &[])?;
             loss::run(op, inputs, needs, ctx)
         }
@@ -203,8 +203,8 @@ pub fn loss_value<B: Backend>(
     inputs: Vec<Value<B>>,
     ctx: &OpCtx<'_, B>,
 ) -> Result<FloatTensor<B>, RuntimeError> {
-    match &op.kind {
-        OpKind::CrossEntropy | OpKind::Mse => {
+    match family(&op.kind) {
+        Family::Loss => {
             util::check_forward::<B>(op, &inputs, &[])?;
             loss::value(op, inputs, ctx)
         }

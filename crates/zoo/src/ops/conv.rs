@@ -1,0 +1,55 @@
+//! The convolutions: `conv2d`, `conv_transpose2d` and `conv2d_rect`.
+//! Their forward and backward are in `pebble-runtime`'s `ops/conv.rs`.
+
+use super::{count, Inputs, OpDecl, OpKind};
+use crate::ZooError;
+
+/// Declares a convolution for its inputs, or says why the shapes do not fit.
+pub(super) fn declare(kind: &OpKind, inputs: &Inputs<'_>) -> Result<OpDecl, ZooError> {
+    let mut d = OpDecl::blank();
+    match kind {
+        OpKind::Conv2d { out_channels, kernel, stride, padding, groups, bias } => {
+            inputs.arity(1)?;
+            inputs.float(0)?;
+            let (n, c, h, w) = inputs.image("conv2d")?;
+            if *stride == 0 || *groups == 0 || c % groups != 0 || out_channels % groups != 0 {
+                return Err(inputs
+                    .bad(format!("channels {c} → {out_channels} do not divide into {groups} groups (or stride 0)")));
+            }
+            if h + 2 * padding < *kernel || w + 2 * padding < *kernel {
+                return Err(inputs.bad(format!("kernel {kernel} larger than the padded input {h}×{w}")));
+            }
+            let ho = (h + 2 * padding - kernel) / stride + 1;
+            let wo = (w + 2 * padding - kernel) / stride + 1;
+            d.output = vec![n, *out_channels, ho, wo];
+            let macs = count(&[n, *out_channels, ho, wo, c / groups, *kernel, *kernel]);
+            d.weighted(vec![*out_channels, c / groups, *kernel, *kernel], bias.then_some(*out_channels), macs);
+        }
+        OpKind::ConvTranspose2d { out_channels, kernel, bias } => {
+            inputs.arity(1)?;
+            inputs.float(0)?;
+            let (n, c, h, w) = inputs.image("conv_transpose2d")?;
+            d.output = vec![n, *out_channels, h * kernel, w * kernel];
+            let macs = count(&[n, c, h, w, *out_channels, *kernel, *kernel]);
+            d.weighted(vec![c, *out_channels, *kernel, *kernel], bias.then_some(*out_channels), macs);
+        }
+        OpKind::Conv2dRect { out_channels, kernel_h, kernel_w, stride, pad_h, pad_w, bias } => {
+            inputs.arity(1)?;
+            inputs.float(0)?;
+            let (n, c, h, w) = inputs.image("conv2d_rect")?;
+            if *stride == 0 || *kernel_h == 0 || *kernel_w == 0 {
+                return Err(inputs.bad(format!("kernel {kernel_h}×{kernel_w} or stride {stride} is zero")));
+            }
+            if h + 2 * pad_h < *kernel_h || w + 2 * pad_w < *kernel_w {
+                return Err(inputs.bad(format!("kernel {kernel_h}×{kernel_w} larger than the padded input {h}×{w}")));
+            }
+            let ho = (h + 2 * pad_h - kernel_h) / stride + 1;
+            let wo = (w + 2 * pad_w - kernel_w) / stride + 1;
+            d.output = vec![n, *out_channels, ho, wo];
+            let macs = count(&[n, *out_channels, ho, wo, c, *kernel_h, *kernel_w]);
+            d.weighted(vec![*out_channels, c, *kernel_h, *kernel_w], bias.then_some(*out_channels), macs);
+        }
+        _ => unreachable!("{} is not a convolution", kind.name()),
+    }
+    Ok(d)
+}
