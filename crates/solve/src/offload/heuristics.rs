@@ -105,6 +105,7 @@
 //! layers" is taken literally, the first of a group included (see above).
 
 use pebble_graph::Chain;
+use pebble_schedule::lower::{self, Ids};
 use pebble_schedule::{ForwardMode, Op, Schedule, Tensor, View};
 use pebble_sim::{SimConfig, SimError};
 
@@ -135,12 +136,9 @@ fn inputs_fit(chain: &Chain, budget: u64) -> Result<(), SolveError> {
     Ok(())
 }
 
+/// Bytes of a chain tensor ([`lower::tensor_bytes`]).
 fn size(chain: &Chain, t: Tensor) -> u64 {
-    match t {
-        Tensor::Activation(i) => chain.x[i],
-        Tensor::Saved(i) => chain.xbar[i],
-        _ => 0,
-    }
+    lower::tensor_bytes(chain, t)
 }
 
 // ----- capper -----------------------------------------------------------------------
@@ -155,30 +153,25 @@ fn probe(chain: &Chain, compute: &[Op], offloads: &[Transfer]) -> Schedule {
 }
 
 /// The activations (`Activation(i)`, `Saved(i)`) resident before compute op `k`, each with
-/// the index of the op that produced it (`None`: `a_0`, resident from the start), by
-/// Table 2.1 over the compute ops alone.
+/// the index of the op that produced it (`None`: `a_0`, resident from the start), as
+/// [`lower`] lowers the compute ops alone.
 fn resident_before(chain: &Chain, compute: &[Op], k: usize) -> Vec<(Tensor, Option<usize>)> {
-    let l = chain.len();
+    let ids = Ids::of_chain(chain);
+    let program = lower::lower_chain(&compute[..k], ids, false, &[], 1);
     let mut live: Vec<(Tensor, Option<usize>)> = vec![(Tensor::Activation(0), None)];
-    let has = |live: &[(Tensor, Option<usize>)], t: Tensor| live.iter().any(|&(u, _)| u == t);
-    for (j, op) in compute.iter().enumerate().take(k) {
-        match *op {
-            Op::Forward { stage: i, mode } => {
-                let input = if has(&live, Tensor::Activation(i)) { Tensor::Activation(i) } else { Tensor::Saved(i) };
-                let out = if mode == ForwardMode::KeepAll { Tensor::Saved(i + 1) } else { Tensor::Activation(i + 1) };
-                live.retain(|&(u, _)| u != out);
-                live.push((out, Some(j)));
-                if mode == ForwardMode::Discard && input == Tensor::Activation(i) {
-                    live.retain(|&(u, _)| u != input);
-                }
-            }
-            Op::Backward { stage } if stage == l => live.retain(|&(u, _)| u != Tensor::Activation(l)),
-            Op::Backward { stage: i } => live.retain(|&(u, _)| {
-                u != Tensor::Saved(i + 1) && u != Tensor::Activation(i + 1) && u != Tensor::Activation(i)
-            }),
-            _ => {}
+    for (j, step) in program.steps.iter().enumerate() {
+        for &c in &step.creates {
+            let t = ids.tensor(c);
+            live.retain(|&(u, _)| u != t);
+            live.push((t, Some(j)));
+        }
+        for &f in &step.frees {
+            let t = ids.tensor(f);
+            live.retain(|&(u, _)| u != t);
         }
     }
+    // The heuristics offload activations and saved sets only.
+    live.retain(|&(t, _)| matches!(t, Tensor::Activation(_) | Tensor::Saved(_)));
     live
 }
 

@@ -262,14 +262,7 @@ pub fn transfer_schedule(
         };
         start[k + 1] = start[k] + d;
     }
-    let size = |t: Tensor| match t {
-        Tensor::Activation(i) | Tensor::Grad(i) => chain.x[i],
-        Tensor::Saved(i) => chain.xbar[i],
-        Tensor::Weight(i) => chain.w.as_ref().map_or(0, |w| w[i]),
-        Tensor::WeightGrad(i) => chain.g.as_ref().map_or(0, |g| g[i]),
-        Tensor::OptState(i) => chain.o.as_ref().map_or(0, |o| o[i]),
-        Tensor::Data(_) => 0,
-    } as f64;
+    let size = |t: Tensor| pebble_schedule::lower::tensor_bytes(chain, t) as f64;
     let pre = prefetch_deadlines(chain, compute, offloads);
     // Latest nominal starts, from the last prefetch back.
     let mut issue = vec![0usize; pre.len()];

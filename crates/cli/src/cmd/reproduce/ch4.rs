@@ -22,7 +22,7 @@ use std::time::Instant;
 use anyhow::anyhow;
 use pebble_graph::Chain;
 use pebble_machine::Machine;
-use pebble_schedule::{Op, Schedule, Tensor};
+use pebble_schedule::{Op, Schedule};
 use pebble_solve::{PlanError, Problem, SolveError, SolveOptions};
 use plotters::prelude::*;
 use serde_json::{json, Value};
@@ -497,14 +497,7 @@ fn offloaded_bytes(chain: &Chain, schedule: &Schedule) -> f64 {
         .ops
         .iter()
         .map(|op| match *op {
-            Op::Offload { tensor, fraction } => {
-                let size = match tensor {
-                    Tensor::Activation(i) => chain.x.get(i).copied().unwrap_or(0),
-                    Tensor::Saved(i) => chain.xbar.get(i).copied().unwrap_or(0),
-                    _ => 0,
-                };
-                size as f64 * fraction
-            }
+            Op::Offload { tensor, fraction } => pebble_schedule::lower::tensor_bytes(chain, tensor) as f64 * fraction,
             _ => 0.0,
         })
         .sum()
