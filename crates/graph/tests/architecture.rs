@@ -3,7 +3,9 @@
 //!   in seconds;
 //! * the edges between pebble's crates are exactly the listed ones (a new edge is a
 //!   decision: add it here, and to ARCHITECTURE.md);
-//! * no crate has a cycle between its top-level modules.
+//! * no crate has a cycle between modules: between the submodules of any module, each
+//!   file one (with its own submodules), down to nested modules; a module's own file
+//!   (`mod.rs`, the crate root) wires its submodules and is none of them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -172,81 +174,323 @@ fn crate_edges_are_the_listed_ones() {
     assert!(stale.is_empty(), "ALLOWED lists edges that no longer exist: {stale:?}");
 }
 
-/// The top-level modules of a crate: `src/NAME.rs` or `src/NAME/`, with every `.rs` file
-/// of each; `lib.rs`/`main.rs` (the root, which wires modules together) are left out.
-fn modules(src: &Path) -> BTreeMap<String, Vec<PathBuf>> {
-    fn files(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).expect("readable dir").flatten() {
-            let path = entry.path();
+/// A crate's source files: each file's name relative to `src/` and its module path
+/// (`lib.rs`, `main.rs` → `[]`; `a.rs`, `a/mod.rs` → `[a]`; `a/b.rs` → `[a, b]`).
+fn source_files(src: &Path) -> Vec<(String, Vec<String>)> {
+    fn walk(dir: &Path, src: &Path, out: &mut Vec<(String, Vec<String>)>) {
+        let mut entries: Vec<PathBuf> =
+            std::fs::read_dir(dir).expect("readable dir").flatten().map(|e| e.path()).collect();
+        entries.sort();
+        for path in entries {
             if path.is_dir() {
-                files(&path, out);
+                walk(&path, src, out);
             } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
+                let name = path.strip_prefix(src).expect("under src").to_string_lossy().replace('\\', "/");
+                let mut module: Vec<String> = name.trim_end_matches(".rs").split('/').map(str::to_string).collect();
+                if matches!(module.last().map(String::as_str), Some("mod")) || module == ["lib"] || module == ["main"] {
+                    module.pop();
+                }
+                out.push((name, module));
             }
         }
     }
-    let mut mods: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
-    for entry in std::fs::read_dir(src).expect("src").flatten() {
-        let path = entry.path();
-        let stem = path.file_stem().expect("name").to_string_lossy().to_string();
-        if path.is_dir() {
-            let mut v = Vec::new();
-            files(&path, &mut v);
-            mods.entry(stem).or_default().extend(v);
-        } else if path.extension().is_some_and(|e| e == "rs") && stem != "lib" && stem != "main" {
-            mods.entry(stem).or_default().push(path);
-        }
-    }
-    mods
+    let mut out = Vec::new();
+    walk(src, src, &mut out);
+    out
 }
 
-/// The module edges of a crate: `a → b` when a non-test line of module `a` names
-/// `crate::b`, or `super::b` from `a`'s top file. Comments (doc links) do not count, and
-/// test code (files named `tests.rs`, everything after a `#[cfg(test)]` line) may reach
-/// anywhere.
-fn module_edges(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let mods = modules(src);
-    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (m, files) in &mods {
-        for file in files {
-            if file.file_name().is_some_and(|n| n == "tests.rs" || n == "solver_tests.rs") {
-                continue;
+/// Rust source as tokens: identifiers (keywords among them), `::`, and single punctuation
+/// characters. Comments and literals are left out, so that a doc link or a message naming
+/// a path makes no edge.
+fn tokens(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let at = |i: usize| chars.get(i).copied().unwrap_or('\0');
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    // The index after a string literal whose opening quote is at `i` (`hashes` for raw strings).
+    let string_end = |mut i: usize, raw: Option<usize>| {
+        i += 1;
+        while i < chars.len() {
+            match (chars[i], raw) {
+                ('\\', None) => i += 2,
+                ('"', None) => return i + 1,
+                ('"', Some(n)) if (1..=n).all(|k| at(i + k) == '#') => return i + 1 + n,
+                _ => i += 1,
             }
-            let text = std::fs::read_to_string(file).expect("readable source");
-            let code: String = text
-                .split("#[cfg(test)]")
-                .next()
-                .unwrap_or("")
-                .lines()
-                .filter(|l| !l.trim_start().starts_with("//"))
-                .collect::<Vec<_>>()
-                .join("\n");
-            let code = code.as_str();
-            let top_file = file.parent() == Some(src);
-            for (prefix, applies) in [("crate::", true), ("super::", top_file)] {
-                if !applies {
-                    continue;
-                }
-                for (i, _) in code.match_indices(prefix) {
-                    let rest = &code[i + prefix.len()..];
-                    let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-                    if name != *m && mods.contains_key(&name) {
-                        edges.entry(m.clone()).or_default().insert(name);
+        }
+        i
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c.is_whitespace() {
+            i += 1;
+        } else if c == '/' && at(i + 1) == '/' {
+            while i < chars.len() && chars[i] != '\n' {
+                i += 1;
+            }
+        } else if c == '/' && at(i + 1) == '*' {
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && at(i + 1) == '*' {
+                    depth += 1;
+                    i += 2;
+                } else if chars[i] == '*' && at(i + 1) == '/' {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
                     }
+                } else {
+                    i += 1;
                 }
-                // `use crate::{a::X, b::Y}`.
-                for (i, _) in code.match_indices(&format!("{prefix}{{")) {
-                    let rest = &code[i + prefix.len() + 1..];
-                    let group = &rest[..rest.find('}').unwrap_or(rest.len())];
-                    for item in group.split(',') {
-                        let name: String =
-                            item.trim().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-                        if name != *m && mods.contains_key(&name) {
-                            edges.entry(m.clone()).or_default().insert(name);
+            }
+        } else if c == '"' {
+            i = string_end(i, None);
+        } else if c == '\'' {
+            // A character literal, or a lifetime (whose name then reads as an identifier).
+            if at(i + 1) == '\\' {
+                i += 3;
+                while i < chars.len() && chars[i] != '\'' {
+                    i += 1;
+                }
+                i += 1;
+            } else if at(i + 2) == '\'' {
+                i += 3;
+            } else {
+                i += 1;
+            }
+        } else if is_ident(c) {
+            let start = i;
+            while is_ident(at(i)) {
+                i += 1;
+            }
+            let word: String = chars[start..i].iter().collect();
+            let hashes = (i..).take_while(|&k| at(k) == '#').count();
+            match word.as_str() {
+                "r" | "br" | "cr" if at(i + hashes) == '"' => i = string_end(i + hashes, Some(hashes)),
+                // A raw identifier, `r#name`: the name is read next.
+                "r" if hashes == 1 => i += 1,
+                // A byte or C string's prefix: the literal is read next.
+                "b" | "c" if matches!(at(i), '"' | '\'') => {}
+                // A number.
+                _ if c.is_ascii_digit() => {}
+                _ => out.push(word),
+            }
+        } else if c == ':' && at(i + 1) == ':' {
+            out.push("::".to_string());
+            i += 2;
+        } else {
+            out.push(c.to_string());
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The index of the `}` that closes the `{` at `open`.
+fn closing_brace(tokens: &[String], open: usize) -> usize {
+    let mut depth = 0;
+    for (i, t) in tokens.iter().enumerate().skip(open) {
+        match t.as_str() {
+            "{" => depth += 1,
+            "}" => {
+                depth -= 1;
+                if depth == 0 {
+                    return i;
+                }
+            }
+            _ => {}
+        }
+    }
+    tokens.len()
+}
+
+/// `tokens` without the items under `#[cfg(test)]` (test code may reach anywhere), and the
+/// module files those items declare (`#[cfg(test)] mod tests;`).
+fn without_tests(tokens: &[String]) -> (Vec<String>, Vec<String>) {
+    const CFG_TEST: [&str; 7] = ["#", "[", "cfg", "(", "test", ")", "]"];
+    let (mut kept, mut test_modules) = (Vec::new(), Vec::new());
+    let mut i = 0;
+    while i < tokens.len() {
+        if tokens.len() - i < CFG_TEST.len() || !tokens[i..].iter().zip(CFG_TEST).all(|(t, c)| t == c) {
+            kept.push(tokens[i].clone());
+            i += 1;
+            continue;
+        }
+        // The item runs to its `;` or to the end of its first block, outside brackets.
+        let start = i + CFG_TEST.len();
+        let (mut end, mut depth) = (start, 0);
+        while end < tokens.len() {
+            match tokens[end].as_str() {
+                "(" | "[" => depth += 1,
+                ")" | "]" => depth -= 1,
+                ";" if depth == 0 => break,
+                "{" if depth == 0 => {
+                    end = closing_brace(tokens, end);
+                    break;
+                }
+                _ => {}
+            }
+            end += 1;
+        }
+        let item = &tokens[start..end.min(tokens.len())];
+        if let Some(w) = item.windows(2).find(|w| w[0] == "mod") {
+            if tokens.get(end).is_some_and(|t| t == ";") {
+                test_modules.push(w[1].clone());
+            }
+        }
+        i = end + 1;
+    }
+    (kept, test_modules)
+}
+
+/// Every path in `tokens`, with the inline modules (`mod name { … }`) it sits in. A path
+/// starts at an identifier followed by `::` and not preceded by `::` or `.`; a `use`
+/// group (`a::{b::C, d::{self, E}}`) gives one path per leaf.
+fn paths(tokens: &[String]) -> Vec<(Vec<String>, Vec<String>)> {
+    /// The paths of the tree starting at `i` under `prefix`, and the index after it.
+    fn tree(tokens: &[String], mut i: usize, prefix: Vec<String>) -> (Vec<Vec<String>>, usize) {
+        let tok = |i: usize| tokens.get(i).map(String::as_str).unwrap_or("");
+        let mut path = prefix;
+        let mut out = Vec::new();
+        loop {
+            match tok(i) {
+                "{" => {
+                    i += 1;
+                    while i < tokens.len() && tok(i) != "}" {
+                        let (leaves, next) = tree(tokens, i, path.clone());
+                        out.extend(leaves);
+                        i = next;
+                        while i < tokens.len() && tok(i) != "," && tok(i) != "}" {
+                            i += 1; // `as name`
+                        }
+                        if tok(i) == "," {
+                            i += 1;
                         }
                     }
+                    return (out, i + 1);
+                }
+                "*" => return (vec![path], i + 1),
+                "self" if !path.is_empty() => i += 1,
+                t if t.starts_with(|c: char| c.is_alphabetic() || c == '_') => {
+                    path.push(t.to_string());
+                    i += 1;
+                }
+                _ => break,
+            }
+            if tok(i) != "::" {
+                break;
+            }
+            i += 1;
+        }
+        out.push(path);
+        (out, i)
+    }
+    let tok = |i: usize| tokens.get(i).map(String::as_str).unwrap_or("");
+    let mut out = Vec::new();
+    // The inline modules open at `i`, each with the brace depth outside it.
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut depth = 0;
+    let mut i = 0;
+    while i < tokens.len() {
+        let t = tok(i);
+        let starts_path = t.starts_with(|c: char| c.is_alphabetic() || c == '_')
+            && tok(i + 1) == "::"
+            && (i == 0 || (tok(i - 1) != "::" && tok(i - 1) != "."));
+        if starts_path {
+            let (leaves, next) = tree(tokens, i, Vec::new());
+            let scope: Vec<String> = inline.iter().map(|(m, _)| m.clone()).collect();
+            out.extend(leaves.into_iter().map(|p| (scope.clone(), p)));
+            i = next;
+            continue;
+        }
+        match t {
+            "{" => {
+                if i >= 2 && tok(i - 2) == "mod" {
+                    inline.push((tok(i - 1).to_string(), depth));
+                }
+                depth += 1;
+            }
+            "}" => {
+                depth -= 1;
+                if inline.last().is_some_and(|&(_, d)| d == depth) {
+                    inline.pop();
                 }
             }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The module of `known` a path in `module` names: the longest prefix of the path that is
+/// one, read from the root for `crate::a::b::C`, from the parent for `super::x`, and from
+/// `module` itself for `self::x` and a bare `x::…` (so a bare path that starts with no
+/// child module, an external crate's or a type's, names `module` itself).
+fn resolve(module: &[String], path: &[String], known: &BTreeSet<Vec<String>>) -> Option<Vec<String>> {
+    let supers = path.iter().take_while(|s| *s == "super").count();
+    let mut full: Vec<String> = match path.first().map(String::as_str) {
+        Some("crate") => path[1..].to_vec(),
+        Some("self") => module.iter().chain(&path[1..]).cloned().collect(),
+        Some("super") => module[..module.len().checked_sub(supers)?].iter().chain(&path[supers..]).cloned().collect(),
+        _ => module.iter().chain(path).cloned().collect(),
+    };
+    while !known.contains(&full) {
+        full.pop()?;
+    }
+    Some(full)
+}
+
+/// The module edges of a crate, at every level of its module tree: `a → b` when non-test
+/// code of a file in `a` names a path into `b` (`crate::m::n::X`, `super::x`, `self::x`, a
+/// child module's `x::Y`, through `use` groups), `a` and `b` being submodules of one module
+/// (each with its own submodules). A module's own file, `mod.rs` or the crate root, is no
+/// node among its submodules: it declares and wires them, and they may use what it
+/// defines. A module is named by its file, or by its directory (`pipeline/`) when it has
+/// submodules; each edge carries the first path that makes it, with its file. Comments
+/// and strings do not count; test code (items under `#[cfg(test)]`, and the module files
+/// they declare) may reach anywhere.
+fn module_edges(src: &Path) -> BTreeMap<String, BTreeMap<String, String>> {
+    /// A source file as the scanner reads it: its name, module path, tokens without test
+    /// code, and the module files its test code declares.
+    struct File {
+        name: String,
+        module: Vec<String>,
+        code: Vec<String>,
+        tests: Vec<String>,
+    }
+    let files: Vec<File> = source_files(src)
+        .into_iter()
+        .map(|(name, module)| {
+            let text = std::fs::read_to_string(src.join(&name)).expect("readable source");
+            let (code, tests) = without_tests(&tokens(&text));
+            File { name, module, code, tests }
+        })
+        .collect();
+    let test_modules: Vec<Vec<String>> =
+        files.iter().flat_map(|f| f.tests.iter().map(|t| f.module.iter().chain([t]).cloned().collect())).collect();
+    let files: Vec<File> =
+        files.into_iter().filter(|f| !test_modules.iter().any(|t| f.module.starts_with(t))).collect();
+    let known: BTreeSet<Vec<String>> = files.iter().map(|f| f.module.clone()).collect();
+    let node = |module: &[String]| match files.iter().find(|f| f.module == module) {
+        Some(f) if !known.iter().any(|m| m.len() > module.len() && m.starts_with(module)) => f.name.clone(),
+        _ => format!("{}/", module.join("/")),
+    };
+    let mut edges: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for File { name, module, code, .. } in &files {
+        for (scope, path) in paths(code) {
+            let here: Vec<String> = module.iter().chain(&scope).cloned().collect();
+            let Some(to) = resolve(&here, &path, &known) else { continue };
+            // Below the modules' common ancestor, the submodules each is in.
+            let common = module.iter().zip(&to).take_while(|(a, b)| a == b).count();
+            if common == module.len() || common == to.len() {
+                continue; // a module and one of its own submodules
+            }
+            let evidence = format!("`{}` in {name}", path.join("::"));
+            let targets = edges.entry(node(&module[..=common])).or_default();
+            targets.entry(node(&to[..=common])).or_insert(evidence);
         }
     }
     edges
@@ -293,17 +537,41 @@ fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
     None
 }
 
+/// Cycles of `edges`, each found with [`find_cycle`] and then broken at its last edge, until
+/// none is left: every cycle of `edges` shares an edge with one of them.
+fn cycles(edges: &BTreeMap<String, BTreeMap<String, String>>) -> Vec<Vec<String>> {
+    let mut graph: BTreeMap<String, BTreeSet<String>> =
+        edges.iter().map(|(from, to)| (from.clone(), to.keys().cloned().collect())).collect();
+    let mut found = Vec::new();
+    while let Some(cycle) = find_cycle(&graph) {
+        let [.., last, first] = cycle.as_slice() else { unreachable!("a cycle has an edge") };
+        graph.get_mut(last).expect("on the cycle").remove(first);
+        found.push(cycle);
+    }
+    found
+}
+
 #[test]
 fn no_crate_has_a_module_cycle() {
     let meta = metadata();
+    let mut found = Vec::new();
     for (name, dir) in &meta.dirs {
         let src = dir.join("src");
         if !src.is_dir() {
             continue;
         }
         let edges = module_edges(&src);
-        assert!(find_cycle(&edges).is_none(), "{name}: module cycle {:?}", find_cycle(&edges));
+        for cycle in cycles(&edges) {
+            // Each step with the path that makes it.
+            let steps: Vec<String> = cycle.windows(2).map(|w| format!("{} ({})", w[1], edges[&w[0]][&w[1]])).collect();
+            found.push(format!("{name}: {} → {}", cycle[0], steps.join(" → ")));
+        }
     }
+    assert!(
+        found.is_empty(),
+        "module cycles (move what both sides need into a module both use):\n{}",
+        found.join("\n")
+    );
 }
 
 #[test]
@@ -320,15 +588,37 @@ fn the_cycle_finder_finds_cycles() {
         find_cycle(&edges(&[("a", "b"), ("b", "c"), ("c", "a")])),
         Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
     );
-    // The scanner sees `crate::x` paths and `use crate::{x::A, y::B}` groups.
+}
+
+#[test]
+fn the_scanner_sees_paths_between_files() {
     let dir = std::env::temp_dir().join(format!("pebble-arch-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("x.rs"), "use crate::{y::B, z};\n#[cfg(test)]\nuse crate::w;\n").unwrap();
-    std::fs::write(dir.join("y.rs"), "fn f() { crate::x::g() }\n").unwrap();
-    std::fs::write(dir.join("z.rs"), "").unwrap();
-    std::fs::write(dir.join("w.rs"), "").unwrap();
+    let files = [
+        // The root and `a/mod.rs` wire their submodules: no edge either way.
+        ("lib.rs", "mod a; mod b; mod c; mod d; pub use a::X; fn f() { b::g() }"),
+        ("a/mod.rs", "mod x; mod y; pub use x::X; pub fn helper() {}"),
+        // Siblings, through a `use` group with `self`; a comment and a string name no path.
+        ("a/x.rs", "use super::y::{self, Y}; // crate::b::z\nfn f() { let _ = \"crate::b::z\"; }"),
+        // Into another module's subtree: the edge is `a/ → b/`.
+        ("a/y.rs", "use crate::{a::helper, b::{z::Z}};\npub struct Y;"),
+        ("b/mod.rs", "mod z; #[cfg(test)]\nmod tests;"),
+        ("b/z.rs", "pub fn g() { crate::a::x::f() }\n#[cfg(test)]\nmod t { use crate::c; }"),
+        // Test code reaches anywhere.
+        ("b/tests.rs", "use crate::d;"),
+        // An inline module's `super` is its file's module.
+        ("c.rs", "mod inner { use super::super::d::D; }"),
+        ("d.rs", "fn f<'a>(s: &'a str) { let _ = ('\"', r#\"crate::c\"#); self::g() }\nfn g() {}"),
+    ];
+    for (name, text) in files {
+        let path = dir.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
     let e = module_edges(&dir);
     std::fs::remove_dir_all(&dir).unwrap();
-    assert_eq!(e["x"], ["y", "z"].iter().map(|s| s.to_string()).collect());
-    assert!(find_cycle(&e).is_some());
+    let found: Vec<(&str, &str)> =
+        e.iter().flat_map(|(a, to)| to.keys().map(move |b| (a.as_str(), b.as_str()))).collect();
+    assert_eq!(found, [("a/", "b/"), ("a/x.rs", "a/y.rs"), ("b/", "a/"), ("c.rs", "d.rs")]);
+    assert_eq!(e["a/"]["b/"], "`crate::b::z::Z` in a/y.rs");
+    assert_eq!(cycles(&e), [["a/", "b/", "a/"]]);
 }

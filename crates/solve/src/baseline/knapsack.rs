@@ -14,12 +14,11 @@ use pebble_graph::TrainingGraph;
 use pebble_schedule::{Schedule, View};
 
 use super::fastest_fitting;
-use super::mincut::Network;
+pub use super::partitioner::SLOTS;
+use super::partitioner::{knapsack, Network};
 use crate::policy::replay::drop_and_recompute;
 use crate::{Problem, SolveError, SolveOptions, Solver};
 
-/// Memory units of the knapsack's dynamic program.
-pub const SLOTS: usize = 1000;
 /// Capacities tried, evenly spaced from nothing kept to everything kept.
 const LADDER: u64 = 24;
 
@@ -76,41 +75,6 @@ fn keep_within(g: &TrainingGraph, items: &[(usize, f64)], capacity: u64) -> Vec<
     let sizes: Vec<u64> = items.iter().map(|&(d, _)| g.data[d].size).collect();
     let values: Vec<f64> = items.iter().map(|&(_, v)| v).collect();
     knapsack(&sizes, &values, capacity)
-}
-
-/// The 0/1 knapsack of the partitioner's `dp_knapsack`: the items of greatest total
-/// value whose sizes, rounded up to `capacity / SLOTS` units, fit `capacity`.
-pub(crate) fn knapsack(sizes: &[u64], values: &[f64], capacity: u64) -> Vec<bool> {
-    let total: u64 = sizes.iter().sum();
-    if capacity >= total {
-        return vec![true; sizes.len()];
-    }
-    if capacity == 0 {
-        return vec![false; sizes.len()];
-    }
-    let unit = capacity.div_ceil(SLOTS as u64).max(1);
-    let cap = (capacity / unit) as usize;
-    let weights: Vec<usize> = sizes.iter().map(|&s| s.div_ceil(unit) as usize).collect();
-    // best[i][w]: the most value with items 0..i in w units.
-    let n = sizes.len();
-    let mut best = vec![vec![0.0f64; cap + 1]; n + 1];
-    for i in 0..n {
-        let (w, v) = (weights[i], values[i]);
-        for c in 0..=cap {
-            let skip = best[i][c];
-            let take = if w <= c { best[i][c - w] + v } else { f64::NEG_INFINITY };
-            best[i + 1][c] = skip.max(take);
-        }
-    }
-    let mut keep = vec![false; n];
-    let mut c = cap;
-    for i in (0..n).rev() {
-        if best[i + 1][c] != best[i][c] {
-            keep[i] = true;
-            c -= weights[i];
-        }
-    }
-    keep
 }
 
 #[cfg(test)]

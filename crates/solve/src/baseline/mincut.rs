@@ -6,7 +6,7 @@
 //!    partitioner's `is_compute_intensive`) are the ones it would rather not recompute.
 //! 2. **The knapsack** (the budget mode's `get_saved_values_knapsack`): of those, keep
 //!    banned the set of most time whose outputs the backward reads fit a capacity
-//!    ([`super::knapsack::knapsack`]); the others may be recomputed like any cheap op.
+//!    ([`super::partitioner::knapsack`]); the others may be recomputed like any cheap op.
 //! 3. **The min cut.** A flow network over the forward's tensors: each tensor `d` is an
 //!    edge `d_in → d_out` of capacity its size (saving it); `d_out → e_in` (infinite) when
 //!    `e`'s producer reads `d`; `source → d_in` (infinite) when `d`'s producer is banned;
@@ -31,7 +31,8 @@ use petgraph::graph::{DiGraph, NodeIndex};
 use petgraph::visit::EdgeRef;
 
 use super::fastest_fitting;
-use super::knapsack::knapsack;
+pub use super::partitioner::compute_intensive;
+use super::partitioner::{knapsack, Network};
 use crate::sequence::{Liveness, Step};
 use crate::{Problem, SolveError, SolveOptions, Solver};
 
@@ -79,7 +80,7 @@ impl Solver for PytorchMincut {
             for (&c, &kept) in items.iter().zip(&keep) {
                 banned[c] = kept;
             }
-            let saved = net.min_cut(g, &banned);
+            let saved = min_cut(g, &net, &banned);
             if seen.contains(&saved) {
                 continue;
             }
@@ -93,103 +94,53 @@ impl Solver for PytorchMincut {
 
 inventory::submit!(crate::Registration(&PytorchMincut));
 
-/// Whether the partitioner never recomputes an op of this type (`is_compute_intensive`:
-/// matrix products, convolutions, attention), by the graph's op names and ONNX's.
-pub fn compute_intensive(op: Option<&str>) -> bool {
-    let Some(op) = op else { return false };
-    let op = op.to_ascii_lowercase();
-    ["linear", "matmul", "gemm", "conv", "attention", "bmm"].iter().any(|k| op.contains(k))
-}
-
-/// What the cut is made on: each forward-made tensor's producer, which forward ops are
-/// compute-intensive, and which forward-made tensors the backward reads.
-pub(crate) struct Network {
-    /// The forward op that makes each activation or saved tensor.
-    pub(crate) producer: Vec<Option<usize>>,
-    /// The compute-intensive forward ops: the knapsack's items.
-    intensive: Vec<bool>,
-    /// Forward-made tensors a backward node reads (the loss runs right after the
-    /// forward: what it reads alone is not the backward's).
-    pub(crate) needed: Vec<bool>,
-}
-
-impl Network {
-    pub(crate) fn new(g: &TrainingGraph) -> Network {
-        let mut producer = vec![None; g.data.len()];
-        let mut needed = vec![false; g.data.len()];
-        for (c, node) in g.compute.iter().enumerate() {
-            match node.kind {
-                ComputeKind::Forward => {
-                    for &d in &node.outputs {
-                        if matches!(g.data[d].kind, DataKind::Activation | DataKind::Saved) {
-                            producer[d] = Some(c);
-                        }
-                    }
-                }
-                ComputeKind::Backward => {
-                    for &d in &node.inputs {
-                        needed[d] = true;
-                    }
-                }
-                ComputeKind::Loss => {}
-            }
-        }
-        for d in 0..g.data.len() {
-            needed[d] &= producer[d].is_some();
-        }
-        let intensive =
-            g.compute.iter().map(|c| c.kind == ComputeKind::Forward && compute_intensive(c.op.as_deref())).collect();
-        Network { producer, intensive, needed }
+/// The tensors to save: a minimum cut with the ops of `banned` never recomputed.
+fn min_cut(g: &TrainingGraph, network: &Network, banned: &[bool]) -> Vec<bool> {
+    let nd = g.data.len();
+    // Sizes as they are (bytes fit an f64 exactly below 2^53); infinity as such.
+    let mut net: DiGraph<(), f64> = DiGraph::new();
+    let source = net.add_node(());
+    let sink = net.add_node(());
+    let mut din = vec![NodeIndex::end(); nd];
+    let mut dout = vec![NodeIndex::end(); nd];
+    let mut save_edge = vec![None; nd];
+    for d in (0..nd).filter(|&d| network.producer[d].is_some()) {
+        din[d] = net.add_node(());
+        dout[d] = net.add_node(());
+        save_edge[d] = Some(net.add_edge(din[d], dout[d], g.data[d].size as f64));
     }
-
-    /// The tensors to save: a minimum cut with the ops of `banned` never recomputed.
-    fn min_cut(&self, g: &TrainingGraph, banned: &[bool]) -> Vec<bool> {
-        let nd = g.data.len();
-        // Sizes as they are (bytes fit an f64 exactly below 2^53); infinity as such.
-        let mut net: DiGraph<(), f64> = DiGraph::new();
-        let source = net.add_node(());
-        let sink = net.add_node(());
-        let mut din = vec![NodeIndex::end(); nd];
-        let mut dout = vec![NodeIndex::end(); nd];
-        let mut save_edge = vec![None; nd];
-        for d in (0..nd).filter(|&d| self.producer[d].is_some()) {
-            din[d] = net.add_node(());
-            dout[d] = net.add_node(());
-            save_edge[d] = Some(net.add_edge(din[d], dout[d], g.data[d].size as f64));
-        }
-        for d in (0..nd).filter(|&d| self.producer[d].is_some()) {
-            let p = self.producer[d].expect("filtered");
-            for &i in &g.compute[p].inputs {
-                if self.producer[i].is_some() {
-                    net.add_edge(dout[i], din[d], f64::INFINITY);
-                }
-            }
-            if banned[p] {
-                net.add_edge(source, din[d], f64::INFINITY);
-            }
-            if self.needed[d] {
-                net.add_edge(dout[d], sink, f64::INFINITY);
+    for d in (0..nd).filter(|&d| network.producer[d].is_some()) {
+        let p = network.producer[d].expect("filtered");
+        for &i in &g.compute[p].inputs {
+            if network.producer[i].is_some() {
+                net.add_edge(dout[i], din[d], f64::INFINITY);
             }
         }
-        let (_, flows) = dinics(&net, source, sink);
-        // The source's side of the residual network.
-        let mut reached = vec![false; net.node_count()];
-        let mut stack = vec![source];
-        reached[source.index()] = true;
-        while let Some(u) = stack.pop() {
-            let forward = net.edges(u).filter(|e| flows[e.id().index()] < *e.weight()).map(|e| e.target());
-            let backward = net
-                .edges_directed(u, petgraph::Direction::Incoming)
-                .filter(|e| flows[e.id().index()] > 0.0)
-                .map(|e| e.source());
-            for v in forward.chain(backward) {
-                if !std::mem::replace(&mut reached[v.index()], true) {
-                    stack.push(v);
-                }
-            }
+        if banned[p] {
+            net.add_edge(source, din[d], f64::INFINITY);
         }
-        (0..nd).map(|d| save_edge[d].is_some() && reached[din[d].index()] && !reached[dout[d].index()]).collect()
+        if network.needed[d] {
+            net.add_edge(dout[d], sink, f64::INFINITY);
+        }
     }
+    let (_, flows) = dinics(&net, source, sink);
+    // The source's side of the residual network.
+    let mut reached = vec![false; net.node_count()];
+    let mut stack = vec![source];
+    reached[source.index()] = true;
+    while let Some(u) = stack.pop() {
+        let forward = net.edges(u).filter(|e| flows[e.id().index()] < *e.weight()).map(|e| e.target());
+        let backward = net
+            .edges_directed(u, petgraph::Direction::Incoming)
+            .filter(|e| flows[e.id().index()] > 0.0)
+            .map(|e| e.source());
+        for v in forward.chain(backward) {
+            if !std::mem::replace(&mut reached[v.index()], true) {
+                stack.push(v);
+            }
+        }
+    }
+    (0..nd).map(|d| save_edge[d].is_some() && reached[din[d].index()] && !reached[dout[d].index()]).collect()
 }
 
 /// The partitioner's step: the forward once (with grad where a saved tensor is kept), the
@@ -260,7 +211,7 @@ mod tests {
     fn the_min_cut_never_recomputes_a_banned_op() {
         let g = gpt();
         let net = Network::new(&g);
-        let saved = net.min_cut(&g, &net.intensive);
+        let saved = min_cut(&g, &net, &net.intensive);
         let seq = sequence(&g, &net, &saved);
         let runs = |c: usize| seq.iter().filter(|&&(k, _)| k == c).count();
         let mut recomputed = 0;
@@ -303,14 +254,14 @@ mod tests {
         let mut g = gb.build();
         g.compute[fa].op = Some("linear".into());
         let net = Network::new(&g);
-        let saved = net.min_cut(&g, &net.intensive);
+        let saved = min_cut(&g, &net, &net.intensive);
         assert!(saved[a] && !saved[b] && !saved[c]);
         // Banning `fc` as well (the knapsack's choice): then `c` is saved.
         let mut banned = net.intensive.clone();
         banned[fc] = true;
-        let saved = net.min_cut(&g, &banned);
+        let saved = min_cut(&g, &net, &banned);
         assert!(saved[c] && !saved[a]);
         // Banning nothing: nothing is saved, the whole forward runs again from `x`.
-        assert!(net.min_cut(&g, &vec![false; g.compute.len()]).iter().all(|&s| !s));
+        assert!(min_cut(&g, &net, &vec![false; g.compute.len()]).iter().all(|&s| !s));
     }
 }

@@ -17,6 +17,7 @@ pub mod dtr;
 pub mod knapsack;
 pub mod mincut;
 pub mod paged_adam;
+mod partitioner;
 pub mod recompute_all;
 pub mod revolve;
 pub mod sequential;

@@ -28,7 +28,7 @@
 use pebble_schedule::{Op, Pass, PipeStage, Schedule};
 use pebble_sim::{simulate_pipeline, PipeConfig};
 
-use super::onef1b::balanced_bounds;
+use super::partition::balanced_bounds;
 use super::{contiguous_stages, PipeError, PipeProblem, PipeRegistration, PipeSolution, PipeSolver};
 
 /// One pass a device runs: `(stage, micro-batch, pass)`.

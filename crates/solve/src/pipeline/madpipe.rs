@@ -382,7 +382,7 @@ pub fn candidates(problem: &PipeProblem<'_>, iterations: usize, grid: Grid) -> V
 pub fn contiguous_candidates(problem: &PipeProblem<'_>) -> Vec<Allocation> {
     let mut out: Vec<Allocation> = Vec::new();
     for filter in [true, false] {
-        if let Some((bounds, period)) = super::pipedream::partition(problem, filter) {
+        if let Some((bounds, period)) = super::partition::partition(problem, filter) {
             let mut first = 0;
             let stages: Vec<(usize, usize, bool)> = bounds
                 .iter()

@@ -28,6 +28,7 @@ pub mod brute;
 pub mod flush;
 pub mod madpipe;
 pub mod onef1b;
+mod partition;
 pub mod pipedream;
 
 /// What a pipeline solver plans.

@@ -13,6 +13,7 @@
 
 use pebble_schedule::{Op, Pass, PipeStage, Schedule};
 
+pub use super::partition::balanced_bounds;
 use super::{contiguous_stages, try_schedule, PipeError, PipeProblem, PipeRegistration, PipeSolution, PipeSolver};
 
 /// One resource of the `2P−1` sequence: a compute stage or a link.
@@ -220,12 +221,6 @@ pub fn bisect_period(problem: &PipeProblem<'_>, bounds: &[usize], iterations: us
         }
     }
     Some(hi)
-}
-
-/// The contiguous partition into at most `P` stages with the smallest load-only period
-/// (the largest stage or link load): PipeDream's DP with no memory filter.
-pub fn balanced_bounds(problem: &PipeProblem<'_>) -> Vec<usize> {
-    super::pipedream::partition(problem, false).expect("with no memory filter a partition always exists").0
 }
 
 /// `1f1b`: 1F1B\*(T) with the search on `T` (Alg. 6 and 7) on the balanced contiguous
