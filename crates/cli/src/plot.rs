@@ -397,21 +397,7 @@ pub fn render_timeline(chart: &Timeline<'_>) -> Result<String, String> {
         Units::Bytes => "time (s)",
         Units::Plain => "time (units)",
     };
-    let e = |e: &dyn std::fmt::Display| e.to_string();
-    let mut steps: Vec<(f64, f64)> = Vec::with_capacity(2 * report.timeline.len() + 1);
-    for p in &report.timeline {
-        if let Some(&(_, last)) = steps.last() {
-            steps.push((p.time, last));
-        }
-        steps.push((p.time, p.bytes as f64 / scale));
-    }
-    let end = chart.bars.iter().map(|b| b.end).chain(steps.iter().map(|p| p.0)).fold(report.makespan, f64::max);
-    let end = if end > 0.0 && end.is_finite() { end } else { 1.0 };
-    if let Some(&(t, last)) = steps.last() {
-        if end > t {
-            steps.push((end, last));
-        }
-    }
+    let (steps, end) = memory_steps(report, &chart.bars, scale);
     let budget = chart.budget.as_ref().map(|(b, _)| *b as f64 / scale);
     let top = steps.iter().map(|p| p.1).fold(budget.unwrap_or(0.0), f64::max);
     let top = if top > 0.0 { top * 1.08 } else { 1.0 };
@@ -419,168 +405,214 @@ pub fn render_timeline(chart: &Timeline<'_>) -> Result<String, String> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, TIMELINE_SIZE).into_drawing_area();
-        root.fill(&WHITE).map_err(|x| e(&x))?;
+        root.fill(&WHITE).map_err(|x| x.to_string())?;
         let (head, body) = root.split_vertically(HEAD);
         let (lanes_area, memory_area) = body.split_vertically(LANES);
-        let width = TIMELINE_SIZE.0 as i32;
+        draw_head(&head, chart)?;
+        draw_lanes(&root, &lanes_area, &chart.bars, end)?;
+        draw_memory(&memory_area, steps, budget, (end, top), (x_desc, &y_desc))?;
+        root.present().map_err(|x| x.to_string())?;
+    }
+    Ok(svg)
+}
 
-        // The title, the figures, the legend.
-        let centered = Pos::new(HPos::Center, VPos::Top);
-        let room = f64::from(width) - 20.0;
-        let title_size = fitting_size(&chart.title, 24.0, room, true);
+/// The device memory curve as steps of `(time, memory / scale)`, held to the time axis's
+/// end, which it returns: the last bar's or step's end, or the makespan (1 if none).
+fn memory_steps(report: &SimReport, bars: &[Bar], scale: f64) -> (Vec<(f64, f64)>, f64) {
+    let mut steps: Vec<(f64, f64)> = Vec::with_capacity(2 * report.timeline.len() + 1);
+    for p in &report.timeline {
+        if let Some(&(_, last)) = steps.last() {
+            steps.push((p.time, last));
+        }
+        steps.push((p.time, p.bytes as f64 / scale));
+    }
+    let end = bars.iter().map(|b| b.end).chain(steps.iter().map(|p| p.0)).fold(report.makespan, f64::max);
+    let end = if end > 0.0 && end.is_finite() { end } else { 1.0 };
+    if let Some(&(t, last)) = steps.last() {
+        if end > t {
+            steps.push((end, last));
+        }
+    }
+    (steps, end)
+}
+
+/// The timeline's head: the title, the figures, the legend.
+fn draw_head(head: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>, chart: &Timeline<'_>) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let width = TIMELINE_SIZE.0 as i32;
+    let centered = Pos::new(HPos::Center, VPos::Top);
+    let room = f64::from(width) - 20.0;
+    let title_size = fitting_size(&chart.title, 24.0, room, true);
+    head.draw(&Text::new(
+        chart.title.clone(),
+        (width / 2, 10),
+        ("sans-serif", title_size).into_font().style(FontStyle::Bold).color(&BLACK).pos(centered),
+    ))
+    .map_err(|x| e(&x))?;
+    let figures = timeline_figures(chart.report, chart.moves, chart.units);
+    let figures_size = fitting_size(&figures, 15.0, room, false);
+    head.draw(&Text::new(
+        figures,
+        (width / 2, 42),
+        ("sans-serif", figures_size).into_font().color(&BLACK.mix(0.75)).pos(centered),
+    ))
+    .map_err(|x| e(&x))?;
+    let kinds: Vec<BarKind> = BarKind::ALL.into_iter().filter(|k| chart.bars.iter().any(|b| b.kind == *k)).collect();
+    let legend_font = ("sans-serif", 14).into_font();
+    let item = |name: &str| 14.0 + 5.0 + text_width(name, 14.0) + 18.0;
+    // A legend entry: a bar's color, or a line (the memory curve's, the budget's).
+    let mut items: Vec<(String, Result<RGBColor, RGBColor>)> =
+        kinds.iter().map(|k| (k.name().to_string(), Ok(k.fill()))).collect();
+    items.push(("device memory".into(), Err(MEMORY)));
+    if let Some((_, name)) = &chart.budget {
+        items.push((name.clone(), Err(COLORS[3])));
+    }
+    let total: f64 = items.iter().map(|(n, _)| item(n)).sum();
+    let mut x = ((width as f64 - total) / 2.0).max(4.0);
+    let y = 70;
+    for (name, kind) in &items {
+        let x0 = x.round() as i32;
+        match kind {
+            Ok(fill) => head.draw(&Rectangle::new([(x0, y - 6), (x0 + 14, y + 6)], fill.filled())),
+            Err(line) => head.draw(&PathElement::new(vec![(x0, y), (x0 + 14, y)], line.stroke_width(2))),
+        }
+        .map_err(|x| e(&x))?;
         head.draw(&Text::new(
-            chart.title.clone(),
-            (width / 2, 10),
-            ("sans-serif", title_size).into_font().style(FontStyle::Bold).color(&BLACK).pos(centered),
+            name.clone(),
+            (x0 + 19, y),
+            legend_font.clone().color(&BLACK).pos(Pos::new(HPos::Left, VPos::Center)),
         ))
         .map_err(|x| e(&x))?;
-        let figures = timeline_figures(report, chart.moves, units);
-        let figures_size = fitting_size(&figures, 15.0, room, false);
-        head.draw(&Text::new(
-            figures,
-            (width / 2, 42),
-            ("sans-serif", figures_size).into_font().color(&BLACK.mix(0.75)).pos(centered),
+        x += item(name);
+    }
+    Ok(())
+}
+
+/// The lanes, in `area`, time across to `end`: compute on top, then each link, then the
+/// host CPU if it runs optimizer steps; names and bars are drawn on `root`, in pixels.
+fn draw_lanes(
+    root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    bars: &[Bar],
+    end: f64,
+) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let lane_count = if bars.iter().any(|b| b.kind == BarKind::CpuUpdate) { 4 } else { 3 };
+    let mut lanes = ChartBuilder::on(area)
+        .margin_left(20)
+        .margin_right(30)
+        .margin_top(6)
+        .margin_bottom(6)
+        .y_label_area_size(LEFT)
+        .build_cartesian_2d(0.0..end, 0.0..lane_count as f64)
+        .map_err(|x| e(&x))?;
+    lanes
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(0)
+        .x_label_formatter(&|_| String::new())
+        .bold_line_style(BLACK.mix(0.1))
+        .light_line_style(TRANSPARENT)
+        .draw()
+        .map_err(|x| e(&x))?;
+    let lane_top = |lane: usize| lane_count as f64 - lane as f64;
+    for (lane, name) in LANE_NAMES.into_iter().enumerate().take(lane_count) {
+        if lane % 2 == 1 {
+            lanes
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(0.0, lane_top(lane)), (end, lane_top(lane) - 1.0)],
+                    BLACK.mix(0.04).filled(),
+                )))
+                .map_err(|x| e(&x))?;
+        }
+        let (lx, ly) = lanes.backend_coord(&(0.0, lane_top(lane) - 0.5));
+        root.draw(&Text::new(
+            name,
+            (lx - 10, ly),
+            ("sans-serif", 15).into_font().color(&BLACK).pos(Pos::new(HPos::Right, VPos::Center)),
         ))
         .map_err(|x| e(&x))?;
-        let kinds: Vec<BarKind> =
-            BarKind::ALL.into_iter().filter(|k| chart.bars.iter().any(|b| b.kind == *k)).collect();
-        let legend_font = ("sans-serif", 14).into_font();
-        let item = |name: &str| 14.0 + 5.0 + text_width(name, 14.0) + 18.0;
-        // A legend entry: a bar's color, or a line (the memory curve's, the budget's).
-        let mut items: Vec<(String, Result<RGBColor, RGBColor>)> =
-            kinds.iter().map(|k| (k.name().to_string(), Ok(k.fill()))).collect();
-        items.push(("device memory".into(), Err(MEMORY)));
-        if let Some((_, name)) = &chart.budget {
-            items.push((name.clone(), Err(COLORS[3])));
-        }
-        let total: f64 = items.iter().map(|(n, _)| item(n)).sum();
-        let mut x = ((width as f64 - total) / 2.0).max(4.0);
-        let y = 70;
-        for (name, kind) in &items {
-            let x0 = x.round() as i32;
-            match kind {
-                Ok(fill) => head.draw(&Rectangle::new([(x0, y - 6), (x0 + 14, y + 6)], fill.filled())),
-                Err(line) => head.draw(&PathElement::new(vec![(x0, y), (x0 + 14, y)], line.stroke_width(2))),
-            }
-            .map_err(|x| e(&x))?;
-            head.draw(&Text::new(
-                name.clone(),
-                (x0 + 19, y),
-                legend_font.clone().color(&BLACK).pos(Pos::new(HPos::Left, VPos::Center)),
-            ))
-            .map_err(|x| e(&x))?;
-            x += item(name);
-        }
-
-        // The lanes: time across, compute on top, then each link, then the host CPU if it
-        // runs optimizer steps.
-        let lane_count = if chart.bars.iter().any(|b| b.kind == BarKind::CpuUpdate) { 4 } else { 3 };
-        let mut lanes = ChartBuilder::on(&lanes_area)
-            .margin_left(20)
-            .margin_right(30)
-            .margin_top(6)
-            .margin_bottom(6)
-            .y_label_area_size(LEFT)
-            .build_cartesian_2d(0.0..end, 0.0..lane_count as f64)
-            .map_err(|x| e(&x))?;
-        lanes
-            .configure_mesh()
-            .disable_y_mesh()
-            .y_labels(0)
-            .x_label_formatter(&|_| String::new())
-            .bold_line_style(BLACK.mix(0.1))
-            .light_line_style(TRANSPARENT)
-            .draw()
-            .map_err(|x| e(&x))?;
-        let lane_top = |lane: usize| lane_count as f64 - lane as f64;
-        for (lane, name) in LANE_NAMES.into_iter().enumerate().take(lane_count) {
-            if lane % 2 == 1 {
-                lanes
-                    .draw_series(std::iter::once(Rectangle::new(
-                        [(0.0, lane_top(lane)), (end, lane_top(lane) - 1.0)],
-                        BLACK.mix(0.04).filled(),
-                    )))
-                    .map_err(|x| e(&x))?;
-            }
-            let (lx, ly) = lanes.backend_coord(&(0.0, lane_top(lane) - 0.5));
+        if !bars.iter().any(|b| b.kind.lane() == lane) {
             root.draw(&Text::new(
-                name,
-                (lx - 10, ly),
-                ("sans-serif", 15).into_font().color(&BLACK).pos(Pos::new(HPos::Right, VPos::Center)),
+                if lane == 0 { "no compute ops" } else { "no transfers" },
+                (lx + 8, ly),
+                ("sans-serif", 13).into_font().color(&BLACK.mix(0.45)).pos(Pos::new(HPos::Left, VPos::Center)),
             ))
             .map_err(|x| e(&x))?;
-            if !chart.bars.iter().any(|b| b.kind.lane() == lane) {
+        }
+    }
+    let (left, _) = lanes.backend_coord(&(0.0, 0.0));
+    let (right, _) = lanes.backend_coord(&(end, 0.0));
+    let px = |t: f64| left as f64 + (t / end) * (right - left) as f64;
+    for lane in 0..lane_count {
+        let (_, y0) = lanes.backend_coord(&(0.0, lane_top(lane) - 0.14));
+        let (_, y1) = lanes.backend_coord(&(0.0, lane_top(lane) - 0.86));
+        let mut in_lane: Vec<&Bar> = bars.iter().filter(|b| b.kind.lane() == lane).collect();
+        in_lane.sort_by(|a, b| a.start.total_cmp(&b.start));
+        for bar in pixel_bars(in_lane.into_iter(), px) {
+            let x0 = bar.x0.round() as i32;
+            let mut x1 = (bar.x1.round() as i32).max(x0 + 1);
+            // A pixel of white between neighbours that are wide enough to spare it.
+            if x1 - x0 >= 4 {
+                x1 -= 1;
+            }
+            root.draw(&Rectangle::new([(x0, y0), (x1, y1)], bar.kind.fill().filled())).map_err(|x| e(&x))?;
+            if let Some(label) = bar.labels.and_then(|l| fitting_label(l, x1 - x0)) {
                 root.draw(&Text::new(
-                    if lane == 0 { "no compute ops" } else { "no transfers" },
-                    (lx + 8, ly),
-                    ("sans-serif", 13).into_font().color(&BLACK.mix(0.45)).pos(Pos::new(HPos::Left, VPos::Center)),
+                    label.to_string(),
+                    ((x0 + x1) / 2, (y0 + y1) / 2),
+                    ("sans-serif", LABEL_SIZE)
+                        .into_font()
+                        .color(&bar.kind.ink())
+                        .pos(Pos::new(HPos::Center, VPos::Center)),
                 ))
                 .map_err(|x| e(&x))?;
             }
         }
-        let (left, _) = lanes.backend_coord(&(0.0, 0.0));
-        let (right, _) = lanes.backend_coord(&(end, 0.0));
-        let px = |t: f64| left as f64 + (t / end) * (right - left) as f64;
-        for lane in 0..lane_count {
-            let (_, y0) = lanes.backend_coord(&(0.0, lane_top(lane) - 0.14));
-            let (_, y1) = lanes.backend_coord(&(0.0, lane_top(lane) - 0.86));
-            let mut bars: Vec<&Bar> = chart.bars.iter().filter(|b| b.kind.lane() == lane).collect();
-            bars.sort_by(|a, b| a.start.total_cmp(&b.start));
-            for bar in pixel_bars(bars.into_iter(), px) {
-                let x0 = bar.x0.round() as i32;
-                let mut x1 = (bar.x1.round() as i32).max(x0 + 1);
-                // A pixel of white between neighbours that are wide enough to spare it.
-                if x1 - x0 >= 4 {
-                    x1 -= 1;
-                }
-                root.draw(&Rectangle::new([(x0, y0), (x1, y1)], bar.kind.fill().filled())).map_err(|x| e(&x))?;
-                if let Some(label) = bar.labels.and_then(|l| fitting_label(l, x1 - x0)) {
-                    root.draw(&Text::new(
-                        label.to_string(),
-                        ((x0 + x1) / 2, (y0 + y1) / 2),
-                        ("sans-serif", LABEL_SIZE)
-                            .into_font()
-                            .color(&bar.kind.ink())
-                            .pos(Pos::new(HPos::Center, VPos::Center)),
-                    ))
-                    .map_err(|x| e(&x))?;
-                }
-            }
-        }
-
-        // Device memory, on the same time axis.
-        let mut memory = ChartBuilder::on(&memory_area)
-            .margin_left(20)
-            .margin_right(30)
-            .margin_top(8)
-            .margin_bottom(12)
-            .x_label_area_size(50)
-            .y_label_area_size(LEFT)
-            .build_cartesian_2d(0.0..end, 0.0..top)
-            .map_err(|x| e(&x))?;
-        memory
-            .configure_mesh()
-            .x_desc(x_desc)
-            .y_desc(y_desc)
-            .bold_line_style(BLACK.mix(0.15))
-            .light_line_style(BLACK.mix(0.04))
-            .draw()
-            .map_err(|x| e(&x))?;
-        // The area under the curve (plotters' `AreaSeries` is a feature this build leaves out).
-        let mut area = steps.clone();
-        if let (Some(&(first, _)), Some(&(last, _))) = (steps.first(), steps.last()) {
-            area.extend([(last, 0.0), (first, 0.0)]);
-        }
-        memory.draw_series(std::iter::once(Polygon::new(area, MEMORY.mix(0.12).filled()))).map_err(|x| e(&x))?;
-        memory.draw_series(LineSeries::new(steps, MEMORY.stroke_width(2))).map_err(|x| e(&x))?;
-        if let Some(b) = budget {
-            memory
-                .draw_series(DashedLineSeries::new(vec![(0.0, b), (end, b)], 8, 5, COLORS[3].stroke_width(2)))
-                .map_err(|x| e(&x))?;
-        }
-        root.present().map_err(|x| e(&x))?;
     }
-    Ok(svg)
+    Ok(())
+}
+
+/// Device memory in `area`, on the lanes' time axis to `end` and up to `top`: the area
+/// under its curve, the curve, and the budget's dashed line.
+fn draw_memory(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    steps: Vec<(f64, f64)>,
+    budget: Option<f64>,
+    (end, top): (f64, f64),
+    (x_desc, y_desc): (&str, &str),
+) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let mut memory = ChartBuilder::on(area)
+        .margin_left(20)
+        .margin_right(30)
+        .margin_top(8)
+        .margin_bottom(12)
+        .x_label_area_size(50)
+        .y_label_area_size(LEFT)
+        .build_cartesian_2d(0.0..end, 0.0..top)
+        .map_err(|x| e(&x))?;
+    memory
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .bold_line_style(BLACK.mix(0.15))
+        .light_line_style(BLACK.mix(0.04))
+        .draw()
+        .map_err(|x| e(&x))?;
+    // The area under the curve (plotters' `AreaSeries` is a feature this build leaves out).
+    let mut under = steps.clone();
+    if let (Some(&(first, _)), Some(&(last, _))) = (steps.first(), steps.last()) {
+        under.extend([(last, 0.0), (first, 0.0)]);
+    }
+    memory.draw_series(std::iter::once(Polygon::new(under, MEMORY.mix(0.12).filled()))).map_err(|x| e(&x))?;
+    memory.draw_series(LineSeries::new(steps, MEMORY.stroke_width(2))).map_err(|x| e(&x))?;
+    if let Some(b) = budget {
+        memory
+            .draw_series(DashedLineSeries::new(vec![(0.0, b), (end, b)], 8, 5, COLORS[3].stroke_width(2)))
+            .map_err(|x| e(&x))?;
+    }
+    Ok(())
 }
 
 /// The device memory curve's color.

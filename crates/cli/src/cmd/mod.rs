@@ -16,6 +16,56 @@ pub mod train;
 use pebble_machine::Machine;
 use pebble_solve::budget::{Budget, BudgetRequest};
 
+/// How many threads run `jobs` jobs at once: one per core, at least one, at most `jobs`.
+pub fn worker_count(jobs: usize) -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, jobs.max(1))
+}
+
+/// `f` over every job on `threads` threads, each taking the next job left, with a
+/// progress bar labelled `what`; the results in the jobs' order. A panic in `f` is an
+/// error, once every thread has been joined.
+pub fn parallel_map<J: Sync, R: Send>(
+    jobs: &[J],
+    threads: usize,
+    what: &str,
+    f: impl Fn(&J) -> R + Sync,
+) -> anyhow::Result<Vec<R>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let bar = crate::progress::bar(jobs.len() as u64, what);
+    let next = AtomicUsize::new(0);
+    let mut results: Vec<Option<R>> = std::iter::repeat_with(|| None).take(jobs.len()).collect();
+    let mut panicked = false;
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let j = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(job) = jobs.get(j) else { break };
+                        done.push((j, f(job)));
+                        bar.inc(1);
+                    }
+                    done
+                })
+            })
+            .collect();
+        // Join every worker before reporting a panic, so that the scope has none left.
+        for worker in workers {
+            match worker.join() {
+                Ok(done) => done.into_iter().for_each(|(j, r)| results[j] = Some(r)),
+                Err(_) => panicked = true,
+            }
+        }
+    });
+    if panicked {
+        return Err(anyhow::anyhow!("a solver panicked"));
+    }
+    bar.finish_and_clear();
+    results.into_iter().collect::<Option<Vec<R>>>().ok_or_else(|| anyhow::anyhow!("a job was not run"))
+}
+
 /// `predicted / baseline − 1`, or 0 when the baseline takes no time.
 pub fn overhead(predicted: f64, baseline: f64) -> f64 {
     if baseline > 0.0 {

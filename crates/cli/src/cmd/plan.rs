@@ -1,11 +1,12 @@
 //! `pebble plan`: one solver, one budget; the simulator's verdict on the schedule.
 
+use std::path::Path;
 use std::process::ExitCode;
 
 use pebble_machine::Machine;
 use pebble_sim::{SimConfig, SimReport};
 use pebble_solve::budget::Budget;
-use pebble_solve::{Fit, PlanError, SolveError, SolveOptions, Solver};
+use pebble_solve::{Fit, Plan, PlanError, SolveError, SolveOptions, Solver};
 use serde_json::json;
 
 use super::{budget_json, check_timeline, overhead, percent_of, resolve_budget, solve_options, timeline_bars};
@@ -73,41 +74,110 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     }
     let (source, machine) = Source::load(&args.source, &args.opts)?;
     let subject = source.view_for(solver)?;
-    let units = source.units();
-    let problem = subject.problem();
     // `--budget` counts everything resident; `--activation-budget` all but static memory.
     // Solvers plan in what the executor's reserve leaves of it.
-    let Setup { options, store_all, static_bytes, resolved } =
-        Setup::new((&args.solve, &args.budget), &source, &machine, &subject)?;
-    let activation_peak = store_all.peak_bytes.saturating_sub(static_bytes);
-    let budget = resolved.total_bytes;
-    let mut report = json!({
-        "solver": solver.name(),
-        "view": view_name(subject.view()),
-        "static_bytes": static_bytes,
-        "store_all_peak_bytes": store_all.peak_bytes,
-        "activation_peak_bytes": activation_peak,
-        "baseline_time": store_all.makespan,
-    });
-    extend(&mut report, budget_json(&resolved, &machine));
-    // Infeasible: the message, with the least budget the solver fits (`min`, planned).
-    let mut infeasible = |min_planned: Option<u64>, start: std::time::Instant| -> anyhow::Result<ExitCode> {
-        let min = min_planned.map(|planned| pebble_solve::budget::total_for(planned, &machine.runtime));
+    let setup = Setup::new((&args.solve, &args.budget), &source, &machine, &subject)?;
+    let cx = Context { args, solver, source: &source, machine: &machine, subject: &subject, setup: &setup };
+    let (units, planned) = (source.units(), setup.resolved.planned_bytes);
+    let report = cx.head_json();
+    let start = std::time::Instant::now();
+    let mut plan = match pebble_solve::plan_or_least(solver, subject.problem(), planned, &setup.options) {
+        Ok(Fit::Plan { plan, at }) => {
+            if let Some(m) = at {
+                eprintln!(
+                    "note: `{}` found no schedule at {} itself, but one at {} (its feasibility is not monotone \
+                     in the budget): that one is reported",
+                    solver.name(),
+                    units.size(planned),
+                    units.size(m)
+                );
+            }
+            *plan
+        }
+        Ok(Fit::Infeasible { min_budget }) => return cx.infeasible(report, min_budget, start),
+        Err(PlanError::Solve(
+            e @ (SolveError::NotApplicable { .. } | SolveError::TooLarge { .. } | SolveError::Unsupported { .. }),
+        )) => {
+            return Err(bad(format!("--solver: {e}")));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(path) = &args.output {
+        plan.schedule.planned_for = Some(source.describe(&subject));
+        let mut text = plan.schedule.to_json();
+        text.push('\n');
+        crate::source::write_new_file(path, "--output", &text, args.timeline.force)?;
+    }
+    if let Some(path) = &args.timeline.timeline {
+        cx.draw_timeline(path, &plan)?;
+    }
+    // `offload-bound` (Shilova's Proposition 3): no schedule that offloads without
+    // recomputing is faster; a time, with no schedule.
+    let bound = match &subject {
+        Subject::Chain(chain) => pebble_solve::offload::lower_bound(chain, planned, &setup.options.machine).ok(),
+        Subject::Graph(_) => None,
+    };
+    if args.json {
+        out::print_json(&cx.plan_json(report, &plan, bound))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    out::print(&cx.text(&plan, bound))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `pebble plan` plans: the flags, the solver, the source with the view the solver
+/// plans, the machine, and the budget with its references.
+struct Context<'a> {
+    args: &'a PlanArgs,
+    solver: &'static dyn Solver,
+    source: &'a Source,
+    machine: &'a Machine,
+    subject: &'a Subject,
+    setup: &'a Setup,
+}
+
+impl Context<'_> {
+    /// The report's fields known before planning: the solver, the view, the references
+    /// and the budget.
+    fn head_json(&self) -> serde_json::Value {
+        let Setup { store_all, static_bytes, resolved, .. } = self.setup;
+        let mut report = json!({
+            "solver": self.solver.name(),
+            "view": view_name(self.subject.view()),
+            "static_bytes": static_bytes,
+            "store_all_peak_bytes": store_all.peak_bytes,
+            "activation_peak_bytes": store_all.peak_bytes.saturating_sub(*static_bytes),
+            "baseline_time": store_all.makespan,
+        });
+        extend(&mut report, budget_json(resolved, self.machine));
+        report
+    }
+
+    /// No schedule fits: the message, with the least budget the solver fits (`min_planned`,
+    /// planned bytes), printed in the report under `--json`; the error to exit with.
+    fn infeasible(
+        &self,
+        mut report: serde_json::Value,
+        min_planned: Option<u64>,
+        start: std::time::Instant,
+    ) -> anyhow::Result<ExitCode> {
+        let (units, resolved) = (self.source.units(), &self.setup.resolved);
+        let min = min_planned.map(|planned| pebble_solve::budget::total_for(planned, &self.machine.runtime));
         let message = match min {
             Some(m) => format!(
                 "infeasible: no schedule of `{}` fits in {}; the minimum feasible budget is {} ({} of store-all)",
-                solver.name(),
-                units.size(budget),
+                self.solver.name(),
+                units.size(resolved.total_bytes),
                 units.size(m),
                 percent_of(m, resolved.reference_bytes)
             ),
             None => format!(
                 "infeasible: no schedule of `{}` fits in {}, nor in any budget",
-                solver.name(),
-                units.size(budget)
+                self.solver.name(),
+                units.size(resolved.total_bytes)
             ),
         };
-        if args.json {
+        if self.args.json {
             extend(
                 &mut report,
                 json!({
@@ -123,40 +193,17 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
             out::print_json(&report)?;
         }
         Err(Infeasible(message).into())
-    };
-    let start = std::time::Instant::now();
-    let mut plan = match pebble_solve::plan_or_least(solver, problem, resolved.planned_bytes, &options) {
-        Ok(Fit::Plan { plan, at }) => {
-            if let Some(m) = at {
-                eprintln!(
-                    "note: `{}` found no schedule at {} itself, but one at {} (its feasibility is not monotone \
-                     in the budget): that one is reported",
-                    solver.name(),
-                    units.size(resolved.planned_bytes),
-                    units.size(m)
-                );
-            }
-            *plan
-        }
-        Ok(Fit::Infeasible { min_budget }) => return infeasible(min_budget, start),
-        Err(PlanError::Solve(
-            e @ (SolveError::NotApplicable { .. } | SolveError::TooLarge { .. } | SolveError::Unsupported { .. }),
-        )) => {
-            return Err(bad(format!("--solver: {e}")));
-        }
-        Err(e) => return Err(e.into()),
-    };
-    if let Some(path) = &args.output {
-        plan.schedule.planned_for = Some(source.describe(&subject));
-        let mut text = plan.schedule.to_json();
-        text.push('\n');
-        crate::source::write_new_file(path, "--output", &text, args.timeline.force)?;
     }
-    if let Some(path) = &args.timeline.timeline {
-        // The plan's own simulation, again, with the spans and the memory curve recorded.
-        let config = SimConfig { budget: Some(resolved.planned_bytes), timeline: true, ..options.sim_config() };
+
+    /// Draws the plan's timeline to `path` (`--timeline`): its own simulation, again, with
+    /// the spans and the memory curve recorded.
+    fn draw_timeline(&self, path: &Path, plan: &Plan) -> anyhow::Result<()> {
+        let (units, resolved, problem) = (self.source.units(), &self.setup.resolved, self.subject.problem());
+        let budget = resolved.total_bytes;
+        let config =
+            SimConfig { budget: Some(resolved.planned_bytes), timeline: true, ..self.setup.options.sim_config() };
         let report = pebble_solve::simulate(problem, &plan.schedule, &config)
-            .map_err(|error| PlanError::Invalid { solver: solver.name(), error })?;
+            .map_err(|error| PlanError::Invalid { solver: self.solver.name(), error })?;
         let (planned, line) = if resolved.reserve_bytes > 0 {
             (format!(" ({} planned)", units.size(resolved.planned_bytes)), "budget (the share solvers plan in)")
         } else {
@@ -165,8 +212,8 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         let chart = plot::Timeline {
             title: format!(
                 "{} on {}, budget {}{planned}, {} of store-all",
-                solver.name(),
-                source.label(),
+                self.solver.name(),
+                self.source.label(),
                 units.size(budget),
                 percent_of(budget, resolved.reference_bytes)
             ),
@@ -176,26 +223,19 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
             report: &report,
             budget: Some((resolved.planned_bytes, line.to_string())),
         };
-        plot::timeline(path, args.timeline.force, &chart)?;
+        plot::timeline(path, self.args.timeline.force, &chart)
     }
-    let time = plan.report.makespan;
-    let over = overhead(time, store_all.makespan);
-    // `offload-bound` (Shilova's Proposition 3): no schedule that offloads without
-    // recomputing is faster; a time, with no schedule.
-    let bound = match &subject {
-        Subject::Chain(chain) => {
-            pebble_solve::offload::lower_bound(chain, resolved.planned_bytes, &options.machine).ok()
-        }
-        Subject::Graph(_) => None,
-    };
-    if args.json {
+
+    /// The `--json` report of a plan: `report`'s fields and the simulator's figures.
+    fn plan_json(&self, mut report: serde_json::Value, plan: &Plan, bound: Option<f64>) -> serde_json::Value {
+        let time = plan.report.makespan;
         extend(
             &mut report,
             json!({
                 "feasible": true,
                 "predicted_peak_bytes": plan.report.peak_bytes,
                 "predicted_time": time,
-                "overhead": over,
+                "overhead": overhead(time, self.setup.store_all.makespan),
                 "solve_seconds": plan.solve_seconds,
                 "optimal": plan.schedule.optimal,
                 "kept_from": plan.schedule.kept_from,
@@ -212,72 +252,77 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
                 "moves": plan.schedule.moves(),
             }),
         );
-        out::print_json(&report)?;
-        return Ok(ExitCode::SUCCESS);
+        report
     }
-    let mut text = format!(
-        "solver    {} on the {} view of {} ({} ops)\n\
-         budget    {} ({} of what store-all needs, {}; {} planned, {} kept by the runtime)\n\
-         peak      {}\n\
-         time      {} (store-all {}): overhead {:+.1}%\n",
-        solver.name(),
-        view_name(subject.view()),
-        source.label(),
-        plan.schedule.ops.len(),
-        units.size(budget),
-        percent_of(budget, resolved.reference_bytes),
-        units.size(resolved.reference_bytes),
-        units.size(resolved.planned_bytes),
-        units.size(resolved.reserve_bytes),
-        units.size(plan.report.peak_bytes),
-        units.time(time),
-        units.time(store_all.makespan),
-        100.0 * over,
-    );
-    if plan.schedule.periodic {
-        text.push_str(&format!(
-            "periodic  the time is the steady-state period, after {} periods simulated; link times are per period\n",
-            plan.report.periods
-        ));
+
+    /// The text report of a plan: what was planned, in what budget, its peak and time,
+    /// then what applies (periods, transfers, host CPU, the offload bound, a kept plan).
+    fn text(&self, plan: &Plan, bound: Option<f64>) -> String {
+        let (units, resolved, store_all) = (self.source.units(), &self.setup.resolved, &self.setup.store_all);
+        let (budget, time) = (resolved.total_bytes, plan.report.makespan);
+        let mut text = format!(
+            "solver    {} on the {} view of {} ({} ops)\n\
+             budget    {} ({} of what store-all needs, {}; {} planned, {} kept by the runtime)\n\
+             peak      {}\n\
+             time      {} (store-all {}): overhead {:+.1}%\n",
+            self.solver.name(),
+            view_name(self.subject.view()),
+            self.source.label(),
+            plan.schedule.ops.len(),
+            units.size(budget),
+            percent_of(budget, resolved.reference_bytes),
+            units.size(resolved.reference_bytes),
+            units.size(resolved.planned_bytes),
+            units.size(resolved.reserve_bytes),
+            units.size(plan.report.peak_bytes),
+            units.time(time),
+            units.time(store_all.makespan),
+            100.0 * overhead(time, store_all.makespan),
+        );
+        if plan.schedule.periodic {
+            text.push_str(&format!(
+                "periodic  the time is the steady-state period, after {} periods simulated; link times are per period\n",
+                plan.report.periods
+            ));
+        }
+        if plan.report.peak_host_bytes > 0 {
+            text.push_str(&format!(
+                "transfers host peak {}; links busy {} to the host, {} back; compute stalled {}\n",
+                units.size(plan.report.peak_host_bytes),
+                units.time(plan.report.d2h_busy),
+                units.time(plan.report.h2d_busy),
+                units.time(plan.report.compute_stall)
+            ));
+        }
+        if plan.report.cpu_busy > 0.0 {
+            text.push_str(&format!(
+                "cpu       optimizer steps on the host CPU busy {}\n",
+                units.time(plan.report.cpu_busy)
+            ));
+        }
+        if let Some(b) = bound {
+            text.push_str(&format!("bound     offloading alone (no recomputation) takes at least {}\n", units.time(b)));
+        }
+        if let Some(from) = &plan.schedule.kept_from {
+            text.push_str(&format!(
+                "plan      `{from}`'s (`{}` keeps another solver's plan where it runs faster than its own)\n",
+                self.solver.name()
+            ));
+        }
+        let proof = match plan.schedule.optimal {
+            Some(true) => " (every MILP to optimality)",
+            Some(false) => " (a MILP stopped at its time limit: the best solution found, not proven optimal)",
+            None => "",
+        };
+        text.push_str(&format!("solved in {:.3} s{proof}\n", plan.solve_seconds));
+        if let Some(path) = &self.args.output {
+            text.push_str(&format!("schedule written to {}\n", path.display()));
+        }
+        if let Some(path) = &self.args.timeline.timeline {
+            text.push_str(&format!("timeline written to {}\n", path.display()));
+        }
+        text
     }
-    if plan.report.peak_host_bytes > 0 {
-        text.push_str(&format!(
-            "transfers host peak {}; links busy {} to the host, {} back; compute stalled {}\n",
-            units.size(plan.report.peak_host_bytes),
-            units.time(plan.report.d2h_busy),
-            units.time(plan.report.h2d_busy),
-            units.time(plan.report.compute_stall)
-        ));
-    }
-    if plan.report.cpu_busy > 0.0 {
-        text.push_str(&format!(
-            "cpu       optimizer steps on the host CPU busy {}\n",
-            units.time(plan.report.cpu_busy)
-        ));
-    }
-    if let Some(b) = bound {
-        text.push_str(&format!("bound     offloading alone (no recomputation) takes at least {}\n", units.time(b)));
-    }
-    if let Some(from) = &plan.schedule.kept_from {
-        text.push_str(&format!(
-            "plan      `{from}`'s (`{}` keeps another solver's plan where it runs faster than its own)\n",
-            solver.name()
-        ));
-    }
-    let proof = match plan.schedule.optimal {
-        Some(true) => " (every MILP to optimality)",
-        Some(false) => " (a MILP stopped at its time limit: the best solution found, not proven optimal)",
-        None => "",
-    };
-    text.push_str(&format!("solved in {:.3} s{proof}\n", plan.solve_seconds));
-    if let Some(path) = &args.output {
-        text.push_str(&format!("schedule written to {}\n", path.display()));
-    }
-    if let Some(path) = &args.timeline.timeline {
-        text.push_str(&format!("timeline written to {}\n", path.display()));
-    }
-    out::print(&text)?;
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Adds the fields of `more` (an object) to `report` (an object).

@@ -10,17 +10,17 @@
 //! on that view. Percentages of the budget column are of what store-all needs on the
 //! chain view when some solver plans it, on the graph view otherwise.
 
+use std::path::Path;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use anyhow::anyhow;
+use pebble_machine::Machine;
 use pebble_schedule::View;
 use pebble_sim::SimReport;
 use pebble_solve::bound::Bound;
 use pebble_solve::{PlanError, SolveError, SolveOptions, Solver};
 use serde_json::json;
 
-use super::{overhead, solve_options};
+use super::{overhead, parallel_map, solve_options, worker_count};
 use crate::flags::SweepArgs;
 use crate::out;
 use crate::plot::{self, Curve};
@@ -71,14 +71,59 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
         .map(|name| find_solver(name.trim(), "--solvers"))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let (source, machine) = Source::load(&args.source, &args.opts)?;
-    let units = source.units();
     let options = SolveOptions { progress: pebble_solve::Progress::none(), ..solve_options(&args.solve, &machine) };
-    let total = |planned: u64| pebble_solve::budget::total_for(planned, &machine.runtime);
+    let (views, view_of) = references(&source, &solvers, !bounds.is_empty(), &options)?;
+    let reference = views.iter().position(|r| r.subject.view() == View::Chain).unwrap_or(0);
+    let hi = views[reference].store_all.peak_bytes;
+    let moves_weights = names.iter().any(|n| pebble_solve::weights::SOLVERS.contains(&n.trim()));
+    let lo = least_memory(&views[reference].subject, &options, moves_weights).unwrap_or(hi / 10).min(hi);
+    let budgets = spaced(lo, hi, args.points as u64);
+    let cells = solve_all(&solvers, &bounds, (&views, &view_of, reference), &budgets, &options)?;
+    let sweep = Sweep {
+        source: &source,
+        machine: &machine,
+        columns: solvers.iter().map(|s| s.name()).chain(bounds.iter().map(|b| b.name)).collect(),
+        solvers: solvers.len(),
+        views,
+        view_of,
+        reference,
+        budgets,
+        lo,
+        hi,
+        cells,
+    };
+    for (s, solver) in solvers.iter().enumerate() {
+        let failed = (0..sweep.budgets.len()).map(|b| sweep.cell(b, s)).find(|c| matches!(c, Cell::Failed(_)));
+        if let Some(Cell::Failed(why)) = failed {
+            eprintln!("warning: solver `{}` failed: {why}", solver.name());
+        }
+    }
+    if let Some(path) = &args.svg {
+        sweep.draw(path, args.force)?;
+    }
+    if args.json {
+        out::print_json(&sweep.json())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    out::print(&sweep.table())?;
+    if let Some(path) = &args.svg {
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
 
-    // The views the solvers plan, each built and simulated once.
+/// The views the solvers plan, each built and simulated once, and the index of each
+/// solver's; with `chain_too` (bounds in the sweep), the chain view even if no solver
+/// plans it.
+fn references(
+    source: &Source,
+    solvers: &[&dyn Solver],
+    chain_too: bool,
+    options: &SolveOptions,
+) -> anyhow::Result<(Vec<Reference>, Vec<usize>)> {
     let mut views: Vec<Reference> = Vec::new();
     let mut view_of: Vec<usize> = Vec::with_capacity(solvers.len());
-    for solver in &solvers {
+    for solver in solvers {
         let subject = source.view_for(*solver)?;
         let index = match views.iter().position(|r| r.subject.view() == subject.view()) {
             Some(i) => i,
@@ -90,175 +135,181 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
         };
         view_of.push(index);
     }
-    if !bounds.is_empty() && !views.iter().any(|r| r.subject.view() == View::Chain) {
+    if chain_too && !views.iter().any(|r| r.subject.view() == View::Chain) {
         let subject = source.view(View::Chain)?;
         let store_all = subject.store_all(&options.machine)?;
         views.push(Reference { subject, store_all });
     }
-    let reference = views.iter().position(|r| r.subject.view() == View::Chain).unwrap_or(0);
-    let hi = views[reference].store_all.peak_bytes;
-    let moves_weights = names.iter().any(|n| pebble_solve::weights::SOLVERS.contains(&n.trim()));
-    let lo = least_memory(&views[reference].subject, &options, moves_weights).unwrap_or(hi / 10).min(hi);
-    let n = args.points as u64;
-    let budgets: Vec<u64> = if n == 1 {
+    Ok((views, view_of))
+}
+
+/// `n` budgets evenly spaced from `lo` to `hi` (just `hi` when `n` is 1).
+fn spaced(lo: u64, hi: u64, n: u64) -> Vec<u64> {
+    if n == 1 {
         vec![hi]
     } else {
         (0..n).map(|i| lo + ((hi - lo) as u128 * i as u128 / (n - 1) as u128) as u64).collect()
-    };
+    }
+}
 
-    // One job per solver: it is prepared once and planned at every budget.
-    let bar = crate::progress::bar(solvers.len() as u64, "solvers");
-    let next = AtomicUsize::new(0);
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, solvers.len().max(1));
-    let mut cells: Vec<Option<Cell>> = vec![None; budgets.len() * solvers.len()];
-    std::thread::scope(|scope| -> anyhow::Result<()> {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let s = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(solver) = solvers.get(s) else { break };
-                        let view = &views[view_of[s]];
-                        for (b, cell) in solve(*solver, view, &budgets, &options).into_iter().enumerate() {
-                            done.push((b * solvers.len() + s, cell));
-                        }
-                        bar.inc(1);
-                    }
-                    done
-                })
-            })
-            .collect();
-        // Join every worker before reporting a panic, so that the scope has none left.
-        let mut panicked = false;
-        for worker in workers {
-            match worker.join() {
-                Ok(done) => done.into_iter().for_each(|(j, cell)| cells[j] = Some(cell)),
-                Err(_) => panicked = true,
-            }
-        }
-        if panicked {
-            return Err(anyhow!("a solver panicked"));
-        }
-        Ok(())
-    })?;
-    bar.finish_and_clear();
-    // Each bound at every budget, on the chain view (cheap: a closed form).
+/// Every solver at every budget, one job per solver (prepared once, planned at every
+/// budget) on all cores, then each bound at every budget on the chain view (cheap: a
+/// closed form): `cells[s][b]`, solvers first. `views` is the views, each solver's, and
+/// the chain view's.
+fn solve_all(
+    solvers: &[&dyn Solver],
+    bounds: &[&Bound],
+    (views, view_of, reference): (&[Reference], &[usize], usize),
+    budgets: &[u64],
+    options: &SolveOptions,
+) -> anyhow::Result<Vec<Vec<Cell>>> {
+    let jobs: Vec<(&dyn Solver, &Reference)> = solvers.iter().zip(view_of).map(|(s, &v)| (*s, &views[v])).collect();
+    let threads = worker_count(solvers.len());
+    let mut cells = parallel_map(&jobs, threads, "solvers", |&(solver, view)| solve(solver, view, budgets, options))?;
     let chain = &views[reference];
-    for bound in &bounds {
-        cells.extend(budgets.iter().map(|&budget| bound_cell(bound, chain, budget, &options)));
-    }
-    let cell = |b: usize, s: usize| {
-        let cell = if s < solvers.len() {
-            cells[b * solvers.len() + s].clone()
-        } else {
-            cells[budgets.len() * solvers.len() + (s - solvers.len()) * budgets.len() + b].clone()
-        };
-        cell.unwrap_or(Cell::Failed("not run".into()))
-    };
-    // Every column's name, solvers first, then bounds.
-    let columns: Vec<&str> = solvers.iter().map(|s| s.name()).chain(bounds.iter().map(|b| b.name)).collect();
+    cells.extend(bounds.iter().map(|bound| budgets.iter().map(|&b| bound_cell(bound, chain, b, options)).collect()));
+    Ok(cells)
+}
 
-    for (s, solver) in solvers.iter().enumerate() {
-        if let Some(Cell::Failed(why)) = (0..budgets.len()).map(|b| cell(b, s)).find(|c| matches!(c, Cell::Failed(_))) {
-            eprintln!("warning: solver `{}` failed: {why}", solver.name());
-        }
+/// A sweep's results: every column (solvers, then bounds) at every budget, and what
+/// its outputs print beside them.
+struct Sweep<'a> {
+    source: &'a Source,
+    machine: &'a Machine,
+    /// Every column's name, solvers first, then bounds.
+    columns: Vec<&'static str>,
+    /// How many of the columns are solvers.
+    solvers: usize,
+    views: Vec<Reference>,
+    /// The view each solver plans, an index into `views`.
+    view_of: Vec<usize>,
+    /// The view of the percentages and of the bounds: the chain view if there is one.
+    reference: usize,
+    /// The budgets (planned bytes), evenly spaced from `lo` to `hi`.
+    budgets: Vec<u64>,
+    lo: u64,
+    hi: u64,
+    /// `cells[s][b]`: column `s` at budget `b`.
+    cells: Vec<Vec<Cell>>,
+}
+
+impl Sweep<'_> {
+    /// A budget in all: planned bytes with the runtime's reserve.
+    fn total(&self, planned: u64) -> u64 {
+        pebble_solve::budget::total_for(planned, &self.machine.runtime)
     }
 
-    if let Some(path) = &args.svg {
-        let curves: Vec<Curve> = columns
+    /// Column `s` at budget `b`.
+    fn cell(&self, b: usize, s: usize) -> Cell {
+        self.cells.get(s).and_then(|c| c.get(b)).cloned().unwrap_or(Cell::Failed("not run".into()))
+    }
+
+    /// Draws the overheads against the budgets to `path` (`--svg`).
+    fn draw(&self, path: &Path, force: bool) -> anyhow::Result<()> {
+        let curves: Vec<Curve> = self
+            .columns
             .iter()
             .enumerate()
             .map(|(s, name)| Curve {
                 name: name.to_string(),
-                points: budgets
+                points: self
+                    .budgets
                     .iter()
                     .enumerate()
-                    .map(|(b, &budget)| match cell(b, s) {
-                        Cell::Feasible { overhead, .. } => (total(budget), Some(100.0 * overhead)),
-                        _ => (total(budget), None),
+                    .map(|(b, &budget)| match self.cell(b, s) {
+                        Cell::Feasible { overhead, .. } => (self.total(budget), Some(100.0 * overhead)),
+                        _ => (self.total(budget), None),
                     })
                     .collect(),
             })
             .collect();
-        let title = format!("{}: time overhead vs memory", source.label());
-        plot::sweep(path, args.force, &title, units, (total(lo), total(hi)), total(hi), &curves)?;
+        let title = format!("{}: time overhead vs memory", self.source.label());
+        let range = (self.total(self.lo), self.total(self.hi));
+        plot::sweep(path, force, &title, self.source.units(), range, self.total(self.hi), &curves)
     }
 
-    if args.json {
-        let solvers_json: Vec<_> = columns
+    /// The `--json` report: the references, the budgets, and each column's points.
+    fn json(&self) -> serde_json::Value {
+        let solvers_json: Vec<_> = self
+            .columns
             .iter()
             .enumerate()
             .map(|(s, name)| {
-                let view = &views[view_of.get(s).copied().unwrap_or(reference)];
-                let points: Vec<_> = budgets
+                let view = &self.views[self.view_of.get(s).copied().unwrap_or(self.reference)];
+                let points: Vec<_> = self
+                    .budgets
                     .iter()
                     .enumerate()
-                    .map(|(b, &budget)| match cell(b, s) {
-                        Cell::Feasible { peak, time, overhead } => json!({
-                            "budget_bytes": total(budget), "planned_bytes": budget, "feasible": true,
-                            "predicted_peak_bytes": (s < solvers.len()).then_some(peak), "predicted_time": time, "overhead": overhead,
-                        }),
-                        Cell::Infeasible => {
-                            json!({ "budget_bytes": total(budget), "planned_bytes": budget, "feasible": false })
+                    .map(|(b, &budget)| {
+                        let total = self.total(budget);
+                        match self.cell(b, s) {
+                            Cell::Feasible { peak, time, overhead } => json!({
+                                "budget_bytes": total, "planned_bytes": budget, "feasible": true,
+                                "predicted_peak_bytes": (s < self.solvers).then_some(peak), "predicted_time": time, "overhead": overhead,
+                            }),
+                            Cell::Infeasible => {
+                                json!({ "budget_bytes": total, "planned_bytes": budget, "feasible": false })
+                            }
+                            Cell::Failed(why) => json!({
+                                "budget_bytes": total, "planned_bytes": budget, "feasible": false, "error": why,
+                            }),
                         }
-                        Cell::Failed(why) => json!({
-                            "budget_bytes": total(budget), "planned_bytes": budget, "feasible": false, "error": why,
-                        }),
                     })
                     .collect();
                 json!({
                     "solver": name,
-                    "bound": s >= solvers.len(),
+                    "bound": s >= self.solvers,
                     "view": view_name(view.subject.view()),
                     "baseline_time": view.store_all.makespan,
                     "points": points,
                 })
             })
             .collect();
-        out::print_json(&json!({
-            "source": source.label(),
-            "view": view_name(views[reference].subject.view()),
-            "store_all_peak_bytes": hi,
-            "store_all_budget_bytes": total(hi),
-            "store_all_time": views[reference].store_all.makespan,
-            "budgets": budgets.iter().map(|&b| total(b)).collect::<Vec<_>>(),
-            "planned_budgets": budgets,
-            "runtime_overhead": machine.runtime,
+        let reference = &self.views[self.reference];
+        json!({
+            "source": self.source.label(),
+            "view": view_name(reference.subject.view()),
+            "store_all_peak_bytes": self.hi,
+            "store_all_budget_bytes": self.total(self.hi),
+            "store_all_time": reference.store_all.makespan,
+            "budgets": self.budgets.iter().map(|&b| self.total(b)).collect::<Vec<_>>(),
+            "planned_budgets": self.budgets,
+            "runtime_overhead": self.machine.runtime,
             "solvers": solvers_json,
-        }))?;
-        return Ok(ExitCode::SUCCESS);
+        })
     }
 
-    // Enough decimals that neighbouring budgets read apart (static memory can make the
-    // whole range a fraction of a percent).
-    let step = if budgets.len() > 1 {
-        100.0 * (hi - lo) as f64 / (budgets.len() - 1) as f64 / hi.max(1) as f64
-    } else {
-        100.0
-    };
-    let decimals = if step > 0.0 { (1.0 - step.log10().floor()).clamp(1.0, 4.0) as usize } else { 1 };
-    let mut header = vec!["budget".to_string(), "of store-all".to_string()];
-    header.extend(columns.iter().map(|name| name.to_string()));
-    let rows: Vec<Vec<String>> = budgets
-        .iter()
-        .enumerate()
-        .map(|(b, &budget)| {
-            let mut row = vec![units.size(total(budget)), percent(total(budget), total(hi), decimals)];
-            row.extend((0..columns.len()).map(|s| match cell(b, s) {
-                Cell::Feasible { overhead, .. } => format!("{:+.1}%", 100.0 * overhead),
-                Cell::Infeasible => "—".to_string(),
-                Cell::Failed(_) => "error".to_string(),
-            }));
-            row
-        })
-        .collect();
-    let right: Vec<bool> = (0..header.len()).map(|_| true).collect();
-    out::print(&out::table(&header, &rows, &right))?;
-    if let Some(path) = &args.svg {
-        eprintln!("wrote {}", path.display());
+    /// The table: a row per budget, with its share of store-all's and each column's
+    /// overhead.
+    fn table(&self) -> String {
+        let (budgets, hi, units) = (&self.budgets, self.hi, self.source.units());
+        // Enough decimals that neighbouring budgets read apart (static memory can make the
+        // whole range a fraction of a percent).
+        let step = if budgets.len() > 1 {
+            100.0 * (hi - self.lo) as f64 / (budgets.len() - 1) as f64 / hi.max(1) as f64
+        } else {
+            100.0
+        };
+        let decimals = if step > 0.0 { (1.0 - step.log10().floor()).clamp(1.0, 4.0) as usize } else { 1 };
+        let mut header = vec!["budget".to_string(), "of store-all".to_string()];
+        header.extend(self.columns.iter().map(|name| name.to_string()));
+        let rows: Vec<Vec<String>> = budgets
+            .iter()
+            .enumerate()
+            .map(|(b, &budget)| {
+                let mut row =
+                    vec![units.size(self.total(budget)), percent(self.total(budget), self.total(hi), decimals)];
+                row.extend((0..self.columns.len()).map(|s| match self.cell(b, s) {
+                    Cell::Feasible { overhead, .. } => format!("{:+.1}%", 100.0 * overhead),
+                    Cell::Infeasible => "—".to_string(),
+                    Cell::Failed(_) => "error".to_string(),
+                }));
+                row
+            })
+            .collect();
+        let right: Vec<bool> = (0..header.len()).map(|_| true).collect();
+        out::table(&header, &rows, &right)
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// The peak of `recompute-all` on this view, if that solver is registered and plans it;
@@ -293,13 +344,13 @@ fn solve(solver: &dyn Solver, view: &Reference, budgets: &[u64], options: &Solve
 
 /// A bound at one budget (planned bytes), on the chain view. Its "peak" is the budget:
 /// a bound has no schedule to measure.
-fn bound_cell(bound: &Bound, view: &Reference, budget: u64, options: &SolveOptions) -> Option<Cell> {
-    let Subject::Chain(chain) = &view.subject else { return Some(Cell::Failed("no chain view".into())) };
-    Some(match (bound.time)(chain, budget, &options.machine) {
+fn bound_cell(bound: &Bound, view: &Reference, budget: u64, options: &SolveOptions) -> Cell {
+    let Subject::Chain(chain) = &view.subject else { return Cell::Failed("no chain view".into()) };
+    match (bound.time)(chain, budget, &options.machine) {
         Ok(time) => Cell::Feasible { peak: budget, time, overhead: overhead(time, view.store_all.makespan) },
         Err(SolveError::Infeasible { .. }) => Cell::Infeasible,
         Err(e) => Cell::Failed(e.to_string()),
-    })
+    }
 }
 
 /// `value` as a percentage of `reference` with `decimals` decimals.

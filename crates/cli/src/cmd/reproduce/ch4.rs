@@ -14,9 +14,8 @@
 //! factor of the thesis's headline ("4 to 6 times less memory").
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::anyhow;
@@ -27,7 +26,7 @@ use pebble_solve::{PlanError, Problem, SolveError, SolveOptions};
 use plotters::prelude::*;
 use serde_json::{json, Value};
 
-use crate::cmd::overhead;
+use crate::cmd::{overhead, parallel_map, worker_count};
 use crate::flags::{ModelOpts, ReproduceArgs, SizeOpts};
 use crate::out;
 use crate::plot::COLORS;
@@ -94,6 +93,25 @@ enum Job {
     Bisect(usize, &'static str),
 }
 
+/// What a [`Job`] found, with its key in [`Results`].
+enum Done {
+    Point((usize, usize, usize), Cell),
+    Bisect((usize, &'static str), Option<Threshold>),
+}
+
+/// The experiment's grid, models and results: what its JSON, charts and summary read.
+struct Results {
+    alphas: Vec<f64>,
+    betas: Vec<f64>,
+    /// The (α, β) points, each once: the α sweep at β = 12 GB/s and the β sweep at α = 0.2.
+    points: Vec<(f64, f64)>,
+    setups: Vec<Setup>,
+    /// By (model, point, solver).
+    cells: HashMap<(usize, usize, usize), Cell>,
+    /// By (model, solver name), for [`FACTOR_SOLVERS`].
+    thresholds: HashMap<(usize, &'static str), Option<Threshold>>,
+}
+
 pub fn ch4(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let steps = if args.quick { QUICK_STEPS } else { STEPS };
@@ -101,28 +119,92 @@ pub fn ch4(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     for name in SOLVERS.iter().chain(["recompute-all"].iter()) {
         crate::source::find_solver(name, "reproduce")?;
     }
+    let (alphas, betas, points) = grid(args.quick);
+    let setups = args.models.iter().map(|name| setup(name.trim(), args)).collect::<anyhow::Result<Vec<_>>>()?;
+    let jobs = jobs(&setups, points.len());
+    let threads = worker_count(jobs.len());
+    let done = parallel_map(&jobs, threads, "solves", |&job| match job {
+        Job::Point(m, p, s) => {
+            let (alpha, beta) = points[p];
+            let setup = &setups[m];
+            Done::Point((m, p, s), solve(setup, SOLVERS[s], setup.budget(alpha), beta))
+        }
+        Job::Bisect(m, name) => Done::Bisect((m, name), bisect(&setups[m], name, steps)),
+    })?;
+    let mut results = Results { alphas, betas, points, setups, cells: HashMap::new(), thresholds: HashMap::new() };
+    for d in done {
+        match d {
+            Done::Point(key, cell) => {
+                results.cells.insert(key, cell);
+            }
+            Done::Bisect(key, threshold) => {
+                results.thresholds.insert(key, threshold);
+            }
+        }
+    }
+    for ((m, p, s), c) in &results.cells {
+        if let Cell::Failed(why) = c {
+            let (a, b) = results.points[*p];
+            let name = &results.setups[*m].name;
+            eprintln!("warning: {} on {name} at α = {a}, β = {} GB/s failed: {why}", SOLVERS[*s], b / 1e9);
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let command = command_line(args);
+    let report = json!({
+        "experiment": "ch4",
+        "command": command,
+        "profile": args.profile(),
+        "batch": args.batch,
+        "image": args.image,
+        "quick": args.quick,
+        "solvers": SOLVERS,
+        "alphas": results.alphas,
+        "betas": results.betas,
+        "beta_of_alpha_sweep": BETA,
+        "alpha_of_beta_sweep": ALPHA,
+        "overhead_limit": LIMIT,
+        "bisection_steps": steps,
+        "threads": threads,
+        "run_seconds": seconds,
+        "models": (0..results.setups.len()).map(|m| results.model_json(m)).collect::<Vec<Value>>(),
+    });
+    let svgs = results.charts(args, &paths)?;
+    let svgs: Vec<&str> = svgs.iter().map(String::as_str).collect();
+    super::write_outputs(args, &paths, &report, &svgs, started)?;
+    let mut summary = results.summary();
+    summary.push_str(&format!("\n{command}: {seconds:.0} s on {threads} threads\n"));
+    for path in &paths {
+        summary.push_str(&format!("wrote {}\n", path.display()));
+    }
+    out::print(&summary)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The α and β of the sweeps, and the (α, β) points, each once: the α sweep at β = 12
+/// GB/s and the β sweep at α = 0.2.
+fn grid(quick: bool) -> (Vec<f64>, Vec<f64>, Vec<(f64, f64)>) {
     // 0.1 to 1 by tenths, and 0.75, the thesis's high-memory point (§4.4).
-    let alphas: Vec<f64> = if args.quick {
+    let alphas: Vec<f64> = if quick {
         vec![0.2, 0.5, 0.75]
     } else {
         let mut a: Vec<f64> = (1..=10).map(|i| i as f64 / 10.0).chain([0.75]).collect();
         a.sort_by(f64::total_cmp);
         a
     };
-    let betas: Vec<f64> = if args.quick { vec![12e9, 36e9] } else { vec![12e9, 18e9, 24e9, 36e9] };
-    // The (α, β) points, each once: the α sweep at β = 12 GB/s and the β sweep at α = 0.2.
+    let betas: Vec<f64> = if quick { vec![12e9, 36e9] } else { vec![12e9, 18e9, 24e9, 36e9] };
     let mut points: Vec<(f64, f64)> = alphas.iter().map(|&a| (a, BETA)).collect();
     for &b in &betas {
         if !points.iter().any(|&(a, bb)| same(a, ALPHA) && same(bb, b)) {
             points.push((ALPHA, b));
         }
     }
-    let find = |alpha: f64, beta: f64| points.iter().position(|&(a, b)| same(a, alpha) && same(b, beta));
+    (alphas, betas, points)
+}
 
-    let setups = args.models.iter().map(|name| setup(name.trim(), args)).collect::<anyhow::Result<Vec<_>>>()?;
-
-    // The slow jobs first (pofo's bisections, then its points), so that two threads end
-    // together.
+/// Every job: the slow ones first (pofo's bisections, then its points), so that two
+/// threads end together.
+fn jobs(setups: &[Setup], points: usize) -> Vec<Job> {
     let mut jobs: Vec<Job> = Vec::new();
     let by_size = {
         let mut m: Vec<usize> = (0..setups.len()).collect();
@@ -136,7 +218,7 @@ pub fn ch4(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     for (rank, name) in order.iter().enumerate() {
         let s = SOLVERS.iter().position(|n| n == name).unwrap_or(rank);
         for &m in &by_size {
-            for p in 0..points.len() {
+            for p in 0..points {
                 jobs.push(Job::Point(m, p, s));
             }
             if *name == "rotor" {
@@ -144,63 +226,45 @@ pub fn ch4(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    jobs
+}
 
-    let bar = crate::progress::bar(jobs.len() as u64, "solves");
-    let next = AtomicUsize::new(0);
-    let cells: Mutex<HashMap<(usize, usize, usize), Cell>> = Mutex::default();
-    let thresholds: Mutex<HashMap<(usize, &'static str), Option<Threshold>>> = Mutex::default();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, jobs.len().max(1));
-    std::thread::scope(|scope| -> anyhow::Result<()> {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| loop {
-                    let j = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&job) = jobs.get(j) else { break };
-                    match job {
-                        Job::Point(m, p, s) => {
-                            let (alpha, beta) = points[p];
-                            let setup = &setups[m];
-                            let cell = solve(setup, SOLVERS[s], setup.budget(alpha), beta);
-                            cells.lock().map(|mut c| c.insert((m, p, s), cell)).ok();
-                        }
-                        Job::Bisect(m, name) => {
-                            let t = bisect(&setups[m], name, steps);
-                            thresholds.lock().map(|mut c| c.insert((m, name), t)).ok();
-                        }
-                    }
-                    bar.inc(1);
-                })
-            })
-            .collect();
-        let mut panicked = false;
-        for worker in workers {
-            panicked |= worker.join().is_err();
-        }
-        if panicked {
-            return Err(anyhow!("a solver panicked"));
-        }
-        Ok(())
-    })?;
-    bar.finish_and_clear();
-    let cells = cells.into_inner().map_err(|_| anyhow!("a solver panicked"))?;
-    let thresholds = thresholds.into_inner().map_err(|_| anyhow!("a solver panicked"))?;
-    let cell = |m: usize, p: usize, s: usize| cells.get(&(m, p, s)).cloned().unwrap_or(Cell::Failed("not run".into()));
-    for ((m, p, s), c) in &cells {
-        if let Cell::Failed(why) = c {
-            let (a, b) = points[*p];
-            eprintln!("warning: {} on {} at α = {a}, β = {} GB/s failed: {why}", SOLVERS[*s], setups[*m].name, b / 1e9);
+impl Results {
+    /// The point `(alpha, beta)`'s index, if the grid has it.
+    fn find(&self, alpha: f64, beta: f64) -> Option<usize> {
+        self.points.iter().position(|&(a, b)| same(a, alpha) && same(b, beta))
+    }
+
+    /// Model `m` at point `p` under solver `s`.
+    fn cell(&self, m: usize, p: usize, s: usize) -> Cell {
+        self.cells.get(&(m, p, s)).cloned().unwrap_or(Cell::Failed("not run".into()))
+    }
+
+    /// The overhead in percent of solver `s` on model `m` at point `p`, if feasible.
+    fn overhead_at(&self, m: usize, p: Option<usize>, s: usize) -> Option<f64> {
+        match self.cell(m, p?, s) {
+            Cell::Feasible { makespan, .. } => Some(100.0 * overhead(makespan, self.setups[m].t_seq)),
+            _ => None,
         }
     }
-    let seconds = started.elapsed().as_secs_f64();
 
-    // The JSON.
-    let point_json = |m: usize, p: usize| -> Value {
-        let setup = &setups[m];
-        let (alpha, beta) = points[p];
+    /// The share in percent of the saved activations that solver `s` offloads on model
+    /// `m` at point `p`, if feasible.
+    fn share_at(&self, m: usize, p: Option<usize>, s: usize) -> Option<f64> {
+        match self.cell(m, p?, s) {
+            Cell::Feasible { offloaded, .. } => Some(100.0 * share(offloaded, self.setups[m].saved_bytes)),
+            _ => None,
+        }
+    }
+
+    /// One point's JSON: its α, β and budget, and each solver's result.
+    fn point_json(&self, m: usize, p: usize) -> Value {
+        let setup = &self.setups[m];
+        let (alpha, beta) = self.points[p];
         let budget = setup.budget(alpha);
         let mut by_solver = serde_json::Map::new();
         for (s, name) in SOLVERS.iter().enumerate() {
-            let v = match cell(m, p, s) {
+            let v = match self.cell(m, p, s) {
                 Cell::Feasible { makespan, peak, offloaded, d2h_busy, seconds } => json!({
                     "feasible": true,
                     "makespan": makespan,
@@ -223,189 +287,149 @@ pub fn ch4(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
             "activation_bytes": budget.saturating_sub(setup.chain.static_bytes),
             "solvers": by_solver,
         })
-    };
-    let models_json: Vec<Value> = setups
-        .iter()
-        .enumerate()
-        .map(|(m, setup)| {
-            let alpha_sweep: Vec<Value> =
-                alphas.iter().filter_map(|&a| find(a, BETA)).map(|p| point_json(m, p)).collect();
-            let beta_sweep: Vec<Value> =
-                betas.iter().filter_map(|&b| find(ALPHA, b)).map(|p| point_json(m, p)).collect();
-            let mut factors = serde_json::Map::new();
-            for name in FACTOR_SOLVERS {
-                let v = match thresholds.get(&(m, name)).copied().flatten() {
-                    Some(t) => json!({
-                        "budget_bytes": t.budget,
-                        "activation_bytes": t.budget.saturating_sub(setup.chain.static_bytes),
-                        "overhead": t.overhead,
-                        "factor": factor(setup, t.budget),
-                        // Within the limit already at M^low: the factor is M^low's, a
-                        // lower bound on what the solver could do with less.
-                        "at_m_low": t.budget == setup.m_low,
-                    }),
-                    None => Value::Null,
-                };
-                factors.insert(name.to_string(), v);
-            }
-            json!({
-                "model": setup.name,
-                "stages": setup.chain.len(),
-                "static_bytes": setup.chain.static_bytes,
-                "t_seq": setup.t_seq,
-                "m_high_bytes": setup.m_high,
-                "m_low_bytes": setup.m_low,
-                "saved_bytes": setup.saved_bytes,
-                "alpha_sweep": alpha_sweep,
-                "beta_sweep": beta_sweep,
-                "division_factor": factors,
-            })
-        })
-        .collect();
-    let command = command_line(args);
-    let report = json!({
-        "experiment": "ch4",
-        "command": command,
-        "profile": args.profile(),
-        "batch": args.batch,
-        "image": args.image,
-        "quick": args.quick,
-        "solvers": SOLVERS,
-        "alphas": alphas,
-        "betas": betas,
-        "beta_of_alpha_sweep": BETA,
-        "alpha_of_beta_sweep": ALPHA,
-        "overhead_limit": LIMIT,
-        "bisection_steps": steps,
-        "threads": threads,
-        "run_seconds": seconds,
-        "models": models_json,
-    });
-
-    // The charts.
-    let overhead_at = |m: usize, p: Option<usize>, s: usize| -> Option<f64> {
-        match cell(m, p?, s) {
-            Cell::Feasible { makespan, .. } => Some(100.0 * overhead(makespan, setups[m].t_seq)),
-            _ => None,
-        }
-    };
-    let share_at = |m: usize, p: Option<usize>, s: usize| -> Option<f64> {
-        match cell(m, p?, s) {
-            Cell::Feasible { offloaded, .. } => Some(100.0 * share(offloaded, setups[m].saved_bytes)),
-            _ => None,
-        }
-    };
-    let alpha_panels: Vec<Panel> = (0..setups.len())
-        .map(|m| Panel {
-            title: setups[m].name.clone(),
-            curves: (0..SOLVERS.len())
-                .map(|s| (s, alphas.iter().map(|&a| (a, overhead_at(m, find(a, BETA), s))).collect()))
-                .collect(),
-        })
-        .collect();
-    let beta_panels: Vec<Panel> = (0..setups.len())
-        .map(|m| Panel {
-            title: setups[m].name.clone(),
-            curves: (0..SOLVERS.len())
-                .map(|s| (s, betas.iter().map(|&b| (b / 1e9, overhead_at(m, find(ALPHA, b), s))).collect()))
-                .collect(),
-        })
-        .collect();
-    let share_panels: Vec<Panel> = (0..setups.len())
-        .map(|m| Panel {
-            title: setups[m].name.clone(),
-            curves: MIXED
-                .iter()
-                .filter_map(|name| SOLVERS.iter().position(|n| n == name))
-                .map(|s| (s, alphas.iter().map(|&a| (a, share_at(m, find(a, BETA), s))).collect()))
-                .collect(),
-        })
-        .collect();
-    let sizes = format!("batch {}, {}×{}, {}", args.batch, args.image, args.image, args.profile());
-    let svgs = [
-        render(
-            &format!("Time overhead vs memory (α), β = 12 GB/s; {sizes}"),
-            "α: budget = (1−α)·M_low + α·M_high",
-            "overhead over T_seq (%)",
-            &SOLVERS,
-            &alpha_panels,
-            Some(100.0),
-        ),
-        render(
-            &format!("Time overhead vs bandwidth, α = 0.2; {sizes}"),
-            "β (GB/s)",
-            "overhead over T_seq (%)",
-            &SOLVERS,
-            &beta_panels,
-            Some(100.0),
-        ),
-        render(
-            &format!("Share of the saved activations offloaded, β = 12 GB/s; {sizes}"),
-            "α: budget = (1−α)·M_low + α·M_high",
-            "offloaded / Σ ā_i (%)",
-            &SOLVERS,
-            &share_panels,
-            None,
-        ),
-    ];
-    let svgs = paths[1..]
-        .iter()
-        .zip(svgs)
-        .map(|(path, svg)| svg.map_err(|e| anyhow!("`{}`: cannot draw the plot: {e}", path.display())))
-        .collect::<anyhow::Result<Vec<String>>>()?;
-    let svgs: Vec<&str> = svgs.iter().map(String::as_str).collect();
-    super::write_outputs(args, &paths, &report, &svgs, started)?;
-
-    // The summary.
-    let fmt = |c: Cell, setup: &Setup| match c {
-        Cell::Feasible { makespan, .. } => format!("{:+.1}%", 100.0 * overhead(makespan, setup.t_seq)),
-        Cell::Infeasible => "—".to_string(),
-        Cell::Failed(_) => "error".to_string(),
-    };
-    let mut header = vec!["model".to_string(), "α".to_string(), "β GB/s".to_string()];
-    header.extend(SOLVERS.iter().map(|s| s.to_string()));
-    header.push("pofo offl.".to_string());
-    let mut rows = Vec::new();
-    for (m, setup) in setups.iter().enumerate() {
-        for (p, &(alpha, beta)) in points.iter().enumerate() {
-            let mut row = vec![setup.name.clone(), format!("{alpha:.2}"), format!("{:.0}", beta / 1e9)];
-            row.extend((0..SOLVERS.len()).map(|s| fmt(cell(m, p, s), setup)));
-            let pofo = SOLVERS.iter().position(|n| *n == "pofo").unwrap_or(0);
-            row.push(share_at(m, Some(p), pofo).map_or("—".to_string(), |v| format!("{v:.0}%")));
-            rows.push(row);
-        }
     }
-    let right: Vec<bool> = (0..header.len()).map(|i| i > 0).collect();
-    let mut summary = out::table(&header, &rows, &right);
-    let fheader: Vec<String> =
-        ["model", "M_high − static", "pofo ≤20%", "factor", "rotor ≤20%", "factor"].map(String::from).to_vec();
-    let gib = pebble_graph::units::format_bytes;
-    let frows: Vec<Vec<String>> = setups
-        .iter()
-        .enumerate()
-        .map(|(m, setup)| {
-            let mut row = vec![setup.name.clone(), gib(setup.m_high.saturating_sub(setup.chain.static_bytes))];
-            for name in FACTOR_SOLVERS {
-                match thresholds.get(&(m, name)).copied().flatten() {
-                    Some(t) => {
-                        row.push(gib(t.budget.saturating_sub(setup.chain.static_bytes)));
-                        row.push(format!("{:.2}", factor(setup, t.budget)));
+
+    /// One model's JSON: its references, both sweeps and the division factors.
+    fn model_json(&self, m: usize) -> Value {
+        let setup = &self.setups[m];
+        let alpha_sweep: Vec<Value> =
+            self.alphas.iter().filter_map(|&a| self.find(a, BETA)).map(|p| self.point_json(m, p)).collect();
+        let beta_sweep: Vec<Value> =
+            self.betas.iter().filter_map(|&b| self.find(ALPHA, b)).map(|p| self.point_json(m, p)).collect();
+        let mut factors = serde_json::Map::new();
+        for name in FACTOR_SOLVERS {
+            let v = match self.thresholds.get(&(m, name)).copied().flatten() {
+                Some(t) => json!({
+                    "budget_bytes": t.budget,
+                    "activation_bytes": t.budget.saturating_sub(setup.chain.static_bytes),
+                    "overhead": t.overhead,
+                    "factor": factor(setup, t.budget),
+                    // Within the limit already at M^low: the factor is M^low's, a
+                    // lower bound on what the solver could do with less.
+                    "at_m_low": t.budget == setup.m_low,
+                }),
+                None => Value::Null,
+            };
+            factors.insert(name.to_string(), v);
+        }
+        json!({
+            "model": setup.name,
+            "stages": setup.chain.len(),
+            "static_bytes": setup.chain.static_bytes,
+            "t_seq": setup.t_seq,
+            "m_high_bytes": setup.m_high,
+            "m_low_bytes": setup.m_low,
+            "saved_bytes": setup.saved_bytes,
+            "alpha_sweep": alpha_sweep,
+            "beta_sweep": beta_sweep,
+            "division_factor": factors,
+        })
+    }
+
+    /// The three charts (Figs. 4.2–4.4), in the order of `paths[1..]`.
+    fn charts(&self, args: &ReproduceArgs, paths: &[PathBuf]) -> anyhow::Result<Vec<String>> {
+        let (alphas, betas) = (&self.alphas, &self.betas);
+        let panels = |curve: &dyn Fn(usize, usize) -> Points, solvers: &[usize]| -> Vec<Panel> {
+            (0..self.setups.len())
+                .map(|m| Panel {
+                    title: self.setups[m].name.clone(),
+                    curves: solvers.iter().map(|&s| (s, curve(m, s))).collect(),
+                })
+                .collect()
+        };
+        let all: Vec<usize> = (0..SOLVERS.len()).collect();
+        let mixed: Vec<usize> = MIXED.iter().filter_map(|name| SOLVERS.iter().position(|n| n == name)).collect();
+        let alpha_panels =
+            panels(&|m, s| alphas.iter().map(|&a| (a, self.overhead_at(m, self.find(a, BETA), s))).collect(), &all);
+        let beta_panels = panels(
+            &|m, s| betas.iter().map(|&b| (b / 1e9, self.overhead_at(m, self.find(ALPHA, b), s))).collect(),
+            &all,
+        );
+        let share_panels =
+            panels(&|m, s| alphas.iter().map(|&a| (a, self.share_at(m, self.find(a, BETA), s))).collect(), &mixed);
+        let sizes = format!("batch {}, {}×{}, {}", args.batch, args.image, args.image, args.profile());
+        let svgs = [
+            render(
+                &format!("Time overhead vs memory (α), β = 12 GB/s; {sizes}"),
+                "α: budget = (1−α)·M_low + α·M_high",
+                "overhead over T_seq (%)",
+                &SOLVERS,
+                &alpha_panels,
+                Some(100.0),
+            ),
+            render(
+                &format!("Time overhead vs bandwidth, α = 0.2; {sizes}"),
+                "β (GB/s)",
+                "overhead over T_seq (%)",
+                &SOLVERS,
+                &beta_panels,
+                Some(100.0),
+            ),
+            render(
+                &format!("Share of the saved activations offloaded, β = 12 GB/s; {sizes}"),
+                "α: budget = (1−α)·M_low + α·M_high",
+                "offloaded / Σ ā_i (%)",
+                &SOLVERS,
+                &share_panels,
+                None,
+            ),
+        ];
+        paths[1..]
+            .iter()
+            .zip(svgs)
+            .map(|(path, svg)| svg.map_err(|e| anyhow!("`{}`: cannot draw the plot: {e}", path.display())))
+            .collect()
+    }
+
+    /// The summary's tables: every point's overheads (and pofo's offloaded share), then
+    /// the division factors.
+    fn summary(&self) -> String {
+        let fmt = |c: Cell, setup: &Setup| match c {
+            Cell::Feasible { makespan, .. } => format!("{:+.1}%", 100.0 * overhead(makespan, setup.t_seq)),
+            Cell::Infeasible => "—".to_string(),
+            Cell::Failed(_) => "error".to_string(),
+        };
+        let mut header = vec!["model".to_string(), "α".to_string(), "β GB/s".to_string()];
+        header.extend(SOLVERS.iter().map(|s| s.to_string()));
+        header.push("pofo offl.".to_string());
+        let mut rows = Vec::new();
+        for (m, setup) in self.setups.iter().enumerate() {
+            for (p, &(alpha, beta)) in self.points.iter().enumerate() {
+                let mut row = vec![setup.name.clone(), format!("{alpha:.2}"), format!("{:.0}", beta / 1e9)];
+                row.extend((0..SOLVERS.len()).map(|s| fmt(self.cell(m, p, s), setup)));
+                let pofo = SOLVERS.iter().position(|n| *n == "pofo").unwrap_or(0);
+                row.push(self.share_at(m, Some(p), pofo).map_or("—".to_string(), |v| format!("{v:.0}%")));
+                rows.push(row);
+            }
+        }
+        let right: Vec<bool> = (0..header.len()).map(|i| i > 0).collect();
+        let mut summary = out::table(&header, &rows, &right);
+        let fheader: Vec<String> =
+            ["model", "M_high − static", "pofo ≤20%", "factor", "rotor ≤20%", "factor"].map(String::from).to_vec();
+        let gib = pebble_graph::units::format_bytes;
+        let frows: Vec<Vec<String>> = self
+            .setups
+            .iter()
+            .enumerate()
+            .map(|(m, setup)| {
+                let mut row = vec![setup.name.clone(), gib(setup.m_high.saturating_sub(setup.chain.static_bytes))];
+                for name in FACTOR_SOLVERS {
+                    match self.thresholds.get(&(m, name)).copied().flatten() {
+                        Some(t) => {
+                            row.push(gib(t.budget.saturating_sub(setup.chain.static_bytes)));
+                            row.push(format!("{:.2}", factor(setup, t.budget)));
+                        }
+                        None => row.extend(["—".to_string(), "—".to_string()]),
                     }
-                    None => row.extend(["—".to_string(), "—".to_string()]),
                 }
-            }
-            row
-        })
-        .collect();
-    summary.push('\n');
-    summary.push_str("activation memory divided, at ≤ 20% overhead:\n");
-    summary.push_str(&out::table(&fheader, &frows, &[false, true, true, true, true, true]));
-    summary.push_str(&format!("\n{command}: {seconds:.0} s on {threads} threads\n"));
-    for path in &paths {
-        summary.push_str(&format!("wrote {}\n", path.display()));
+                row
+            })
+            .collect();
+        summary.push('\n');
+        summary.push_str("activation memory divided, at ≤ 20% overhead:\n");
+        summary.push_str(&out::table(&fheader, &frows, &[false, true, true, true, true, true]));
+        summary
     }
-    out::print(&summary)?;
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Two parameters equal up to rounding.

@@ -19,8 +19,6 @@
 
 use std::collections::HashMap;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::anyhow;
@@ -28,6 +26,7 @@ use pebble_graph::Layers;
 use pebble_solve::pipeline::{pipe_solver, plan_pipeline, PipeError, PipeProblem};
 use serde_json::{json, Value};
 
+use crate::cmd::{parallel_map, worker_count};
 use crate::flags::{ModelOpts, OptimizerArg, ReproduceArgs, SizeOpts};
 use crate::source::build_model;
 
@@ -94,51 +93,47 @@ fn geomean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp())
 }
 
+/// A cell's key: model, P, M in tenths of GB, β in tenths of GB/s, solver.
+type Key = (usize, usize, u64, u64, usize);
+
+/// The key of model `m` on `p` devices of `mem` GB, links of `b` GB/s, under solver `s`.
+fn key(m: usize, p: usize, mem: f64, b: f64, s: usize) -> Key {
+    (m, p, (mem * 10.0) as u64, (b * 10.0) as u64, s)
+}
+
+/// The grid's axes: devices `P`, memories `M` (GB) and bandwidths β (GB/s).
+struct Grid {
+    devices: Vec<usize>,
+    memories: Vec<f64>,
+    betas: Vec<f64>,
+}
+
+/// The models, the grid and every cell: what the report and the charts read.
+struct Results {
+    models: Vec<(String, Layers)>,
+    grid: Grid,
+    cells: HashMap<Key, Cell>,
+}
+
+/// The ratios to MadPipe: per solver, its geometric mean at each memory (the JSON of
+/// each), and the headline figures by solver.
+type Ratios = (Vec<(String, Vec<Value>)>, serde_json::Map<String, Value>);
+
 pub fn ch7(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let paths = super::output_paths(args, &FILES)?;
     for name in SOLVERS {
         pipe_solver(name).map_err(|e| anyhow!("{e}"))?;
     }
-    let devices: Vec<usize> = if args.quick { vec![2, 4, 8] } else { (2..=8).collect() };
-    let memories: Vec<f64> =
-        if args.quick { vec![3.0, 6.0, 10.0, 16.0] } else { vec![3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0] };
-    let betas: Vec<f64> = if args.quick { vec![12.0] } else { vec![12.0, 24.0] };
+    let grid = Grid::new(args.quick);
     let models: Vec<(String, Layers)> =
         MODELS.iter().map(|m| layers(m, args).map(|l| (m.to_string(), l))).collect::<anyhow::Result<_>>()?;
-    let mut jobs = Vec::new();
-    for m in 0..models.len() {
-        for &p in &devices {
-            for &mem in &memories {
-                for &b in &betas {
-                    for s in 0..SOLVERS.len() {
-                        jobs.push((m, p, mem, b, s));
-                    }
-                }
-            }
-        }
-    }
-    let bar = crate::progress::bar(jobs.len() as u64, "pipelines");
-    let next = AtomicUsize::new(0);
-    // (model, P, M in tenths of GB, β in tenths of GB/s, solver).
-    type Key = (usize, usize, u64, u64, usize);
-    let cells: Mutex<HashMap<Key, Cell>> = Mutex::default();
-    let key = |m: usize, p: usize, mem: f64, b: f64, s: usize| (m, p, (mem * 10.0) as u64, (b * 10.0) as u64, s);
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| loop {
-                let j = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&(m, p, mem, b, s)) = jobs.get(j) else { break };
-                let cell = solve(&models[m].1, SOLVERS[s], p, mem * GB, b * GB, args.ilp);
-                cells.lock().map(|mut c| c.insert(key(m, p, mem, b, s), cell)).ok();
-                bar.inc(1);
-            });
-        }
-    });
-    bar.finish_and_clear();
-    let cells = cells.into_inner().map_err(|_| anyhow!("a solver panicked"))?;
-    let cell = |m, p, mem, b, s| cells.get(&key(m, p, mem, b, s)).cloned().unwrap_or(Cell::Failed("not run".into()));
+    let jobs = grid.jobs(models.len());
+    let found = parallel_map(&jobs, worker_count(8), "pipelines", |&(m, p, mem, b, s)| {
+        solve(&models[m].1, SOLVERS[s], p, mem * GB, b * GB, args.ilp)
+    })?;
+    let cells: HashMap<Key, Cell> =
+        jobs.iter().zip(found).map(|(&(m, p, mem, b, s), cell)| (key(m, p, mem, b, s), cell)).collect();
     for ((m, p, mem, b, s), c) in &cells {
         if let Cell::Failed(why) = c {
             eprintln!(
@@ -150,84 +145,9 @@ pub fn ch7(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
-
-    // Ratios to MadPipe: per solver, per M, over models, P and β (both feasible); and
-    // where only one of the two is feasible.
-    let mut ratio_rows = Vec::new();
-    let mut headline = serde_json::Map::new();
-    for (s, name) in SOLVERS.iter().enumerate().skip(1) {
-        let mut per_m = Vec::new();
-        let (mut all, mut below_10, mut largest) = (Vec::new(), Vec::new(), (0.0f64, Value::Null));
-        let (mut only_madpipe, mut only_other) = (0, 0);
-        for &mem in &memories {
-            let mut r = Vec::new();
-            for (m, _) in models.iter().enumerate() {
-                for &p in &devices {
-                    for &b in &betas {
-                        match (cell(m, p, mem, b, 0).period(), cell(m, p, mem, b, s).period()) {
-                            (Some(mad), Some(x)) => {
-                                let q = x / mad;
-                                r.push(q);
-                                if q > largest.0 {
-                                    largest = (
-                                        q,
-                                        json!({ "model": models[m].0, "devices": p, "memory_gb": mem, "beta_gbps": b }),
-                                    );
-                                }
-                            }
-                            (Some(_), None) => only_madpipe += 1,
-                            (None, Some(_)) => only_other += 1,
-                            (None, None) => {}
-                        }
-                    }
-                }
-            }
-            all.extend(&r);
-            if mem < 10.0 {
-                below_10.extend(&r);
-            }
-            per_m.push(json!({ "memory_gb": mem, "geomean_ratio": geomean(&r), "cases": r.len() }));
-        }
-        headline.insert(
-            name.to_string(),
-            json!({
-                "geomean_ratio": geomean(&all),
-                "geomean_ratio_below_10gb": geomean(&below_10),
-                "largest_ratio": largest.0,
-                "largest_at": largest.1,
-                "cases_both_feasible": all.len(),
-                "cases_only_madpipe_feasible": only_madpipe,
-                "cases_only_this_feasible": only_other,
-                "cases_faster_than_madpipe": all.iter().filter(|&&q| q < 1.0 - 1e-9).count(),
-            }),
-        );
-        ratio_rows.push((name.to_string(), per_m));
-    }
-    let mut points = Vec::new();
-    for (m, (model, _)) in models.iter().enumerate() {
-        for &p in &devices {
-            for &mem in &memories {
-                for &b in &betas {
-                    for (s, name) in SOLVERS.iter().enumerate() {
-                        let c = cell(m, p, mem, b, s);
-                        points.push(match c {
-                            Cell::Feasible { period, expected, peak, seconds } => json!({
-                                "model": model, "devices": p, "memory_gb": mem, "beta_gbps": b, "solver": name,
-                                "feasible": true, "period": period, "expected_period": expected,
-                                "speedup": models[m].1.total_load() / period, "peak_bytes": peak, "solve_seconds": seconds,
-                            }),
-                            Cell::Infeasible => json!({
-                                "model": model, "devices": p, "memory_gb": mem, "beta_gbps": b, "solver": name, "feasible": false,
-                            }),
-                            Cell::Failed(why) => json!({
-                                "model": model, "devices": p, "memory_gb": mem, "beta_gbps": b, "solver": name, "error": why,
-                            }),
-                        });
-                    }
-                }
-            }
-        }
-    }
+    let results = Results { models, grid, cells };
+    let (ratio_rows, headline) = results.ratios();
+    let Grid { devices, memories, betas } = &results.grid;
     let report = json!({
         "experiment": "Shilova's thesis, Ch. 7: MadPipe against PipeDream (DP+1F1B*) and today's schedules",
         "command": format!("pebble reproduce ch7{}{}", if args.quick { " --quick" } else { "" }, if args.ilp { " --ilp" } else { "" }),
@@ -236,38 +156,169 @@ pub fn ch7(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         "madpipe_phase2": if args.ilp { "the Ch. 6 ILP on the stage chain, 10 s limit, or 1F1B*'s construction if better" } else { "1F1B*'s construction on the stage chain" },
         "ratio_to_madpipe": headline,
         "ratio_by_memory": ratio_rows.iter().map(|(n, r)| json!({ "solver": n, "by_memory": r })).collect::<Vec<_>>(),
-        "points": points,
+        "points": results.points_json(),
         "seconds": started.elapsed().as_secs_f64(),
     });
-    // Charts: the ratio by memory (Fig. 7.8), and ResNet-50's periods at P = 8, β = 12.
-    let ratio_series: Vec<crate::plot::Series> = ratio_rows
-        .iter()
-        .map(|(n, r)| {
-            (
-                n.clone(),
-                r.iter().map(|p| (p["memory_gb"].as_f64().unwrap_or(0.0), p["geomean_ratio"].as_f64())).collect(),
-            )
-        })
-        .collect();
-    let ratio_svg = crate::plot::lines(
-        "period / MadPipe's period (geometric mean over models, P, β)",
-        "memory per device (GB)",
-        "ratio to MadPipe",
-        &ratio_series,
-    )?;
-    let p8 = *devices.last().unwrap_or(&2);
-    let resnet: Vec<crate::plot::Series> = SOLVERS
-        .iter()
-        .enumerate()
-        .map(|(s, n)| {
-            (n.to_string(), memories.iter().map(|&mem| (mem, cell(0, p8, mem, betas[0], s).period())).collect())
-        })
-        .collect();
-    let resnet_svg = crate::plot::lines(
-        &format!("ResNet-50, 1000×1000, batch 8, P = {p8}, β = {} GB/s", betas[0]),
-        "memory per device (GB)",
-        "period per micro-batch (s)",
-        &resnet,
-    )?;
+    let (ratio_svg, resnet_svg) = results.charts(&ratio_rows)?;
     super::write_outputs(args, &paths, &report, &[&ratio_svg, &resnet_svg], started)
+}
+
+impl Grid {
+    /// The thesis's grid, or `--quick`'s smaller one.
+    fn new(quick: bool) -> Grid {
+        Grid {
+            devices: if quick { vec![2, 4, 8] } else { (2..=8).collect() },
+            memories: if quick { vec![3.0, 6.0, 10.0, 16.0] } else { vec![3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0] },
+            betas: if quick { vec![12.0] } else { vec![12.0, 24.0] },
+        }
+    }
+
+    /// Every job of `models` models, as (model, P, M, β, solver).
+    fn jobs(&self, models: usize) -> Vec<(usize, usize, f64, f64, usize)> {
+        let mut jobs = Vec::new();
+        for m in 0..models {
+            for &p in &self.devices {
+                for &mem in &self.memories {
+                    for &b in &self.betas {
+                        for s in 0..SOLVERS.len() {
+                            jobs.push((m, p, mem, b, s));
+                        }
+                    }
+                }
+            }
+        }
+        jobs
+    }
+}
+
+impl Results {
+    /// Model `m` on `p` devices of `mem` GB, links of `b` GB/s, under solver `s`.
+    fn cell(&self, m: usize, p: usize, mem: f64, b: f64, s: usize) -> Cell {
+        self.cells.get(&key(m, p, mem, b, s)).cloned().unwrap_or(Cell::Failed("not run".into()))
+    }
+
+    /// Ratios to MadPipe: per solver, per M, over models, P and β (both feasible); and
+    /// where only one of the two is feasible.
+    fn ratios(&self) -> Ratios {
+        let Grid { devices, memories, betas } = &self.grid;
+        let mut ratio_rows = Vec::new();
+        let mut headline = serde_json::Map::new();
+        for (s, name) in SOLVERS.iter().enumerate().skip(1) {
+            let mut per_m = Vec::new();
+            let (mut all, mut below_10, mut largest) = (Vec::new(), Vec::new(), (0.0f64, Value::Null));
+            let (mut only_madpipe, mut only_other) = (0, 0);
+            for &mem in memories {
+                let mut r = Vec::new();
+                for (m, _) in self.models.iter().enumerate() {
+                    for &p in devices {
+                        for &b in betas {
+                            match (self.cell(m, p, mem, b, 0).period(), self.cell(m, p, mem, b, s).period()) {
+                                (Some(mad), Some(x)) => {
+                                    let q = x / mad;
+                                    r.push(q);
+                                    if q > largest.0 {
+                                        let at = json!({ "model": self.models[m].0, "devices": p, "memory_gb": mem, "beta_gbps": b });
+                                        largest = (q, at);
+                                    }
+                                }
+                                (Some(_), None) => only_madpipe += 1,
+                                (None, Some(_)) => only_other += 1,
+                                (None, None) => {}
+                            }
+                        }
+                    }
+                }
+                all.extend(&r);
+                if mem < 10.0 {
+                    below_10.extend(&r);
+                }
+                per_m.push(json!({ "memory_gb": mem, "geomean_ratio": geomean(&r), "cases": r.len() }));
+            }
+            headline.insert(
+                name.to_string(),
+                json!({
+                    "geomean_ratio": geomean(&all),
+                    "geomean_ratio_below_10gb": geomean(&below_10),
+                    "largest_ratio": largest.0,
+                    "largest_at": largest.1,
+                    "cases_both_feasible": all.len(),
+                    "cases_only_madpipe_feasible": only_madpipe,
+                    "cases_only_this_feasible": only_other,
+                    "cases_faster_than_madpipe": all.iter().filter(|&&q| q < 1.0 - 1e-9).count(),
+                }),
+            );
+            ratio_rows.push((name.to_string(), per_m));
+        }
+        (ratio_rows, headline)
+    }
+
+    /// Every cell's JSON, in the grid's order.
+    fn points_json(&self) -> Vec<Value> {
+        let Grid { devices, memories, betas } = &self.grid;
+        let mut points = Vec::new();
+        for (m, (model, layers)) in self.models.iter().enumerate() {
+            for &p in devices {
+                for &mem in memories {
+                    for &b in betas {
+                        for (s, name) in SOLVERS.iter().enumerate() {
+                            let c = self.cell(m, p, mem, b, s);
+                            points.push(match c {
+                                Cell::Feasible { period, expected, peak, seconds } => json!({
+                                    "model": model, "devices": p, "memory_gb": mem, "beta_gbps": b, "solver": name,
+                                    "feasible": true, "period": period, "expected_period": expected,
+                                    "speedup": layers.total_load() / period, "peak_bytes": peak, "solve_seconds": seconds,
+                                }),
+                                Cell::Infeasible => json!({
+                                    "model": model, "devices": p, "memory_gb": mem, "beta_gbps": b, "solver": name, "feasible": false,
+                                }),
+                                Cell::Failed(why) => json!({
+                                    "model": model, "devices": p, "memory_gb": mem, "beta_gbps": b, "solver": name, "error": why,
+                                }),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        points
+    }
+
+    /// The charts: the ratio by memory (Fig. 7.8), and ResNet-50's periods at the most
+    /// devices and the first β.
+    fn charts(&self, ratio_rows: &[(String, Vec<Value>)]) -> anyhow::Result<(String, String)> {
+        let Grid { devices, memories, betas } = &self.grid;
+        let ratio_series: Vec<crate::plot::Series> = ratio_rows
+            .iter()
+            .map(|(n, r)| {
+                (
+                    n.clone(),
+                    r.iter().map(|p| (p["memory_gb"].as_f64().unwrap_or(0.0), p["geomean_ratio"].as_f64())).collect(),
+                )
+            })
+            .collect();
+        let ratio_svg = crate::plot::lines(
+            "period / MadPipe's period (geometric mean over models, P, β)",
+            "memory per device (GB)",
+            "ratio to MadPipe",
+            &ratio_series,
+        )?;
+        let p8 = *devices.last().unwrap_or(&2);
+        let resnet: Vec<crate::plot::Series> = SOLVERS
+            .iter()
+            .enumerate()
+            .map(|(s, n)| {
+                (
+                    n.to_string(),
+                    memories.iter().map(|&mem| (mem, self.cell(0, p8, mem, betas[0], s).period())).collect(),
+                )
+            })
+            .collect();
+        let resnet_svg = crate::plot::lines(
+            &format!("ResNet-50, 1000×1000, batch 8, P = {p8}, β = {} GB/s", betas[0]),
+            "memory per device (GB)",
+            "period per micro-batch (s)",
+            &resnet,
+        )?;
+        Ok((ratio_svg, resnet_svg))
+    }
 }

@@ -23,8 +23,6 @@
 //! `weights-bandwidth.svg`.
 
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::anyhow;
@@ -34,6 +32,7 @@ use pebble_solve::{PlanError, Problem, SolveError, SolveOptions};
 use serde_json::{json, Value};
 
 use super::ch4::{render, Panel, Points};
+use crate::cmd::{parallel_map, worker_count};
 use crate::flags::{ModelOpts, ReproduceArgs, SizeOpts};
 use crate::source::build_model;
 
@@ -173,6 +172,21 @@ fn run_method(row: &Row, method: &str, options: &SolveOptions) -> Cell {
     }
 }
 
+/// The rows run, the study's β and every job's result: what the table, the report and
+/// the chart read.
+struct Results {
+    /// The indices in [`ROWS`] of the rows run.
+    picked: Vec<usize>,
+    /// Their chains, then the study's, last.
+    rows: Vec<Row>,
+    /// The study's β, GB/s.
+    betas: Vec<f64>,
+    /// (row, method, β in bytes per second), in the order run.
+    jobs: Vec<(usize, usize, f64)>,
+    /// Each job's result.
+    cells: Vec<Cell>,
+}
+
 pub fn table1(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let paths = super::output_paths(args, &FILES)?;
@@ -203,151 +217,13 @@ pub fn table1(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         jobs.extend((0..study).map(|r| (r, m, BETA)));
         jobs.extend(betas.iter().map(|&b| (study, m, b * 1e9)));
     }
-    let bar = crate::progress::bar(jobs.len() as u64, "solves");
-    let next = AtomicUsize::new(0);
-    let cells: Mutex<Vec<Option<Cell>>> = Mutex::new(vec![None; jobs.len()]);
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, jobs.len());
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| loop {
-                let j = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&(r, m, beta)) = jobs.get(j) else { break };
-                let cell = run_method(&rows[r], METHODS[m], &options_at(beta));
-                if let Ok(mut c) = cells.lock() {
-                    c[j] = Some(cell);
-                }
-                bar.inc(1);
-            });
-        }
-    });
-    bar.finish_and_clear();
-    let cells = cells.into_inner().map_err(|_| anyhow!("a solver panicked"))?;
-    let at = |r: usize, m: usize, beta: f64| {
-        let j = jobs.iter().position(|&(jr, jm, jb)| jr == r && jm == m && jb == beta);
-        j.and_then(|j| cells[j].clone()).unwrap_or(Cell::Failed("not run".into()))
-    };
-    let cell = |r: usize, m: usize| at(r, m, BETA);
-
-    // The table, beside the paper's.
-    let ms = |c: &Cell| match c {
-        Cell::Time { seconds, .. } => format!("{:.0}", seconds * 1e3),
-        Cell::Infeasible => "infeasible".into(),
-        Cell::Failed(_) => "failed".into(),
-    };
-    let pct = |c: &Cell, base: &Cell| match (c, base) {
-        (Cell::Time { seconds: a, .. }, Cell::Time { seconds: b, .. }) if *b > 0.0 => {
-            format!("{:+.2}%", 100.0 * (a / b - 1.0))
-        }
-        _ => "–".into(),
-    };
-    println!(
-        "| network | depth | batch | Σu (ms) | ILP | Greedy | L2L | Greedy* | Greedy vs ILP | L2L vs ILP | Greedy* vs ILP | paper: Greedy / L2L / Greedy* vs ILP |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
-    let mut rows_json = Vec::new();
-    for (r, row) in rows[..study].iter().enumerate() {
-        let paper = PAPER[picked[r]];
-        let paper_pct = |v: f64| format!("{:+.2}%", 100.0 * (v / paper[1] - 1.0));
-        let bound = cell(r, 0);
-        println!(
-            "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} |",
-            row.network,
-            row.depth,
-            row.batch,
-            row.compute * 1e3,
-            ms(&bound),
-            ms(&cell(r, 1)),
-            ms(&cell(r, 2)),
-            ms(&cell(r, 3)),
-            pct(&cell(r, 1), &bound),
-            pct(&cell(r, 2), &bound),
-            pct(&cell(r, 3), &bound),
-            paper_pct(paper[2]),
-            paper_pct(paper[3]),
-            paper_pct(paper[4]),
-        );
-        let mut methods = serde_json::Map::new();
-        for (m, name) in METHODS.iter().enumerate() {
-            let v = match cell(r, m) {
-                Cell::Time { seconds, solve_seconds, peak, host_peak } => json!({
-                    "feasible": true,
-                    "paper_name": PAPER_NAMES[m],
-                    "seconds": seconds,
-                    "idle_seconds": seconds - row.compute,
-                    "solve_seconds": solve_seconds,
-                    "peak_bytes": peak,
-                    "peak_host_bytes": host_peak,
-                }),
-                Cell::Infeasible => json!({ "feasible": false, "paper_name": PAPER_NAMES[m] }),
-                Cell::Failed(why) => json!({ "feasible": false, "paper_name": PAPER_NAMES[m], "error": why }),
-            };
-            methods.insert(name.to_string(), v);
-        }
-        let paper_json: serde_json::Map<String, Value> = ["sum_u", "ILP", "Greedy", "L2L", "Greedy*"]
-            .iter()
-            .zip(paper)
-            .map(|(k, v)| (k.to_string(), json!(v / 1e3)))
-            .collect();
-        rows_json.push(json!({
-            "network": row.network,
-            "depth": row.depth,
-            "batch": row.batch,
-            "weight_bytes": row.chain.static_bytes,
-            "memory_bytes": row.memory,
-            "compute_seconds": row.compute,
-            "methods": methods,
-            "paper_seconds": paper_json,
-        }));
-    }
-    // The bandwidth study: idle time over Σu against β.
-    let study_row = &rows[study];
-    let idle = |c: &Cell| match c {
-        Cell::Time { seconds, .. } => Some(100.0 * (seconds / study_row.compute - 1.0)),
-        _ => None,
-    };
-    // idle[m][i]: method m at betas[i] (ascending).
-    let mut idle: Vec<Vec<Option<f64>>> =
-        (0..METHODS.len()).map(|m| betas.iter().map(|&b| idle(&at(study, m, b * 1e9))).collect()).collect();
-    // Less bandwidth is never faster, so the bound at β holds at every lower β too: the
-    // bound column is the running maximum from the highest β down (HiGHS proves more at
-    // high β within its time limit).
-    let mut running: Option<f64> = None;
-    for x in idle[0].iter_mut().rev().flatten() {
-        let m = running.map_or(*x, |r| r.max(*x));
-        *x = m;
-        running = Some(m);
-    }
-    let curves: Vec<(usize, Points)> =
-        (0..METHODS.len()).map(|m| (m, betas.iter().copied().zip(idle[m].iter().copied()).collect())).collect();
-    let study_json: Vec<Value> = betas
-        .iter()
-        .enumerate()
-        .map(|(i, &b)| {
-            let by: serde_json::Map<String, Value> = METHODS
-                .iter()
-                .enumerate()
-                .map(|(m, name)| (name.to_string(), json!(idle[m][i].map(|p| p / 100.0))))
-                .collect();
-            json!({ "beta": b * 1e9, "idle_share": by })
-        })
-        .collect();
-    let svg = render(
-        &format!(
-            "Weight offloading against bandwidth: {} depth {}, batch {}, {}, M = {:.1} GiB",
-            STUDY.0,
-            STUDY.1,
-            STUDY.2,
-            args.profile(),
-            study_row.memory as f64 / (1u64 << 30) as f64
-        ),
-        "β each way (GB/s)",
-        "idle time over Σu (%)",
-        &PAPER_NAMES,
-        &[Panel { title: format!("Σu = {:.0} ms", study_row.compute * 1e3), curves }],
-        Some(100.0),
-    )
-    .map_err(|e| anyhow!("drawing the chart: {e}"))?;
-
+    let cells = parallel_map(&jobs, worker_count(jobs.len()), "solves", |&(r, m, beta)| {
+        run_method(&rows[r], METHODS[m], &options_at(beta))
+    })?;
+    let results = Results { picked, rows, betas, jobs, cells };
+    results.print_table();
+    let (study_json, svg) = results.bandwidth_study(args)?;
+    let study_row = &results.rows[study];
     let report = json!({
         "experiment": "weights",
         "command": format!("pebble reproduce weights --profile {}{}", args.profile(), if args.quick { " --quick" } else { "" }),
@@ -357,7 +233,7 @@ pub fn table1(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         "width": WIDTH,
         "heads": HEADS,
         "run_seconds": started.elapsed().as_secs_f64(),
-        "rows": rows_json,
+        "rows": results.rows_json(),
         "bandwidth_study": {
             "network": STUDY.0,
             "depth": STUDY.1,
@@ -367,6 +243,159 @@ pub fn table1(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         },
     });
     super::write_outputs(args, &paths, &report, &[&svg], started)
+}
+
+impl Results {
+    /// The study's row, the last.
+    fn study_index(&self) -> usize {
+        self.rows.len() - 1
+    }
+
+    /// Method `m` on row `r` at `beta` (bytes per second).
+    fn at(&self, r: usize, m: usize, beta: f64) -> Cell {
+        let j = self.jobs.iter().position(|&(jr, jm, jb)| jr == r && jm == m && jb == beta);
+        j.and_then(|j| self.cells.get(j).cloned()).unwrap_or(Cell::Failed("not run".into()))
+    }
+
+    /// Method `m` on row `r` at the table's β.
+    fn cell(&self, r: usize, m: usize) -> Cell {
+        self.at(r, m, BETA)
+    }
+
+    /// Prints the table (markdown), beside the paper's.
+    fn print_table(&self) {
+        let ms = |c: &Cell| match c {
+            Cell::Time { seconds, .. } => format!("{:.0}", seconds * 1e3),
+            Cell::Infeasible => "infeasible".into(),
+            Cell::Failed(_) => "failed".into(),
+        };
+        let pct = |c: &Cell, base: &Cell| match (c, base) {
+            (Cell::Time { seconds: a, .. }, Cell::Time { seconds: b, .. }) if *b > 0.0 => {
+                format!("{:+.2}%", 100.0 * (a / b - 1.0))
+            }
+            _ => "–".into(),
+        };
+        println!(
+            "| network | depth | batch | Σu (ms) | ILP | Greedy | L2L | Greedy* | Greedy vs ILP | L2L vs ILP | Greedy* vs ILP | paper: Greedy / L2L / Greedy* vs ILP |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for (r, row) in self.rows[..self.study_index()].iter().enumerate() {
+            let paper = PAPER[self.picked[r]];
+            let paper_pct = |v: f64| format!("{:+.2}%", 100.0 * (v / paper[1] - 1.0));
+            let bound = self.cell(r, 0);
+            println!(
+                "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} |",
+                row.network,
+                row.depth,
+                row.batch,
+                row.compute * 1e3,
+                ms(&bound),
+                ms(&self.cell(r, 1)),
+                ms(&self.cell(r, 2)),
+                ms(&self.cell(r, 3)),
+                pct(&self.cell(r, 1), &bound),
+                pct(&self.cell(r, 2), &bound),
+                pct(&self.cell(r, 3), &bound),
+                paper_pct(paper[2]),
+                paper_pct(paper[3]),
+                paper_pct(paper[4]),
+            );
+        }
+    }
+
+    /// The table's rows in the report: each method's result and the paper's times.
+    fn rows_json(&self) -> Vec<Value> {
+        let mut rows_json = Vec::new();
+        for (r, row) in self.rows[..self.study_index()].iter().enumerate() {
+            let paper = PAPER[self.picked[r]];
+            let mut methods = serde_json::Map::new();
+            for (m, name) in METHODS.iter().enumerate() {
+                let v = match self.cell(r, m) {
+                    Cell::Time { seconds, solve_seconds, peak, host_peak } => json!({
+                        "feasible": true,
+                        "paper_name": PAPER_NAMES[m],
+                        "seconds": seconds,
+                        "idle_seconds": seconds - row.compute,
+                        "solve_seconds": solve_seconds,
+                        "peak_bytes": peak,
+                        "peak_host_bytes": host_peak,
+                    }),
+                    Cell::Infeasible => json!({ "feasible": false, "paper_name": PAPER_NAMES[m] }),
+                    Cell::Failed(why) => json!({ "feasible": false, "paper_name": PAPER_NAMES[m], "error": why }),
+                };
+                methods.insert(name.to_string(), v);
+            }
+            let paper_json: serde_json::Map<String, Value> = ["sum_u", "ILP", "Greedy", "L2L", "Greedy*"]
+                .iter()
+                .zip(paper)
+                .map(|(k, v)| (k.to_string(), json!(v / 1e3)))
+                .collect();
+            rows_json.push(json!({
+                "network": row.network,
+                "depth": row.depth,
+                "batch": row.batch,
+                "weight_bytes": row.chain.static_bytes,
+                "memory_bytes": row.memory,
+                "compute_seconds": row.compute,
+                "methods": methods,
+                "paper_seconds": paper_json,
+            }));
+        }
+        rows_json
+    }
+
+    /// The bandwidth study: idle time over Σu against β, each point's JSON and the chart.
+    fn bandwidth_study(&self, args: &ReproduceArgs) -> anyhow::Result<(Vec<Value>, String)> {
+        let (study, betas) = (self.study_index(), &self.betas);
+        let study_row = &self.rows[study];
+        let idle = |c: &Cell| match c {
+            Cell::Time { seconds, .. } => Some(100.0 * (seconds / study_row.compute - 1.0)),
+            _ => None,
+        };
+        // idle[m][i]: method m at betas[i] (ascending).
+        let mut idle: Vec<Vec<Option<f64>>> =
+            (0..METHODS.len()).map(|m| betas.iter().map(|&b| idle(&self.at(study, m, b * 1e9))).collect()).collect();
+        // Less bandwidth is never faster, so the bound at β holds at every lower β too: the
+        // bound column is the running maximum from the highest β down (HiGHS proves more at
+        // high β within its time limit).
+        let mut running: Option<f64> = None;
+        for x in idle[0].iter_mut().rev().flatten() {
+            let m = running.map_or(*x, |r| r.max(*x));
+            *x = m;
+            running = Some(m);
+        }
+        let curves: Vec<(usize, Points)> =
+            (0..METHODS.len()).map(|m| (m, betas.iter().copied().zip(idle[m].iter().copied()).collect())).collect();
+        let study_json: Vec<Value> = betas
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| {
+                let by: serde_json::Map<String, Value> = METHODS
+                    .iter()
+                    .enumerate()
+                    .map(|(m, name)| (name.to_string(), json!(idle[m][i].map(|p| p / 100.0))))
+                    .collect();
+                json!({ "beta": b * 1e9, "idle_share": by })
+            })
+            .collect();
+        let svg = render(
+            &format!(
+                "Weight offloading against bandwidth: {} depth {}, batch {}, {}, M = {:.1} GiB",
+                STUDY.0,
+                STUDY.1,
+                STUDY.2,
+                args.profile(),
+                study_row.memory as f64 / (1u64 << 30) as f64
+            ),
+            "β each way (GB/s)",
+            "idle time over Σu (%)",
+            &PAPER_NAMES,
+            &[Panel { title: format!("Σu = {:.0} ms", study_row.compute * 1e3), curves }],
+            Some(100.0),
+        )
+        .map_err(|e| anyhow!("drawing the chart: {e}"))?;
+        Ok((study_json, svg))
+    }
 }
 
 #[cfg(test)]
