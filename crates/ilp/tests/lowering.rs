@@ -1,22 +1,24 @@
-//! The one lowering of chain schedules ([`pebble_schedule::lower`]) against the simulator:
-//! every registered chain solver's plans, on shared fixtures at several budgets, lower
+//! The one lowering of schedules ([`pebble_schedule::lower`]) against the simulator: every
+//! registered solver's plans, chain and graph, on shared fixtures at several budgets, lower
 //! with no refused op and no missing read; and on a machine whose links and CPU take no
 //! time (so that nothing waits), the simulator's peak equals the memory the program itself
 //! accounts, step by step in program order: what each step creates, frees and moves, at
-//! the sizes [`lower::tensor_bytes`] gives. The accounting here shares no code with the
-//! simulator's event engine.
+//! the sizes [`lower::tensor_bytes`] (a data node's `size`) gives. The accounting here
+//! shares no code with the simulator's event engine, which times the same program: it
+//! checks the engine's memory against the program, and the program's steps against what a
+//! valid plan must be (nothing refused, nothing read that is not there).
 
-use pebble_graph::Chain;
+use pebble_graph::{Chain, TrainingGraph};
 // Linked for its registrations (the ILP solvers), as the CLI links it.
 use pebble_ilp as _;
-use pebble_schedule::lower::{self, Action, ChainProgram, Ids};
+use pebble_schedule::lower::{self, Action, ChainProgram, GraphAction, GraphProgram, Ids};
 use pebble_schedule::placement::{self, StageStart};
 use pebble_schedule::{Schedule, View};
 use pebble_sim::SimConfig;
 use pebble_sim::{Link, Machine};
 use pebble_solve::baseline::store_all::store_all_schedule;
 use pebble_solve::{registry, simulate, Problem, SolveError, SolveOptions};
-use pebble_testkit::{gpt, hand_chain, random_chain, weighty_chain, ChainSpec, Rng};
+use pebble_testkit::{gpt, hand_chain, random_chain, siamese, tiny_graph, weighty_chain, ChainSpec, GraphSpec, Rng};
 
 fn fixtures() -> Vec<(&'static str, Chain)> {
     let mut rng = Rng::new(0x10_3e4);
@@ -223,4 +225,147 @@ fn every_chain_solvers_plans_lower_and_the_program_accounts_the_simulators_peak(
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
     assert!(idle.is_empty(), "chain solvers with no plan on any fixture: {idle:?}");
     assert!(plans >= 100 && with_transfers >= 20, "{plans} plans, {with_transfers} with transfers");
+}
+
+fn graph_fixtures() -> Vec<(&'static str, TrainingGraph)> {
+    vec![
+        ("tiny", tiny_graph()),
+        ("siamese-3", siamese(3)),
+        ("layered-6", GraphSpec::random(&mut Rng::new(6), 6).build()),
+        ("gpt-1", gpt(1, 16, 8).graph),
+    ]
+}
+
+/// A graph program's own peak, as [`program_peak`] counts a chain's: an offloaded data
+/// node's device copy goes at once, or after the last compute step that reads it before
+/// it is prefetched, created again or freed.
+fn graph_program_peak(graph: &TrainingGraph, program: &GraphProgram) -> u64 {
+    let steps = &program.steps;
+    let size = |d: usize| graph.data[d].size;
+    let mut dev: Vec<u64> = graph.data.iter().map(|n| if lower::fixed(n.kind) { n.size } else { 0 }).collect();
+    let mut level: u64 = dev.iter().sum();
+    let mut peak = level;
+    // (release after this step, data node, bytes) of offloaded copies later steps read.
+    let mut held: Vec<(usize, usize, u64)> = Vec::new();
+    let last_read = |k: usize, d: usize| {
+        let mut last = None;
+        for (j, s) in steps.iter().enumerate().skip(k + 1) {
+            if s.reads.contains(&d) {
+                last = Some(j);
+            }
+            let moved =
+                matches!(s.action, GraphAction::Prefetch { data, .. } | GraphAction::Free { data } if data == d);
+            if moved || s.creates.contains(&d) {
+                break;
+            }
+        }
+        last
+    };
+    for (k, s) in steps.iter().enumerate() {
+        match s.action {
+            GraphAction::Compute { node, .. } => {
+                let made: u64 = s.creates.iter().map(|&d| size(d)).sum();
+                peak = peak.max(level + made + graph.compute[node].tmp);
+                for &d in &s.creates {
+                    dev[d] = size(d);
+                }
+                level += made;
+            }
+            GraphAction::Free { data } => {
+                level -= std::mem::take(&mut dev[data]);
+                let mut freed = 0;
+                held.retain(|&(_, d, bytes)| {
+                    d != data || {
+                        freed += bytes;
+                        false
+                    }
+                });
+                level -= freed;
+            }
+            GraphAction::Offload { data, fraction } => {
+                assert_eq!(fraction, 1.0, "graph plans move whole data nodes");
+                let bytes = std::mem::take(&mut dev[data]);
+                match last_read(k, data) {
+                    Some(j) => held.push((j, data, bytes)),
+                    None => level -= bytes,
+                }
+            }
+            GraphAction::Prefetch { data, .. } => {
+                dev[data] = size(data);
+                level += size(data);
+                peak = peak.max(level);
+            }
+        }
+        let mut freed = 0;
+        held.retain(|&(j, _, bytes)| {
+            j != k || {
+                freed += bytes;
+                false
+            }
+        });
+        level -= freed;
+    }
+    peak
+}
+
+/// The MILP solvers: only on the small graphs.
+const MILP: [&str; 4] = ["checkmate", "hiremate", "rk-checkmate", "rockmate"];
+
+#[test]
+fn every_graph_solvers_plans_lower_and_the_program_accounts_the_simulators_peak() {
+    let options = SolveOptions { time_limit: Some(10.0), ..SolveOptions::default() };
+    let config = SimConfig { machine: instant(), ..SimConfig::default() };
+    let (mut plans, mut with_transfers, mut idle, mut failures) = (0, 0, Vec::new(), Vec::new());
+    for solver in registry().into_iter().filter(|s| s.views().contains(&View::Graph)) {
+        let mut exercised = false;
+        for (name, graph) in &graph_fixtures() {
+            if MILP.contains(&solver.name()) && *name == "gpt-1" {
+                continue;
+            }
+            let problem = Problem::Graph(graph);
+            let sa = simulate(problem, &store_all_schedule(problem), &SimConfig::default()).expect("store-all");
+            let prepared = match solver.prepare(problem, &options) {
+                Ok(p) => p,
+                Err(
+                    SolveError::NotApplicable { .. } | SolveError::TooLarge { .. } | SolveError::Unsupported { .. },
+                ) => continue,
+                Err(e) => panic!("{} on {name}: {e}", solver.name()),
+            };
+            for share in [1.0, 0.7, 0.5] {
+                let budget = (sa.peak_bytes as f64 * share) as u64;
+                let Ok(schedule) = prepared.solve(budget) else { continue };
+                let at = format!("{} on {name} at {budget}", solver.name());
+                let program = lower::lower_graph(graph, &schedule.ops);
+                if let Some((k, why)) = &program.refused {
+                    failures.push(format!("{at}: op {k} refused: {why}"));
+                    continue;
+                }
+                if let Some(s) = program.steps.iter().find(|s| s.fault.is_some()) {
+                    failures.push(format!("{at}: op {} cannot run: {:?}", s.op, s.fault));
+                    continue;
+                }
+                let sim = match simulate(problem, &schedule, &config) {
+                    Ok(r) => r.peak_bytes,
+                    Err(e) => {
+                        failures.push(format!("{at}: the simulator with instant links rejects it: {e}"));
+                        continue;
+                    }
+                };
+                let own = graph_program_peak(graph, &program);
+                if own != sim {
+                    failures.push(format!("{at}: the program accounts {own}, the simulator {sim}"));
+                }
+                plans += 1;
+                with_transfers += usize::from(transfers(&schedule));
+                exercised = true;
+            }
+        }
+        if !exercised {
+            idle.push(solver.name());
+        }
+    }
+    eprintln!("{plans} graph plans, {with_transfers} with transfers");
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    assert!(idle.is_empty(), "graph solvers with no plan on any fixture: {idle:?}");
+    assert!(plans >= 40, "{plans} graph plans");
 }

@@ -32,6 +32,8 @@
 //!
 //! A periodic schedule is lowered over several periods: each period after the first
 //! starts with a new input `a_0` in place of the last `δ_0`.
+//!
+//! Graph schedules are lowered by [`lower_graph`] (Zhao's §1.3).
 
 use pebble_graph::Chain;
 use serde::Serialize;
@@ -340,6 +342,22 @@ impl Where {
     fn released(&mut self) {
         *self = Where::default();
     }
+    fn on_device(&self) -> bool {
+        self.dev > EPS
+    }
+    /// `fraction` of it to the host; the device copy stays readable until it is
+    /// prefetched, created again or freed.
+    fn offloaded(&mut self, fraction: f64) {
+        let rest = self.dev - fraction;
+        self.dev = if rest <= EPS { 0.0 } else { rest };
+        self.host = (self.host + fraction).min(1.0);
+    }
+    /// `fraction` of it back to the device by step `g`.
+    fn prefetched(&mut self, fraction: f64, g: usize) {
+        self.dev += fraction;
+        self.intact = self.dev >= 1.0 - EPS;
+        self.from_prefetch = Some(g);
+    }
 }
 
 /// Lowers a chain schedule's `ops` over `periods` periods (1 for a one-off step), its
@@ -415,7 +433,7 @@ impl<'o> Lowering<'o> {
     /// A new period: the last `δ_0` (if on the device) gives way to a new input `a_0`.
     fn next_batch(&mut self) {
         let (g0, a0) = (self.ids.grad(0), self.ids.act(0));
-        if self.at[g0].dev > EPS {
+        if self.at[g0].on_device() {
             self.release(g0);
         }
         self.at[a0].created();
@@ -479,9 +497,7 @@ impl<'o> Lowering<'o> {
                 if upload {
                     w.host = 1.0;
                 } else {
-                    let rest = w.dev - fraction;
-                    w.dev = if rest <= EPS { 0.0 } else { rest };
-                    w.host = (w.host + fraction).min(1.0);
+                    w.offloaded(fraction);
                     if !self.ids.is_static(id) {
                         self.open[id] = Some(g);
                     }
@@ -490,10 +506,7 @@ impl<'o> Lowering<'o> {
             }
             Op::Prefetch { tensor, fraction } => {
                 let id = self.id(tensor)?;
-                let w = &mut self.at[id];
-                w.dev += fraction;
-                w.intact = w.dev >= 1.0 - EPS;
-                w.from_prefetch = Some(g);
+                self.at[id].prefetched(fraction, g);
                 self.open[id] = None;
                 s.action = Action::Prefetch { tensor: id, fraction };
             }
@@ -563,7 +576,7 @@ impl<'o> Lowering<'o> {
         let update_on_device = !self.on_cpu[i];
         if ids.grads {
             let g = ids.wgrad(i);
-            if self.at[g].dev > EPS {
+            if self.at[g].on_device() {
                 s.reads.push(g);
             } else {
                 s.creates.push(g);
@@ -637,6 +650,10 @@ fn placed(c: Copies) -> Where {
         from_prefetch: None,
     }
 }
+
+mod graph;
+
+pub use graph::{fixed, lower_graph, Fault, GraphAction, GraphProgram, GraphStep};
 
 #[cfg(test)]
 mod tests;

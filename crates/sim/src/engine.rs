@@ -248,11 +248,6 @@ impl<'s> Engine<'s> {
 
     // ----- queries -------------------------------------------------------------------
 
-    /// Whether compute may read the tensor: all of it is on the device.
-    pub fn readable(&self, id: usize) -> bool {
-        self.t[id].intact
-    }
-
     /// Whether some of the tensor is (logically) on the device.
     pub fn on_device(&self, id: usize) -> bool {
         self.t[id].dev_frac > EPS
