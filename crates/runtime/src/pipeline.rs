@@ -93,7 +93,7 @@ impl<B: Backend> MicroBatches<B> {
     }
 
     fn step<'a>(&'a self, u: usize, temporaries: &'a StageTemporaries) -> StepInputs<'a, B> {
-        StepInputs { inputs: &self.inputs[u], seed: self.seeds[u], temporaries, update: None }
+        StepInputs { inputs: &self.inputs[u], seed: self.seeds[u], temporaries, update: None, lowered: None }
     }
 }
 

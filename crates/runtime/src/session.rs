@@ -19,6 +19,7 @@ use crate::rng::{self, SplitMix};
 use crate::transfer::{StageTemporaries, TransferOptions, TransferReport};
 use crate::value::{read_floats, sync};
 use crate::{memory, RuntimeError, Value};
+use pebble_schedule::lower::Step;
 use pebble_schedule::placement::{self, StageStart};
 
 /// What one step did.
@@ -178,7 +179,7 @@ impl<B: Backend> Session<B> {
     pub fn gradients(&mut self, schedule: &Schedule) -> Result<exec::StepOutput<B>, RuntimeError> {
         self.prepare(schedule)?;
         let other = memory::host_live().saturating_sub(self.host_held);
-        let out = self.run(schedule, None);
+        let out = self.run(schedule, None, None);
         self.host_held = memory::host_live().saturating_sub(other);
         out
     }
@@ -203,8 +204,19 @@ impl<B: Backend> Session<B> {
         Ok(())
     }
 
-    fn run(&mut self, schedule: &Schedule, update: Option<Update>) -> Result<exec::StepOutput<B>, RuntimeError> {
-        let step = StepInputs { inputs: &self.inputs, seed: self.step_seed(), temporaries: &self.temporaries, update };
+    fn run(
+        &mut self,
+        schedule: &Schedule,
+        update: Option<Update>,
+        lowered: Option<&[Step]>,
+    ) -> Result<exec::StepOutput<B>, RuntimeError> {
+        let step = StepInputs {
+            inputs: &self.inputs,
+            seed: self.step_seed(),
+            temporaries: &self.temporaries,
+            update,
+            lowered,
+        };
         let statics = &mut self.statics;
         exec::run_with(&self.program, &self.index, schedule, &step, statics, &self.device, &self.transfers)
     }
@@ -238,7 +250,12 @@ impl<B: Backend> Session<B> {
     pub fn step(&mut self, schedule: &Schedule) -> Result<StepReport, RuntimeError> {
         self.prepare(schedule)?;
         let fused = schedule.view == View::Chain && placement::names_statics(schedule);
-        self.timed_step(fused, |session, update| session.run(schedule, update))
+        // The program is lowered before the step is measured: it is the executor's
+        // bookkeeping, not the step's memory.
+        let l = self.program.len();
+        let lowered =
+            (schedule.view == View::Chain).then(|| exec::lower_step(schedule, l, &self.statics)).transpose()?;
+        self.timed_step(fused, |session, update| session.run(schedule, update, lowered.as_deref()))
     }
 
     /// One training step of graph ops `drive` hands over as it decides them (a run-time
@@ -252,6 +269,7 @@ impl<B: Backend> Session<B> {
                 seed: session.step_seed(),
                 temporaries: &session.temporaries,
                 update: None,
+                lowered: None,
             };
             let (program, index, device, transfers) =
                 (&session.program, &session.index, &session.device, &session.transfers);

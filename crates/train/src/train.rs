@@ -322,23 +322,7 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     let mut options = config.options.clone();
     options.optimizer = config.optimizer.planner();
     let overhead = options.profile.machine.runtime;
-    let mut profile_seconds = 0.0;
-    let mut solve = config.solve.clone();
-    let start = Instant::now();
-    let lowered = match config.costs {
-        Costs::Analytic => lower::<B>(&config.model, &options, None)?,
-        Costs::Profiled => lower_profiled::<B>(&config.model, &options, config.seed, &device)?,
-        Costs::Steps => lower_timed::<B>(&config.model, &options, config.optimizer, config.seed, &device)?,
-    };
-    if config.costs != Costs::Analytic {
-        // The optimizer step is profiled too: on the device (the update the simulator
-        // charges to each backward) and on the host CPU (its updates of offloaded stages).
-        let rates =
-            pebble_runtime::profile::optimizer_rates::<B>(&lowered.network, config.optimizer, &device, config.seed)?;
-        solve.machine.gpu_optimizer_rate = Some(rates.device);
-        solve.machine.cpu_optimizer_rate = rates.host;
-        profile_seconds = start.elapsed().as_secs_f64();
-    }
+    let (lowered, solve, profile_seconds) = lower_costed::<B>(config, &options, &device)?;
     let view = solver.views().first().copied().unwrap_or(View::Chain);
     let problem = match view {
         // No solver of `train` plans a pipeline (those run under `pebble pipeline`).
@@ -371,61 +355,12 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     if config.steps > 0 {
         drop(session.gradients(&plan.schedule)?);
     }
-    let mut losses = Vec::new();
-    let mut step_seconds = Vec::new();
-    let (mut d2h_busy, mut h2d_busy, mut compute_stall) = (Vec::new(), Vec::new(), Vec::new());
-    let mut op_seconds = Vec::new();
-    let mut measured: Option<u64> = None;
-    let mut measured_host: Option<u64> = None;
-    let policy = if config.online {
-        let p = pebble_solve::policy::policy(&config.solver, solve.machine.d2h.bandwidth).map_err(|e| {
-            TrainError::Solver {
-                solver: config.solver.clone(),
-                error: SolveError::Unsupported { solver: "train", why: e.to_string() },
-            }
-        })?;
-        Some(p)
-    } else {
-        None
-    };
-    let mut evictions = None;
-    for _ in 0..config.steps {
-        let r = match &policy {
-            Some(p) => {
-                let mut logged = None;
-                let report = {
-                    let mut drive = drive_policy(&lowered.graph, budget.planned_bytes, p.as_ref(), &mut logged);
-                    session.step_driven(&mut drive)?
-                };
-                let logged = logged.expect("a step that ran logged its ops");
-                evictions = Some(logged.counts.evictions);
-                if logged.schedule.ops != plan.schedule.ops {
-                    return Err(TrainError::Runtime(RuntimeError::Schedule {
-                        index: 0,
-                        op: config.solver.clone(),
-                        why: "the policy decided differently online than offline".into(),
-                    }));
-                }
-                report
-            }
-            None => session.step(&plan.schedule)?,
-        };
-        losses.push(r.loss);
-        step_seconds.push(r.seconds);
-        d2h_busy.push(r.transfers.d2h_busy);
-        h2d_busy.push(r.transfers.h2d_busy);
-        compute_stall.push(r.transfers.compute_stall);
-        op_seconds.push(r.op_seconds);
-        if let Some(p) = r.peak_bytes {
-            measured = Some(measured.map_or(p, |m| m.max(p)));
-        }
-        if let Some(p) = r.host_peak_bytes {
-            measured_host = Some(measured_host.map_or(p, |m| m.max(p)));
-        }
-    }
+    let policy = online_policy(config, &solve)?;
+    let run = Steps { graph: &lowered.graph, schedule: &plan.schedule, budget: budget.planned_bytes };
+    let m = run.measure(config, &mut session, policy.as_deref())?;
     let moves = plan.schedule.moves();
     let replayed_time = match problem {
-        Problem::Chain(chain) => replay_on_measured(chain, &plan.schedule, &op_seconds, &solve),
+        Problem::Chain(chain) => replay_on_measured(chain, &plan.schedule, &m.op_seconds, &solve),
         Problem::Graph(_) => None,
     };
     Ok(TrainReport {
@@ -442,13 +377,13 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
         reserve_bytes: budget.reserve_bytes,
         runtime_overhead: overhead,
         static_bytes,
-        losses,
-        step_seconds,
-        measured_peak_bytes: measured,
-        measured_host_peak_bytes: measured_host,
-        d2h_busy,
-        h2d_busy,
-        compute_stall,
+        losses: m.losses,
+        step_seconds: m.step_seconds,
+        measured_peak_bytes: m.peak,
+        measured_host_peak_bytes: m.host_peak,
+        d2h_busy: m.d2h_busy,
+        h2d_busy: m.h2d_busy,
+        compute_stall: m.compute_stall,
         predicted_peak_bytes: plan.report.peak_bytes,
         predicted_host_peak_bytes: plan.report.peak_host_bytes,
         predicted_time: plan.report.makespan,
@@ -465,10 +400,110 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
         offloads: moves.offloads,
         reloads: moves.reloads,
         recomputes: moves.recomputes,
-        evictions,
+        evictions: m.evictions,
         device_optimizer_rate: solve.machine.gpu_optimizer_rate,
         host_optimizer_rate: solve.machine.cpu_optimizer_rate,
     })
+}
+
+/// The model lowered on `config`'s costs, the solver options with the optimizer rates
+/// profiled where the costs are (on the device, the update the simulator charges to each
+/// backward; on the host CPU, its updates of offloaded stages), and the seconds profiling
+/// took.
+fn lower_costed<B: Backend>(
+    config: &TrainConfig,
+    options: &ModelOptions,
+    device: &B::Device,
+) -> Result<(Lowered, SolveOptions, f64), TrainError> {
+    let mut solve = config.solve.clone();
+    let start = Instant::now();
+    let lowered = match config.costs {
+        Costs::Analytic => return Ok((lower::<B>(&config.model, options, None)?, solve, 0.0)),
+        Costs::Profiled => lower_profiled::<B>(&config.model, options, config.seed, device)?,
+        Costs::Steps => lower_timed::<B>(&config.model, options, config.optimizer, config.seed, device)?,
+    };
+    let rates = pebble_runtime::profile::optimizer_rates::<B>(&lowered.network, config.optimizer, device, config.seed)?;
+    solve.machine.gpu_optimizer_rate = Some(rates.device);
+    solve.machine.cpu_optimizer_rate = rates.host;
+    Ok((lowered, solve, start.elapsed().as_secs_f64()))
+}
+
+/// The run-time policy `config` runs online, if it does.
+fn online_policy(config: &TrainConfig, solve: &SolveOptions) -> Result<Option<Box<dyn Policy>>, TrainError> {
+    if !config.online {
+        return Ok(None);
+    }
+    pebble_solve::policy::policy(&config.solver, solve.machine.d2h.bandwidth).map(Some).map_err(|e| {
+        TrainError::Solver {
+            solver: config.solver.clone(),
+            error: SolveError::Unsupported { solver: "train", why: e.to_string() },
+        }
+    })
+}
+
+/// What the steps of a run measured.
+#[derive(Default)]
+struct Measured {
+    losses: Vec<f32>,
+    step_seconds: Vec<f64>,
+    d2h_busy: Vec<f64>,
+    h2d_busy: Vec<f64>,
+    compute_stall: Vec<f64>,
+    op_seconds: Vec<Vec<f64>>,
+    peak: Option<u64>,
+    host_peak: Option<u64>,
+    evictions: Option<usize>,
+}
+
+/// The steps of a run: the plan's schedule, or a policy deciding online within `budget`.
+struct Steps<'a> {
+    graph: &'a TrainingGraph,
+    schedule: &'a pebble_schedule::Schedule,
+    budget: u64,
+}
+
+impl Steps<'_> {
+    /// Runs `config.steps` steps on `session` and measures them. A policy that decides
+    /// differently online than offline is an error.
+    fn measure<B: Backend>(
+        &self,
+        config: &TrainConfig,
+        session: &mut Session<B>,
+        policy: Option<&dyn Policy>,
+    ) -> Result<Measured, TrainError> {
+        let mut m = Measured::default();
+        for _ in 0..config.steps {
+            let r = match policy {
+                Some(p) => {
+                    let mut logged = None;
+                    let report = {
+                        let mut drive = drive_policy(self.graph, self.budget, p, &mut logged);
+                        session.step_driven(&mut drive)?
+                    };
+                    let logged = logged.expect("a step that ran logged its ops");
+                    m.evictions = Some(logged.counts.evictions);
+                    if logged.schedule.ops != self.schedule.ops {
+                        return Err(TrainError::Runtime(RuntimeError::Schedule {
+                            index: 0,
+                            op: config.solver.clone(),
+                            why: "the policy decided differently online than offline".into(),
+                        }));
+                    }
+                    report
+                }
+                None => session.step(self.schedule)?,
+            };
+            m.losses.push(r.loss);
+            m.step_seconds.push(r.seconds);
+            m.d2h_busy.push(r.transfers.d2h_busy);
+            m.h2d_busy.push(r.transfers.h2d_busy);
+            m.compute_stall.push(r.transfers.compute_stall);
+            m.op_seconds.push(r.op_seconds);
+            m.peak = m.peak.max(r.peak_bytes);
+            m.host_peak = m.host_peak.max(r.host_peak_bytes);
+        }
+        Ok(m)
+    }
 }
 
 /// The simulated time of chain schedule `schedule` on `chain` with each stage's forward

@@ -19,7 +19,14 @@ impl<B: Backend> Runner<'_, B> {
     ) -> Result<TransferReport, RuntimeError> {
         let l = self.p.len();
         let ids = Ids::with_statics(l);
-        let steps = lower_checked(schedule, l, &statics.device)?;
+        let lowered;
+        let steps = match self.step.lowered {
+            Some(steps) => steps,
+            None => {
+                lowered = lower_checked(schedule, l, &statics.device)?;
+                &lowered[..]
+            }
+        };
         // (The moments are the runner's for the step.)
         let moments = if self.moments.is_empty() { 0 } else { 2 };
         let sizes = chain_sizes(self.p, ids, moments);
@@ -66,7 +73,7 @@ impl<B: Backend> Runner<'_, B> {
         let (result, finished) = std::thread::scope(|scope| {
             let xfer = Transfers::new(scope, device, *options, base, hosts);
             let mut run = ChainRun { held, track, sizes, xfer };
-            let result = self.chain_ops(schedule, &steps, &mut run, &mut stat);
+            let result = self.chain_ops(schedule, steps, &mut run, &mut stat);
             let ok = result.is_ok();
             let ChainRun { held, xfer, track, .. } = run;
             drop(held);
@@ -436,6 +443,12 @@ fn chain_sizes(p: &Program, ids: Ids, moments: u64) -> Vec<u64> {
         }
     }
     sizes
+}
+
+/// `schedule`'s program for a step of `statics` on a chain of `l` stages: see
+/// [`lower_checked`].
+pub fn lower_step<B: Backend>(schedule: &Schedule, l: usize, statics: &Statics<B>) -> Result<Vec<Step>, RuntimeError> {
+    lower_checked(schedule, l, &statics.device)
 }
 
 /// The chain schedule lowered ([`lower::lower_chain`]) from where the step's static

@@ -117,199 +117,292 @@ impl<B: Backend> Runner<'_, B> {
         drive: &mut Drive<'_>,
         xfer: &mut Transfers<'_, '_, B, usize>,
     ) -> Result<(), RuntimeError> {
+        let mut run = self.graph_run(index)?;
+        let mut k = 0;
+        let mut exec = |sop: &Op| -> Result<(), RuntimeError> {
+            k += 1;
+            self.graph_op(&mut run, index, xfer, k - 1, sop)
+        };
+        drive(&mut exec)
+    }
+
+    /// A graph step's start: the step's inputs resident, and which compute node is which
+    /// op's forward or backward.
+    fn graph_run(&self, index: &GraphIndex) -> Result<GraphRun<B>, RuntimeError> {
         let net = &self.p.net;
-        let mut data: Vec<Option<Value<B>>> = (0..index.data).map(|_| None).collect();
-        // Inputs of the step are resident from the start. `dev`: each data node's bytes in
-        // the device pool (declared sizes, where the step has them; the inputs' are in the
-        // pool's base).
         let sizes = &self.step.temporaries.graph;
         let counted = sizes.fits(index.data);
-        let mut dev = vec![0u64; index.data];
+        let mut run = GraphRun {
+            data: (0..index.data).map(|_| None).collect(),
+            dev: vec![0; index.data],
+            counted,
+            node_op: HashMap::new(),
+            loss_op: net.ops.len() - 1,
+            host_job: vec![None; index.data],
+            prefetch_job: vec![None; index.data],
+            in_flight: 0,
+        };
+        // Inputs of the step are resident from the start (their bytes are in the pool's base).
         for (t, tensor) in net.tensors.iter().enumerate() {
             if tensor.producer.is_none() && index.tensor[t] != usize::MAX {
                 let d = index.tensor[t];
-                data[d] = Some(self.static_value(t)?);
+                run.data[d] = Some(self.static_value(t)?);
                 if counted {
-                    dev[d] = sizes.data[d];
+                    run.dev[d] = sizes.data[d];
                 }
             }
         }
-        // Which compute node is which op's forward or backward.
-        let mut node_op: HashMap<usize, (usize, bool)> = HashMap::new();
         for (o, (&f, &b)) in index.forward.iter().zip(&index.backward).enumerate() {
             if f != usize::MAX {
-                node_op.insert(f, (o, false));
+                run.node_op.insert(f, (o, false));
             }
             if b != usize::MAX {
-                node_op.insert(b, (o, true));
+                run.node_op.insert(b, (o, true));
             }
         }
-        let loss_op = net.ops.len() - 1;
-        // The offload holding each data node's host copy, and its prefetch in flight.
-        let mut host_job: Vec<Option<(usize, u64)>> = vec![None; index.data];
-        let mut prefetch_job: Vec<Option<usize>> = vec![None; index.data];
-        let mut in_flight = 0usize;
-        let mut k = 0;
-        let mut exec = |sop: &Op| -> Result<(), RuntimeError> {
-            let k = {
-                k += 1;
-                k - 1
-            };
-            match *sop {
+        Ok(run)
+    }
+
+    /// Schedule op `k` of a graph step.
+    fn graph_op(
+        &mut self,
+        run: &mut GraphRun<B>,
+        index: &GraphIndex,
+        xfer: &mut Transfers<'_, '_, B, usize>,
+        k: usize,
+        sop: &Op,
+    ) -> Result<(), RuntimeError> {
+        let in_range = |d: usize| d < run.data.len();
+        match *sop {
+            Op::Compute { node, no_grad } => {
+                let (o, is_backward) = run
+                    .op_of(index, node)
+                    .ok_or_else(|| sched_err(k, sop, format!("compute node {node} is not in the graph")))?;
                 // Reloads in flight that this node reads land first.
-                Op::Compute { node, .. } if in_flight > 0 => {
-                    let (o, is_backward) = match node_op.get(&node) {
-                        Some(&found) => found,
-                        None if node == index.loss => (loss_op, false),
-                        None => return Err(sched_err(k, sop, format!("compute node {node} is not in the graph"))),
-                    };
+                if run.in_flight > 0 {
                     for d in self.graph_reads(index, node, o, is_backward) {
-                        if let Some(job) = prefetch_job.get_mut(d).and_then(Option::take) {
-                            in_flight -= 1;
-                            data[d] = landed(xfer, job)?;
-                        }
+                        run.land(xfer, d)?;
                     }
                 }
-                _ => {}
+                let tmp = self.reserve_outputs(run, xfer, k, sop, node, no_grad)?;
+                if node == index.loss {
+                    self.graph_loss(run, index, o)?;
+                } else if is_backward {
+                    self.graph_backward(run, index, k, sop, o)?;
+                } else {
+                    self.graph_forward(run, index, o, no_grad)?;
+                }
+                xfer.release(tmp);
+                Ok(())
             }
-            // The outputs a compute node allocates and its temporaries must fit in the
-            // pool; the temporaries go back when it is done.
-            let mut tmp = 0;
-            if let (Op::Compute { node, no_grad }, true) = (*sop, counted) {
-                tmp = sizes.tmp.get(node).copied().unwrap_or(0);
-                let mut need = tmp;
-                for &(d, saved) in sizes.outputs.get(node).map_or(&[][..], Vec::as_slice) {
-                    if dev[d] == 0 && !(no_grad && saved) {
-                        dev[d] = sizes.data[d];
-                        need += sizes.data[d];
-                    }
-                }
-                xfer.reserve(k, &sop.to_string(), need)?;
+            Op::Free { tensor: Tensor::Data(d) } if in_range(d) => run.free(xfer, d),
+            Op::Free { tensor: Tensor::Data(_) } => Ok(()),
+            Op::Offload { tensor: Tensor::Data(d), fraction } if fraction >= 1.0 && in_range(d) => {
+                // At its declared size where the pool counts them, as the simulator moves it.
+                let declared = run.counted.then(|| self.step.temporaries.graph.data[d]);
+                run.offload(xfer, k, sop, d, declared)
             }
-            match *sop {
-                Op::Compute { node, no_grad } => {
-                    if node == index.loss {
-                        let op = &net.ops[loss_op];
-                        let inputs = op
-                            .inputs
-                            .iter()
-                            .map(|&t| self.graph_value(index, &data, t))
-                            .collect::<Result<Vec<_>, _>>()?;
-                        let out = ops::loss(op, inputs, &self.needs(loss_op), &self.ctx(loss_op, true))?;
-                        crate::memory::sample();
-                        self.loss = Some(out.value);
-                        for (j, g) in out.inputs.into_iter().enumerate() {
-                            if let Some(g) = g {
-                                self.graph_grad(index, &mut data, op.inputs[j], g)?;
-                            }
-                        }
-                        xfer.release(tmp);
-                        return Ok(());
-                    }
-                    let Some(&(o, is_backward)) = node_op.get(&node) else {
-                        return Err(sched_err(k, sop, format!("compute node {node} is not in the graph")));
-                    };
-                    let op = &net.ops[o];
-                    if !is_backward {
-                        let inputs = op
-                            .inputs
-                            .iter()
-                            .map(|&t| self.graph_value(index, &data, t))
-                            .collect::<Result<Vec<_>, _>>()?;
-                        let out = ops::forward(op, inputs, &self.params_of(o)?, &self.ctx(o, !no_grad))?;
-                        data[index.tensor[op.output]] = Some(out.output);
-                        for (j, x) in out.extras.into_iter().enumerate() {
-                            data[index.extras[o][j]] = Some(x);
-                        }
-                    } else {
-                        let g = data[index.grad[op.output]]
-                            .clone()
-                            .and_then(Value::float)
-                            .ok_or_else(|| sched_err(k, sop, "the output's gradient is not resident"))?;
-                        let mut values = Vec::new();
-                        let mut extra = 0;
-                        for item in &op.decl.saved {
-                            values.push(match item {
-                                Saved::Input(j) => self.graph_value(index, &data, op.inputs[*j])?,
-                                Saved::Output => self.graph_value(index, &data, op.output)?,
-                                Saved::Extra { .. } => {
-                                    extra += 1;
-                                    data[index.extras[o][extra - 1]]
-                                        .clone()
-                                        .ok_or_else(|| sched_err(k, sop, "a saved extra is not resident"))?
-                                }
-                            });
-                        }
-                        let out = ops::backward(
-                            op,
-                            &self.input_dims(o),
-                            g,
-                            values,
-                            &self.params_of(o)?,
-                            &self.needs(o),
-                            &self.ctx(o, true),
-                        )?;
-                        for (j, g) in out.inputs.into_iter().enumerate() {
-                            if let Some(g) = g {
-                                self.graph_grad(index, &mut data, op.inputs[j], g)?;
-                            }
-                        }
-                        for (j, g) in out.params.into_iter().enumerate() {
-                            add_into::<B>(&mut self.grads[op.params[j]], g);
-                        }
-                    }
-                    xfer.release(tmp);
-                }
-                Op::Free { tensor: Tensor::Data(d) } => {
-                    if d < data.len() {
-                        if let Some(job) = prefetch_job[d].take() {
-                            in_flight -= 1;
-                            drop(landed(xfer, job)?);
-                        }
-                        if let Some((job, _)) = host_job[d].take() {
-                            xfer.drop_host(job);
-                        }
-                        data[d] = None;
-                        xfer.release(std::mem::take(&mut dev[d]));
-                    }
-                }
-                Op::Offload { tensor: Tensor::Data(d), fraction } if fraction >= 1.0 && d < data.len() => {
-                    // A reload still in flight lands first: the offload takes what arrives.
-                    if let Some(job) = prefetch_job[d].take() {
-                        in_flight -= 1;
-                        data[d] = landed(xfer, job)?;
-                    }
-                    let value =
-                        data[d].take().ok_or_else(|| sched_err(k, sop, "offloads a data node not on the device"))?;
-                    if let Some((old, _)) = host_job[d].take() {
-                        xfer.drop_host(old);
-                    }
-                    // At its declared size where the pool counts them, as the simulator moves it.
-                    let bytes = if counted { sizes.data[d] } else { value.bytes() };
-                    dev[d] = 0;
-                    xfer.offload(k, &sop.to_string(), vec![(d, value)], bytes, true)?;
-                    host_job[d] = Some((k, bytes));
-                }
-                Op::Prefetch { tensor: Tensor::Data(d), fraction } if fraction >= 1.0 && d < data.len() => {
-                    let Some((job, bytes)) = host_job[d] else {
-                        return Err(sched_err(k, sop, "prefetches a data node with no host copy"));
-                    };
-                    if data[d].is_some() || prefetch_job[d].is_some() {
-                        return Err(sched_err(k, sop, "prefetches a data node already on the device"));
-                    }
-                    xfer.prefetch(k, &sop.to_string(), vec![(job, None)], bytes)?;
-                    dev[d] = bytes;
-                    prefetch_job[d] = Some(k);
-                    in_flight += 1;
-                }
-                Op::Offload { .. } | Op::Prefetch { .. } => {
-                    return Err(sched_err(k, sop, "a graph schedule moves whole data nodes"));
-                }
-                _ => return Err(sched_err(k, sop, "not a graph op (compute or free)")),
+            Op::Prefetch { tensor: Tensor::Data(d), fraction } if fraction >= 1.0 && in_range(d) => {
+                run.prefetch(xfer, k, sop, d)
             }
-            Ok(())
+            Op::Offload { .. } | Op::Prefetch { .. } => {
+                Err(sched_err(k, sop, "a graph schedule moves whole data nodes"))
+            }
+            _ => Err(sched_err(k, sop, "not a graph op (compute or free)")),
+        }
+    }
+
+    /// The outputs compute node `node` allocates and its temporaries must fit in the
+    /// pool; returns the temporaries, which go back when it is done.
+    fn reserve_outputs(
+        &self,
+        run: &mut GraphRun<B>,
+        xfer: &mut Transfers<'_, '_, B, usize>,
+        k: usize,
+        sop: &Op,
+        node: usize,
+        no_grad: bool,
+    ) -> Result<u64, RuntimeError> {
+        if !run.counted {
+            return Ok(0);
+        }
+        let sizes = &self.step.temporaries.graph;
+        let tmp = sizes.tmp.get(node).copied().unwrap_or(0);
+        let mut need = tmp;
+        for &(d, saved) in sizes.outputs.get(node).map_or(&[][..], Vec::as_slice) {
+            if run.dev[d] == 0 && !(no_grad && saved) {
+                run.dev[d] = sizes.data[d];
+                need += sizes.data[d];
+            }
+        }
+        xfer.reserve(k, &sop.to_string(), need)?;
+        Ok(tmp)
+    }
+
+    /// The loss node: the loss, and the gradients of its inputs.
+    fn graph_loss(&mut self, run: &mut GraphRun<B>, index: &GraphIndex, o: usize) -> Result<(), RuntimeError> {
+        let op = &self.p.net.ops[o];
+        let inputs = op.inputs.iter().map(|&t| self.graph_value(index, &run.data, t)).collect::<Result<Vec<_>, _>>()?;
+        let out = ops::loss(op, inputs, &self.needs(o), &self.ctx(o, true))?;
+        crate::memory::sample();
+        self.loss = Some(out.value);
+        for (j, g) in out.inputs.into_iter().enumerate() {
+            if let Some(g) = g {
+                self.graph_grad(index, &mut run.data, op.inputs[j], g)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A forward node: op `o`'s output, and its saved extras unless `no_grad`.
+    fn graph_forward(
+        &mut self,
+        run: &mut GraphRun<B>,
+        index: &GraphIndex,
+        o: usize,
+        no_grad: bool,
+    ) -> Result<(), RuntimeError> {
+        let op = &self.p.net.ops[o];
+        let inputs = op.inputs.iter().map(|&t| self.graph_value(index, &run.data, t)).collect::<Result<Vec<_>, _>>()?;
+        let out = ops::forward(op, inputs, &self.params_of(o)?, &self.ctx(o, !no_grad))?;
+        run.data[index.tensor[op.output]] = Some(out.output);
+        for (j, x) in out.extras.into_iter().enumerate() {
+            run.data[index.extras[o][j]] = Some(x);
+        }
+        Ok(())
+    }
+
+    /// A backward node: op `o`'s explicit backward on its declared saved tensors, adding
+    /// into the inputs' gradient nodes and the parameters' gradients.
+    fn graph_backward(
+        &mut self,
+        run: &mut GraphRun<B>,
+        index: &GraphIndex,
+        k: usize,
+        sop: &Op,
+        o: usize,
+    ) -> Result<(), RuntimeError> {
+        let op = &self.p.net.ops[o];
+        let g = run.data[index.grad[op.output]]
+            .clone()
+            .and_then(Value::float)
+            .ok_or_else(|| sched_err(k, sop, "the output's gradient is not resident"))?;
+        let mut values = Vec::new();
+        let mut extra = 0;
+        for item in &op.decl.saved {
+            values.push(match item {
+                Saved::Input(j) => self.graph_value(index, &run.data, op.inputs[*j])?,
+                Saved::Output => self.graph_value(index, &run.data, op.output)?,
+                Saved::Extra { .. } => {
+                    extra += 1;
+                    run.data[index.extras[o][extra - 1]]
+                        .clone()
+                        .ok_or_else(|| sched_err(k, sop, "a saved extra is not resident"))?
+                }
+            });
+        }
+        let dims = self.input_dims(o);
+        let out = ops::backward(op, &dims, g, values, &self.params_of(o)?, &self.needs(o), &self.ctx(o, true))?;
+        for (j, g) in out.inputs.into_iter().enumerate() {
+            if let Some(g) = g {
+                self.graph_grad(index, &mut run.data, op.inputs[j], g)?;
+            }
+        }
+        for (j, g) in out.params.into_iter().enumerate() {
+            add_into::<B>(&mut self.grads[op.params[j]], g);
+        }
+        Ok(())
+    }
+}
+
+/// A graph step's data nodes, their standing with the pools, and the transfers in flight.
+struct GraphRun<B: Backend> {
+    data: Vec<Option<Value<B>>>,
+    /// Each data node's bytes in the device pool (declared sizes, where the step has them).
+    dev: Vec<u64>,
+    /// The pool counts the graph's sizes.
+    counted: bool,
+    /// Which compute node is which op's forward or backward.
+    node_op: HashMap<usize, (usize, bool)>,
+    loss_op: usize,
+    /// The offload holding each data node's host copy, with its bytes.
+    host_job: Vec<Option<(usize, u64)>>,
+    /// Each data node's prefetch in flight.
+    prefetch_job: Vec<Option<usize>>,
+    in_flight: usize,
+}
+
+impl<B: Backend> GraphRun<B> {
+    /// Op `o` of compute node `node`, and whether it is its backward.
+    fn op_of(&self, index: &GraphIndex, node: usize) -> Option<(usize, bool)> {
+        match self.node_op.get(&node) {
+            Some(&found) => Some(found),
+            None if node == index.loss => Some((self.loss_op, false)),
+            None => None,
+        }
+    }
+
+    /// Waits for data node `d`'s prefetch in flight, if any, and holds what it brings.
+    fn land(&mut self, xfer: &mut Transfers<'_, '_, B, usize>, d: usize) -> Result<(), RuntimeError> {
+        if let Some(job) = self.prefetch_job.get_mut(d).and_then(Option::take) {
+            self.in_flight -= 1;
+            self.data[d] = landed(xfer, job)?;
+        }
+        Ok(())
+    }
+
+    /// Frees data node `d`: its device copy, its host copy, a prefetch in flight.
+    fn free(&mut self, xfer: &mut Transfers<'_, '_, B, usize>, d: usize) -> Result<(), RuntimeError> {
+        self.land(xfer, d)?;
+        if let Some((job, _)) = self.host_job[d].take() {
+            xfer.drop_host(job);
+        }
+        self.data[d] = None;
+        xfer.release(std::mem::take(&mut self.dev[d]));
+        Ok(())
+    }
+
+    /// Schedule op `k`, an offload of data node `d` (a reload still in flight lands
+    /// first: the offload takes what arrives).
+    fn offload(
+        &mut self,
+        xfer: &mut Transfers<'_, '_, B, usize>,
+        k: usize,
+        sop: &Op,
+        d: usize,
+        declared: Option<u64>,
+    ) -> Result<(), RuntimeError> {
+        self.land(xfer, d)?;
+        let value = self.data[d].take().ok_or_else(|| sched_err(k, sop, "offloads a data node not on the device"))?;
+        if let Some((old, _)) = self.host_job[d].take() {
+            xfer.drop_host(old);
+        }
+        let bytes = declared.unwrap_or_else(|| value.bytes());
+        self.dev[d] = 0;
+        xfer.offload(k, &sop.to_string(), vec![(d, value)], bytes, true)?;
+        self.host_job[d] = Some((k, bytes));
+        Ok(())
+    }
+
+    /// Schedule op `k`, a prefetch of data node `d` from its host copy.
+    fn prefetch(
+        &mut self,
+        xfer: &mut Transfers<'_, '_, B, usize>,
+        k: usize,
+        sop: &Op,
+        d: usize,
+    ) -> Result<(), RuntimeError> {
+        let Some((job, bytes)) = self.host_job[d] else {
+            return Err(sched_err(k, sop, "prefetches a data node with no host copy"));
         };
-        drive(&mut exec)
+        if self.data[d].is_some() || self.prefetch_job[d].is_some() {
+            return Err(sched_err(k, sop, "prefetches a data node already on the device"));
+        }
+        xfer.prefetch(k, &sop.to_string(), vec![(job, None)], bytes)?;
+        self.dev[d] = bytes;
+        self.prefetch_job[d] = Some(k);
+        self.in_flight += 1;
+        Ok(())
     }
 }
 

@@ -112,6 +112,9 @@ pub struct StepInputs<'a, B: Backend> {
     /// The optimizer step a schedule that names the static tensors runs inside its
     /// backwards and CPU updates (`None`: the step updates nothing).
     pub update: Option<Update>,
+    /// A chain schedule's program, lowered before the step ([`lower_step`]) so that its
+    /// bookkeeping is not the step's measured memory; `None`: the step lowers it.
+    pub lowered: Option<&'a [Step]>,
 }
 
 /// The optimizer step of one training step.
@@ -127,6 +130,7 @@ mod chain;
 mod graph;
 mod statics;
 
+pub use chain::lower_step;
 pub(crate) use chain::Part;
 pub use statics::Statics;
 
