@@ -334,154 +334,17 @@ impl<'g> Instance<'g> {
     }
 
     /// Builds and solves the ILP for `budget` bytes; returns the compute sequence, and
-    /// whether HiGHS proved it optimal.
+    /// whether HiGHS proved it optimal. The constraint families go stage by stage, in the
+    /// order below (HiGHS's search can depend on the order of the rows).
     fn solve(&self, budget: u64, time_limit: Option<f64>) -> Result<(Vec<usize>, bool), IlpError> {
-        let n = self.n;
-        let nd = self.g.data.len();
-        let avail = budget.checked_sub(self.fixed).ok_or(IlpError::Infeasible)?;
-        // Units: memory so that the budget is about 10⁴ units, time so that the slowest
-        // node takes 1 (HiGHS's tolerances are absolute).
-        let largest = (0..nd).filter(|&d| self.alloc[d].is_some()).map(|d| self.size_of(d)).max().unwrap_or(0);
-        let mu = (avail.max(largest) as f64 / 1e4).max(1.0);
-        let tu = self.g.compute.iter().map(|c| c.time).fold(0.0, f64::max);
-        let tu = if tu > 0.0 { tu } else { 1.0 };
-        let mem = |bytes: u64| bytes as f64 / mu;
-        let cap = mem(avail);
-
-        // Store-all, the warm start: no recomputation, each tensor kept until its last reader.
-        let mut m = Milp::new();
-        let mut cols = Cols { r: Vec::with_capacity(n), s: Vec::with_capacity(nd) };
-        for k in 0..n {
-            let stages = if self.once[k] { 0 } else { self.last[k] - k };
-            let cost = self.g.compute[k].time / tu;
-            cols.r.push((0..stages).map(|_| m.binary(cost, 0.0)).collect());
-        }
-        for d in 0..nd {
-            let last_reader = self.users[d].last().copied().unwrap_or(0);
-            let v = match self.alloc[d] {
-                Some(a) if !self.pinned[d] => {
-                    (a + 1..=self.s_last[d]).map(|t| m.binary(0.0, f64::from(u8::from(t <= last_reader)))).collect()
-                }
-                _ => Vec::new(),
-            };
-            cols.s.push(v);
-        }
-        let mut warm_fits = true;
-        let mut structural = false;
-        let mut row = |m: &mut Milp, lo: f64, e: &Lin, hi: f64| {
-            if e.is_constant() {
-                structural |= !Milp::holds(lo, e, hi);
-            } else {
-                m.row(lo, e, hi);
-            }
-        };
-        for t in 0..n {
+        let mut ilp = CheckmateIlp::new(self, budget)?;
+        for t in 0..self.n {
             let act = self.active(t);
-            // Dependencies, and no recomputation over a resident output.
-            for &j in &act {
-                for &d in &self.needs[j] {
-                    let Some(a) = self.alloc[d] else { continue };
-                    let mut e = Lin::default();
-                    e.add_bin(self.r(&cols, t, j), 1.0)
-                        .add_bin(self.r(&cols, t, a), -1.0)
-                        .add_bin(self.s(&cols, t, d), -1.0);
-                    row(&mut m, f64::NEG_INFINITY, &e, 0.0);
-                }
-                if j < t {
-                    for &d in &self.allocates[j] {
-                        let mut e = Lin::default();
-                        e.add_bin(self.r(&cols, t, j), 1.0).add_bin(self.s(&cols, t, d), 1.0);
-                        row(&mut m, f64::NEG_INFINITY, &e, 1.0);
-                    }
-                }
-            }
-            // Persistence into stage t + 1.
-            for d in 0..nd {
-                if let (Some(a), Bin::Var(next)) = (self.alloc[d], self.s(&cols, t + 1, d)) {
-                    let mut e = Lin::default();
-                    e.add_col(next, 1.0).add_bin(self.s(&cols, t, d), -1.0).add_bin(self.r(&cols, t, a), -1.0);
-                    row(&mut m, f64::NEG_INFINITY, &e, 0.0);
-                }
-            }
-            // Memory: U along the stage, with the frees.
-            let mut prev = Lin::default();
-            for d in 0..nd {
-                prev.add_bin(self.s(&cols, t, d), mem(self.size_of(d)));
-            }
-            for &k in &act {
-                let rk = self.r(&cols, t, k);
-                let mut e = prev.clone();
-                e.add_bin(rk, mem(self.alloc_bytes(k)));
-                let u = m.continuous(0.0, 0.0, f64::INFINITY, e.eval(m.start_values()));
-                let mut def = e.clone();
-                def.add_col(u, -1.0);
-                row(&mut m, 0.0, &def, 0.0);
-                let mut peak = Lin::default();
-                peak.add_col(u, 1.0).add_bin(rk, mem(self.g.compute[k].tmp));
-                warm_fits &= peak.eval(m.start_values()) <= cap * (1.0 + 1e-12);
-                row(&mut m, f64::NEG_INFINITY, &peak, cap);
-                prev = Lin::default();
-                prev.add_col(u, 1.0);
-                for &d in self.allocates[k].iter().chain(&self.needs[k]) {
-                    if self.pinned[d] {
-                        continue;
-                    }
-                    // h = (1 − R[t,k]) + S[t+1,d] + Σ_{u ∈ USERS[d], k < u ≤ t} R[t,u]
-                    let mut h = Lin::constant(1.0);
-                    h.add_bin(rk, -1.0).add_bin(self.s(&cols, t + 1, d), 1.0);
-                    for &u in self.users[d].iter().filter(|&&u| u > k && u <= t) {
-                        h.add_bin(self.r(&cols, t, u), 1.0);
-                    }
-                    let free = if h.is_constant() {
-                        if h.constant.abs() < 0.5 {
-                            Bin::One
-                        } else {
-                            Bin::Zero
-                        }
-                    } else {
-                        let start = f64::from(u8::from(h.eval(m.start_values()).abs() < 0.5));
-                        let f = m.binary(0.0, start);
-                        let kappa = h.max_binary();
-                        // 1 − FREE ≤ h  and  κ (1 − FREE) ≥ h.
-                        let mut lo = h.clone();
-                        lo.add_col(f, 1.0);
-                        row(&mut m, 1.0, &lo, f64::INFINITY);
-                        let mut hi = h.clone();
-                        hi.add_col(f, kappa);
-                        row(&mut m, f64::NEG_INFINITY, &hi, kappa);
-                        // The same upper bound, one hazard at a time: FREE ≤ 1 − x for
-                        // each hazard x of h (valid, and far tighter in the relaxation).
-                        for &(x, coef) in &h.terms {
-                            let mut e = Lin::default();
-                            e.add_col(f, 1.0).add_col(x, coef);
-                            let bound = if coef > 0.0 { 1.0 } else { 1.0 + coef };
-                            row(&mut m, f64::NEG_INFINITY, &e, bound);
-                        }
-                        Bin::Var(f)
-                    };
-                    prev.add_bin(free, -mem(self.size_of(d)));
-                }
-            }
+            ilp.dependencies(t, &act);
+            ilp.persistence(t);
+            ilp.memory(t, &act);
         }
-        if structural {
-            return Err(IlpError::Infeasible);
-        }
-        // HiGHS's default gaps, stated: optimal within 0.01% of the recomputation time, or
-        // within a millionth of the slowest node's time (the objective's unit).
-        let options = [("mip_rel_gap", 1e-4), ("mip_abs_gap", 1e-6)];
-        let (cols_values, optimal) = match m.solve(time_limit, warm_fits, &options)? {
-            Outcome::Optimal(v) => (v, true),
-            Outcome::Incumbent(v, ..) => (v, false),
-        };
-        let mut seq = Vec::new();
-        for t in 0..n {
-            for k in self.active(t) {
-                if self.r(&cols, t, k).value(&cols_values) {
-                    seq.push(k);
-                }
-            }
-        }
-        Ok((seq, optimal))
+        ilp.solve(time_limit)
     }
 
     /// The schedule of a compute sequence: each node with grad, each tracked data node
@@ -515,6 +378,202 @@ impl<'g> Instance<'g> {
             ops.extend(frees.iter().map(|&d| Op::Free { tensor: Tensor::Data(d) }));
         }
         Schedule::new(View::Graph, ops)
+    }
+}
+
+/// The ILP of [`Instance::solve`] under construction: the model, the columns `R` and `S`
+/// (store-all's values their warm start), and the units. Each method adds one family of
+/// the module doc's constraints for one stage.
+struct CheckmateIlp<'a, 'g> {
+    inst: &'a Instance<'g>,
+    m: Milp,
+    cols: Cols,
+    /// Bytes per memory unit: the budget is about 10⁴ units (HiGHS's tolerances are
+    /// absolute).
+    mu: f64,
+    /// The budget less the fixed bytes, in units.
+    cap: f64,
+    /// Whether store-all's values fit every memory row: then HiGHS starts from them.
+    warm_fits: bool,
+    /// Whether a constant row breaks: the ILP has no solution.
+    structural: bool,
+}
+
+impl<'a, 'g> CheckmateIlp<'a, 'g> {
+    /// The units, and the columns `R` (recomputable nodes only) and `S` (not pinned), at
+    /// store-all's values: no recomputation, each tensor kept until its last reader.
+    fn new(inst: &'a Instance<'g>, budget: u64) -> Result<CheckmateIlp<'a, 'g>, IlpError> {
+        let (n, nd) = (inst.n, inst.g.data.len());
+        let avail = budget.checked_sub(inst.fixed).ok_or(IlpError::Infeasible)?;
+        // Units: memory so that the budget is about 10⁴ units, time so that the slowest
+        // node takes 1 (HiGHS's tolerances are absolute).
+        let largest = (0..nd).filter(|&d| inst.alloc[d].is_some()).map(|d| inst.size_of(d)).max().unwrap_or(0);
+        let mu = (avail.max(largest) as f64 / 1e4).max(1.0);
+        let tu = inst.g.compute.iter().map(|c| c.time).fold(0.0, f64::max);
+        let tu = if tu > 0.0 { tu } else { 1.0 };
+
+        // Store-all, the warm start: no recomputation, each tensor kept until its last reader.
+        let mut m = Milp::new();
+        let mut cols = Cols { r: Vec::with_capacity(n), s: Vec::with_capacity(nd) };
+        for k in 0..n {
+            let stages = if inst.once[k] { 0 } else { inst.last[k] - k };
+            let cost = inst.g.compute[k].time / tu;
+            cols.r.push((0..stages).map(|_| m.binary(cost, 0.0)).collect());
+        }
+        for d in 0..nd {
+            let last_reader = inst.users[d].last().copied().unwrap_or(0);
+            let v = match inst.alloc[d] {
+                Some(a) if !inst.pinned[d] => {
+                    (a + 1..=inst.s_last[d]).map(|t| m.binary(0.0, f64::from(u8::from(t <= last_reader)))).collect()
+                }
+                _ => Vec::new(),
+            };
+            cols.s.push(v);
+        }
+        Ok(CheckmateIlp { inst, m, cols, mu, cap: avail as f64 / mu, warm_fits: true, structural: false })
+    }
+
+    /// `bytes` in memory units.
+    fn mem(&self, bytes: u64) -> f64 {
+        bytes as f64 / self.mu
+    }
+
+    fn r(&self, t: usize, k: usize) -> Bin {
+        self.inst.r(&self.cols, t, k)
+    }
+
+    fn s(&self, t: usize, d: usize) -> Bin {
+        self.inst.s(&self.cols, t, d)
+    }
+
+    /// Adds `lo ≤ e ≤ hi`, or checks it when `e` is constant.
+    fn row(&mut self, lo: f64, e: &Lin, hi: f64) {
+        if e.is_constant() {
+            self.structural |= !Milp::holds(lo, e, hi);
+        } else {
+            self.m.row(lo, e, hi);
+        }
+    }
+
+    /// Dependencies in stage `t`, `R[t,j] ≤ R[t,a(d)] + S[t,d]`, and no recomputation
+    /// over a resident output, `R[t,a(d)] + S[t,d] ≤ 1`.
+    fn dependencies(&mut self, t: usize, act: &[usize]) {
+        let inst = self.inst;
+        for &j in act {
+            for &d in &inst.needs[j] {
+                let Some(a) = inst.alloc[d] else { continue };
+                let mut e = Lin::default();
+                e.add_bin(self.r(t, j), 1.0).add_bin(self.r(t, a), -1.0).add_bin(self.s(t, d), -1.0);
+                self.row(f64::NEG_INFINITY, &e, 0.0);
+            }
+            if j < t {
+                for &d in &inst.allocates[j] {
+                    let mut e = Lin::default();
+                    e.add_bin(self.r(t, j), 1.0).add_bin(self.s(t, d), 1.0);
+                    self.row(f64::NEG_INFINITY, &e, 1.0);
+                }
+            }
+        }
+    }
+
+    /// Persistence into stage `t + 1`: `S[t+1,d] ≤ S[t,d] + R[t,a(d)]`.
+    fn persistence(&mut self, t: usize) {
+        for d in 0..self.inst.g.data.len() {
+            if let (Some(a), Bin::Var(next)) = (self.inst.alloc[d], self.s(t + 1, d)) {
+                let mut e = Lin::default();
+                e.add_col(next, 1.0).add_bin(self.s(t, d), -1.0).add_bin(self.r(t, a), -1.0);
+                self.row(f64::NEG_INFINITY, &e, 0.0);
+            }
+        }
+    }
+
+    /// Memory along stage `t`: `U[t,k]`, what is resident after node `k` runs (before
+    /// the frees that follow it), one column per node; `U[t,k] + tmp_k R[t,k]` within the
+    /// budget; then `FREE[t,d,k]` for what `k` allocates or reads.
+    fn memory(&mut self, t: usize, act: &[usize]) {
+        let inst = self.inst;
+        let mut prev = Lin::default();
+        for d in 0..inst.g.data.len() {
+            prev.add_bin(self.s(t, d), self.mem(inst.size_of(d)));
+        }
+        for &k in act {
+            let rk = self.r(t, k);
+            let mut e = prev.clone();
+            e.add_bin(rk, self.mem(inst.alloc_bytes(k)));
+            let u = self.m.continuous(0.0, 0.0, f64::INFINITY, e.eval(self.m.start_values()));
+            let mut def = e.clone();
+            def.add_col(u, -1.0);
+            self.row(0.0, &def, 0.0);
+            let mut peak = Lin::default();
+            peak.add_col(u, 1.0).add_bin(rk, self.mem(inst.g.compute[k].tmp));
+            self.warm_fits &= peak.eval(self.m.start_values()) <= self.cap * (1.0 + 1e-12);
+            self.row(f64::NEG_INFINITY, &peak, self.cap);
+            prev = Lin::default();
+            prev.add_col(u, 1.0);
+            for &d in inst.allocates[k].iter().chain(&inst.needs[k]) {
+                if inst.pinned[d] {
+                    continue;
+                }
+                let free = self.free(t, k, d);
+                prev.add_bin(free, -self.mem(inst.size_of(d)));
+            }
+        }
+    }
+
+    /// `FREE[t,d,k]`, linearized with `h` and `κ`, plus one row per hazard.
+    fn free(&mut self, t: usize, k: usize, d: usize) -> Bin {
+        let rk = self.r(t, k);
+        // h = (1 − R[t,k]) + S[t+1,d] + Σ_{u ∈ USERS[d], k < u ≤ t} R[t,u]
+        let mut h = Lin::constant(1.0);
+        h.add_bin(rk, -1.0).add_bin(self.s(t + 1, d), 1.0);
+        for &u in self.inst.users[d].iter().filter(|&&u| u > k && u <= t) {
+            h.add_bin(self.r(t, u), 1.0);
+        }
+        if h.is_constant() {
+            return if h.constant.abs() < 0.5 { Bin::One } else { Bin::Zero };
+        }
+        let start = f64::from(u8::from(h.eval(self.m.start_values()).abs() < 0.5));
+        let f = self.m.binary(0.0, start);
+        let kappa = h.max_binary();
+        // 1 − FREE ≤ h  and  κ (1 − FREE) ≥ h.
+        let mut lo = h.clone();
+        lo.add_col(f, 1.0);
+        self.row(1.0, &lo, f64::INFINITY);
+        let mut hi = h.clone();
+        hi.add_col(f, kappa);
+        self.row(f64::NEG_INFINITY, &hi, kappa);
+        // The same upper bound, one hazard at a time: FREE ≤ 1 − x for
+        // each hazard x of h (valid, and far tighter in the relaxation).
+        for &(x, coef) in &h.terms {
+            let mut e = Lin::default();
+            e.add_col(f, 1.0).add_col(x, coef);
+            let bound = if coef > 0.0 { 1.0 } else { 1.0 + coef };
+            self.row(f64::NEG_INFINITY, &e, bound);
+        }
+        Bin::Var(f)
+    }
+
+    /// Solves under `time_limit`, and reads the compute sequence off the solution.
+    fn solve(self, time_limit: Option<f64>) -> Result<(Vec<usize>, bool), IlpError> {
+        if self.structural {
+            return Err(IlpError::Infeasible);
+        }
+        // HiGHS's default gaps, stated: optimal within 0.01% of the recomputation time, or
+        // within a millionth of the slowest node's time (the objective's unit).
+        let options = [("mip_rel_gap", 1e-4), ("mip_abs_gap", 1e-6)];
+        let (cols_values, optimal) = match self.m.solve(time_limit, self.warm_fits, &options)? {
+            Outcome::Optimal(v) => (v, true),
+            Outcome::Incumbent(v, ..) => (v, false),
+        };
+        let mut seq = Vec::new();
+        for t in 0..self.inst.n {
+            for k in self.inst.active(t) {
+                if self.inst.r(&self.cols, t, k).value(&cols_values) {
+                    seq.push(k);
+                }
+            }
+        }
+        Ok((seq, optimal))
     }
 }
 

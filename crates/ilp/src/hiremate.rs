@@ -70,6 +70,10 @@ use crate::sequence::{Liveness, Step};
 use crate::subgraph::SubGraph;
 use crate::IlpError;
 
+mod selection;
+use selection::select_options;
+pub use selection::spread;
+
 /// HiRemate (see the module docs), with its knobs.
 pub struct Hiremate {
     /// What it runs with; `hiremate` is [`HiremateConfig::DEFAULT`].
@@ -416,191 +420,101 @@ impl<'g> Prepared<'g> {
         self.options[self.rep[c]].as_ref().expect("children are solved before parents")
     }
 
-    /// Cluster `c` as an H-graph, and how to expand its cNodes' options into local steps.
+    /// Cluster `c` as an H-graph, and how to expand its cNodes' options into local steps:
+    /// a forward cNode per part, the cluster's loss, then a backward cNode per part (the
+    /// last part first).
     fn hgraph(&self, c: usize) -> Result<(HGraph, Vec<Expand>), IlpError> {
-        let sub = &self.subs[c];
-        let lg = &sub.graph;
-        let cluster = &self.h.clusters[c];
-        // Part of each local compute node (None: the loss).
-        let mut global_to_local: HashMap<usize, usize> = HashMap::new();
-        for (l, k) in sub.compute.iter().enumerate() {
-            if let Some(k) = k {
-                global_to_local.insert(*k, l);
-            }
-        }
-        let mut part_of: Vec<Option<usize>> = vec![None; lg.compute.len()];
-        for (pi, part) in cluster.parts.iter().enumerate() {
-            let ops: Vec<usize> = match *part {
-                Part::Op(k) => vec![k],
-                Part::Cluster(cc) => self.h.clusters[cc].ops.clone(),
-            };
-            for k in ops {
-                let l = global_to_local[&k];
-                part_of[l] = Some(pi);
-            }
-        }
-        for (l, node) in lg.compute.iter().enumerate() {
-            if node.kind == ComputeKind::Backward {
-                part_of[l] = node.forward.and_then(|f| part_of[f]);
-            }
-        }
-        // aNodes: tracked, not saved, not inside a single cluster part.
-        let live = Liveness::new(lg);
-        let mut touch: Vec<Vec<Option<usize>>> = vec![Vec::new(); lg.data.len()];
-        for (l, node) in lg.compute.iter().enumerate() {
-            for &d in node.inputs.iter().chain(&node.outputs) {
-                touch[d].push(part_of[l]);
-            }
-        }
-        let is_cluster_part = |p: usize| matches!(cluster.parts[p], Part::Cluster(_));
-        let mut anode = vec![usize::MAX; lg.data.len()];
-        let mut sizes = Vec::new();
-        for d in 0..lg.data.len() {
-            if !live.tracked(d) || lg.data[d].kind == DataKind::Saved {
-                continue;
-            }
-            let t = &touch[d];
-            let internal = match t.first() {
-                Some(&Some(p)) => is_cluster_part(p) && t.iter().all(|&x| x == Some(p)),
-                _ => false,
-            };
-            if !internal {
-                anode[d] = sizes.len();
-                sizes.push(lg.data[d].size);
-            }
-        }
-        let an = |ids: &mut dyn Iterator<Item = &usize>| -> Vec<usize> {
-            let mut v: Vec<usize> = ids.filter(|&&d| anode[d] != usize::MAX).map(|&d| anode[d]).collect();
-            v.sort_unstable();
-            v.dedup();
-            v
-        };
+        let local = LocalCluster::new(&self.h, c, &self.subs[c]);
+        let parts = &local.cluster.parts;
         let mut nodes = Vec::new();
         let mut expand = Vec::new();
-        let np = cluster.parts.len();
-        let part_of = &part_of;
-        let fwd_nodes = |p: usize| (0..sub.loss).filter(move |&l| part_of[l] == Some(p));
-        let bwd_nodes = |p: usize| (sub.loss + 1..lg.compute.len()).filter(move |&l| part_of[l] == Some(p));
-        // Forward cNodes.
-        for p in 0..np {
-            match cluster.parts[p] {
-                Part::Op(_) => {
-                    let l = fwd_nodes(p).next().expect("an op part has its forward");
-                    let node = &lg.compute[l];
-                    let options = op_options(lg, l);
-                    nodes.push(HNode {
-                        kind: HKind::Forward { pair: p },
-                        inputs: an(&mut node.inputs.iter()),
-                        outputs: an(&mut node.outputs.iter()),
-                        options,
-                    });
-                    expand.push(Expand::OpForward(l));
-                }
-                Part::Cluster(cc) => {
-                    let co = self.options_of(cc);
-                    let child = &self.subs[cc];
-                    let substeps = |steps: &[Substep]| self.substeps_in(child, sub, &anode, steps);
-                    let ls: Vec<usize> = fwd_nodes(p).collect();
-                    let outputs = an(&mut ls.iter().flat_map(|&l| lg.compute[l].outputs.iter()));
-                    // What one op of the part makes and another reads is not an input.
-                    let mut inputs = an(&mut ls.iter().flat_map(|&l| lg.compute[l].inputs.iter()));
-                    inputs.retain(|d| !outputs.contains(d));
-                    let mut options: Vec<HOption> = co
-                        .options
-                        .iter()
-                        .map(|o| HOption {
-                            time: o.fwd_time,
-                            overhead: o.fwd_overhead,
-                            phantom: o.phantom,
-                            reads: Vec::new(),
-                            substeps: substeps(&o.fwd_substeps),
-                        })
-                        .collect();
-                    options.push(HOption {
-                        time: co.ff_time,
-                        overhead: co.ff_overhead,
-                        phantom: 0,
-                        reads: Vec::new(),
-                        substeps: substeps(&co.ff_substeps),
-                    });
-                    nodes.push(HNode { kind: HKind::Forward { pair: p }, inputs, outputs, options });
-                    expand.push(Expand::Cluster {
-                        child: cc,
-                        forward: true,
-                        map: self.local_map(child, &global_to_local),
-                    });
-                }
-            }
+        for (p, part) in parts.iter().enumerate() {
+            let (node, e) = match *part {
+                Part::Op(_) => local.op_forward(p),
+                Part::Cluster(cc) => self.cluster_forward(&local, p, cc),
+            };
+            nodes.push(node);
+            expand.push(e);
         }
-        // The loss.
-        let loss = &lg.compute[sub.loss];
-        nodes.push(HNode {
-            kind: HKind::Loss,
-            inputs: an(&mut loss.inputs.iter()),
-            outputs: an(&mut loss.outputs.iter()),
-            options: vec![HOption {
-                time: loss.time,
-                overhead: loss.tmp,
-                phantom: 0,
-                reads: Vec::new(),
-                substeps: Vec::new(),
-            }],
-        });
-        expand.push(Expand::Loss(sub.loss));
-        // Backward cNodes, last part first.
-        for p in (0..np).rev() {
-            let ls: Vec<usize> = bwd_nodes(p).collect();
+        let (node, e) = local.loss();
+        nodes.push(node);
+        expand.push(e);
+        for p in (0..parts.len()).rev() {
+            let ls: Vec<usize> = local.bwd_nodes(p).collect();
             if ls.is_empty() {
                 continue;
             }
-            match cluster.parts[p] {
-                Part::Op(_) => {
-                    let node = &lg.compute[ls[0]];
-                    nodes.push(HNode {
-                        kind: HKind::Backward { pair: p },
-                        inputs: an(&mut node.inputs.iter()),
-                        outputs: an(&mut node.outputs.iter()),
-                        options: op_options(lg, ls[0]),
-                    });
-                    expand.push(Expand::OpBackward(ls[0]));
-                }
-                Part::Cluster(cc) => {
-                    let co = self.options_of(cc);
-                    let child = &self.subs[cc];
-                    let substeps = |steps: &[Substep]| self.substeps_in(child, sub, &anode, steps);
-                    // Always read: the gradients that come back; per option: interface
-                    // activations its backward part reads.
-                    let grads: Vec<usize> = child.grads_in.iter().map(|&d| child.data[d]).collect();
-                    let to_local = |gd: usize| sub.data.iter().position(|&x| x == gd);
-                    let outputs = an(&mut ls.iter().flat_map(|&l| lg.compute[l].outputs.iter()));
-                    let mut inputs = an(&mut grads.iter().filter_map(|&gd| to_local(gd)).collect::<Vec<_>>().iter());
-                    inputs.retain(|d| !outputs.contains(d));
-                    let options = co
-                        .options
-                        .iter()
-                        .map(|o| HOption {
-                            time: o.bwd_time,
-                            overhead: o.bwd_overhead,
-                            phantom: 0,
-                            substeps: substeps(&o.bwd_substeps),
-                            reads: an(&mut o
-                                .reads
-                                .iter()
-                                .filter_map(|&cd| to_local(child.data[cd]))
-                                .collect::<Vec<_>>()
-                                .iter()),
-                        })
-                        .collect();
-                    nodes.push(HNode { kind: HKind::Backward { pair: p }, inputs, outputs, options });
-                    expand.push(Expand::Cluster {
-                        child: cc,
-                        forward: false,
-                        map: self.local_map(child, &global_to_local),
-                    });
-                }
-            }
+            let (node, e) = match parts[p] {
+                Part::Op(_) => local.op_backward(p, ls[0]),
+                Part::Cluster(cc) => self.cluster_backward(&local, p, cc, &ls),
+            };
+            nodes.push(node);
+            expand.push(e);
         }
-        Ok((HGraph { nodes, sizes }, expand))
+        Ok((HGraph { nodes, sizes: local.sizes }, expand))
+    }
+
+    /// The forward cNode of part `p`, the sub-cluster `cc`: one option per option of
+    /// `cc`, and its fast forward.
+    fn cluster_forward(&self, local: &LocalCluster<'_>, p: usize, cc: usize) -> (HNode, Expand) {
+        let (sub, lg) = (local.sub, &local.sub.graph);
+        let co = self.options_of(cc);
+        let child = &self.subs[cc];
+        let substeps = |steps: &[Substep]| self.substeps_in(child, sub, &local.anode, steps);
+        let ls: Vec<usize> = local.fwd_nodes(p).collect();
+        let outputs = local.an(ls.iter().flat_map(|&l| lg.compute[l].outputs.iter()));
+        // What one op of the part makes and another reads is not an input.
+        let mut inputs = local.an(ls.iter().flat_map(|&l| lg.compute[l].inputs.iter()));
+        inputs.retain(|d| !outputs.contains(d));
+        let mut options: Vec<HOption> = co
+            .options
+            .iter()
+            .map(|o| HOption {
+                time: o.fwd_time,
+                overhead: o.fwd_overhead,
+                phantom: o.phantom,
+                reads: Vec::new(),
+                substeps: substeps(&o.fwd_substeps),
+            })
+            .collect();
+        options.push(HOption {
+            time: co.ff_time,
+            overhead: co.ff_overhead,
+            phantom: 0,
+            reads: Vec::new(),
+            substeps: substeps(&co.ff_substeps),
+        });
+        let node = HNode { kind: HKind::Forward { pair: p }, inputs, outputs, options };
+        (node, Expand::Cluster { child: cc, forward: true, map: self.local_map(child, &local.global_to_local) })
+    }
+
+    /// The backward cNode of part `p`, the sub-cluster `cc` (its local backward nodes
+    /// `ls`): one option per option of `cc`.
+    fn cluster_backward(&self, local: &LocalCluster<'_>, p: usize, cc: usize, ls: &[usize]) -> (HNode, Expand) {
+        let (sub, lg) = (local.sub, &local.sub.graph);
+        let co = self.options_of(cc);
+        let child = &self.subs[cc];
+        let substeps = |steps: &[Substep]| self.substeps_in(child, sub, &local.anode, steps);
+        // Always read: the gradients that come back; per option: interface
+        // activations its backward part reads.
+        let grads: Vec<usize> = child.grads_in.iter().map(|&d| child.data[d]).collect();
+        let to_local = |gd: usize| sub.data.iter().position(|&x| x == gd);
+        let outputs = local.an(ls.iter().flat_map(|&l| lg.compute[l].outputs.iter()));
+        let mut inputs = local.an(grads.iter().filter_map(|&gd| to_local(gd)).collect::<Vec<_>>().iter());
+        inputs.retain(|d| !outputs.contains(d));
+        let options = co
+            .options
+            .iter()
+            .map(|o| HOption {
+                time: o.bwd_time,
+                overhead: o.bwd_overhead,
+                phantom: 0,
+                substeps: substeps(&o.bwd_substeps),
+                reads: local.an(o.reads.iter().filter_map(|&cd| to_local(child.data[cd])).collect::<Vec<_>>().iter()),
+            })
+            .collect();
+        let node = HNode { kind: HKind::Backward { pair: p }, inputs, outputs, options };
+        (node, Expand::Cluster { child: cc, forward: false, map: self.local_map(child, &local.global_to_local) })
     }
 
     /// A child cluster's correction terms in the parent's aNode ids (`anode`, indexed by
@@ -859,6 +773,144 @@ fn blocks_partition(g: &TrainingGraph, cfg: &HPartitionConfig) -> Option<Hierarc
     Some(Hierarchy { top: clusters.len() - 1, clusters })
 }
 
+/// A cluster seen from its own subgraph, while its H-graph is built: the part of each
+/// local compute node, and the aNodes.
+struct LocalCluster<'a> {
+    sub: &'a SubGraph,
+    cluster: &'a Cluster,
+    /// The cluster's local id of each of its global compute ids.
+    global_to_local: HashMap<usize, usize>,
+    /// The part of each local compute node (`None`: the loss).
+    part_of: Vec<Option<usize>>,
+    /// The aNode of each local data node (`usize::MAX`: none).
+    anode: Vec<usize>,
+    /// Each aNode's size.
+    sizes: Vec<u64>,
+}
+
+impl<'a> LocalCluster<'a> {
+    fn new(h: &'a Hierarchy, c: usize, sub: &'a SubGraph) -> LocalCluster<'a> {
+        let lg = &sub.graph;
+        let cluster = &h.clusters[c];
+        let mut global_to_local: HashMap<usize, usize> = HashMap::new();
+        for (l, k) in sub.compute.iter().enumerate() {
+            if let Some(k) = k {
+                global_to_local.insert(*k, l);
+            }
+        }
+        let mut part_of: Vec<Option<usize>> = vec![None; lg.compute.len()];
+        for (pi, part) in cluster.parts.iter().enumerate() {
+            let ops: Vec<usize> = match *part {
+                Part::Op(k) => vec![k],
+                Part::Cluster(cc) => h.clusters[cc].ops.clone(),
+            };
+            for k in ops {
+                let l = global_to_local[&k];
+                part_of[l] = Some(pi);
+            }
+        }
+        for (l, node) in lg.compute.iter().enumerate() {
+            if node.kind == ComputeKind::Backward {
+                part_of[l] = node.forward.and_then(|f| part_of[f]);
+            }
+        }
+        let mut local = LocalCluster { sub, cluster, global_to_local, part_of, anode: Vec::new(), sizes: Vec::new() };
+        local.anodes();
+        local
+    }
+
+    /// The aNodes: the data tracked, not saved, and not inside a single cluster part.
+    fn anodes(&mut self) {
+        let sub = self.sub;
+        let lg = &sub.graph;
+        let live = Liveness::new(lg);
+        let mut touch: Vec<Vec<Option<usize>>> = vec![Vec::new(); lg.data.len()];
+        for (l, node) in lg.compute.iter().enumerate() {
+            for &d in node.inputs.iter().chain(&node.outputs) {
+                touch[d].push(self.part_of[l]);
+            }
+        }
+        let is_cluster_part = |p: usize| matches!(self.cluster.parts[p], Part::Cluster(_));
+        self.anode = vec![usize::MAX; lg.data.len()];
+        for (d, t) in touch.iter().enumerate() {
+            if !live.tracked(d) || lg.data[d].kind == DataKind::Saved {
+                continue;
+            }
+            let internal = match t.first() {
+                Some(&Some(p)) => is_cluster_part(p) && t.iter().all(|&x| x == Some(p)),
+                _ => false,
+            };
+            if !internal {
+                self.anode[d] = self.sizes.len();
+                self.sizes.push(lg.data[d].size);
+            }
+        }
+    }
+
+    /// The aNodes among local data `ids`, sorted, once each.
+    fn an<'i>(&self, ids: impl Iterator<Item = &'i usize>) -> Vec<usize> {
+        let mut v: Vec<usize> = ids.filter(|&&d| self.anode[d] != usize::MAX).map(|&d| self.anode[d]).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// The local forward nodes of part `p`.
+    fn fwd_nodes(&self, p: usize) -> impl Iterator<Item = usize> + '_ {
+        (0..self.sub.loss).filter(move |&l| self.part_of[l] == Some(p))
+    }
+
+    /// The local backward nodes of part `p`.
+    fn bwd_nodes(&self, p: usize) -> impl Iterator<Item = usize> + '_ {
+        (self.sub.loss + 1..self.sub.graph.compute.len()).filter(move |&l| self.part_of[l] == Some(p))
+    }
+
+    /// The forward cNode of part `p`, an op: its options with and without grad.
+    fn op_forward(&self, p: usize) -> (HNode, Expand) {
+        let lg = &self.sub.graph;
+        let l = self.fwd_nodes(p).next().expect("an op part has its forward");
+        let node = &lg.compute[l];
+        let hnode = HNode {
+            kind: HKind::Forward { pair: p },
+            inputs: self.an(node.inputs.iter()),
+            outputs: self.an(node.outputs.iter()),
+            options: op_options(lg, l),
+        };
+        (hnode, Expand::OpForward(l))
+    }
+
+    /// The cluster's loss, one option.
+    fn loss(&self) -> (HNode, Expand) {
+        let loss = &self.sub.graph.compute[self.sub.loss];
+        let hnode = HNode {
+            kind: HKind::Loss,
+            inputs: self.an(loss.inputs.iter()),
+            outputs: self.an(loss.outputs.iter()),
+            options: vec![HOption {
+                time: loss.time,
+                overhead: loss.tmp,
+                phantom: 0,
+                reads: Vec::new(),
+                substeps: Vec::new(),
+            }],
+        };
+        (hnode, Expand::Loss(self.sub.loss))
+    }
+
+    /// The backward cNode of part `p`, an op (local node `l`).
+    fn op_backward(&self, p: usize, l: usize) -> (HNode, Expand) {
+        let lg = &self.sub.graph;
+        let node = &lg.compute[l];
+        let hnode = HNode {
+            kind: HKind::Backward { pair: p },
+            inputs: self.an(node.inputs.iter()),
+            outputs: self.an(node.outputs.iter()),
+            options: op_options(lg, l),
+        };
+        (hnode, Expand::OpBackward(l))
+    }
+}
+
 /// How a cNode of a cluster's H-graph becomes steps.
 #[derive(Debug, Clone)]
 enum Expand {
@@ -960,126 +1012,8 @@ fn min_need(h: &HGraph) -> u64 {
         .unwrap_or(0)
 }
 
-/// Option selection (§3.4.5): at most `cfg.max_options` over the H-graph's pairs, each
-/// at least one. [`Selection::Phantom`] is the thesis: each pair's quota in proportion
-/// to its count, chosen by spread on the phantom. [`Selection::Pareto`] first drops the
-/// options another beats on both times, the phantom, both overheads and the reads
-/// ([`dominated`]), then shares the cap evenly (water-filling: no pair gets more than
-/// the level at which the quotas fill the cap) and spreads within each quota. A
-/// forward's fast-forward options (beyond its backward's) are always kept.
-fn select_options(mut h: HGraph, cfg: &HiremateConfig) -> (HGraph, Vec<Vec<usize>>) {
-    let mut remap: Vec<Vec<usize>> = h.nodes.iter().map(|n| (0..n.options.len()).collect()).collect();
-    let pairs: Vec<(usize, usize)> = (0..h.nodes.len())
-        .filter_map(|f| {
-            let HKind::Forward { pair } = h.nodes[f].kind else { return None };
-            let b = h.nodes.iter().position(|n| n.kind == HKind::Backward { pair })?;
-            Some((f, b))
-        })
-        .collect();
-    // The candidates of each pair, by its backward's option index.
-    let candidates: Vec<Vec<usize>> = pairs
-        .iter()
-        .map(|&(f, b)| {
-            let nb = h.nodes[b].options.len();
-            match cfg.selection {
-                Selection::Phantom => (0..nb).collect(),
-                Selection::Pareto => {
-                    let both = |o: usize| (&h.nodes[f].options[o], &h.nodes[b].options[o]);
-                    (0..nb).filter(|&o| !(0..nb).any(|p| dominated(both(o), both(p), o, p))).collect()
-                }
-            }
-        })
-        .collect();
-    let counts: Vec<usize> = candidates.iter().map(Vec::len).collect();
-    let total: usize = counts.iter().sum();
-    let quotas: Vec<usize> = if total <= cfg.max_options {
-        counts.clone()
-    } else {
-        match cfg.selection {
-            Selection::Phantom => counts
-                .iter()
-                .map(|&nb| ((cfg.max_options * nb) as f64 / total as f64).floor().max(1.0) as usize)
-                .collect(),
-            Selection::Pareto => {
-                let fill = |q: usize| counts.iter().map(|&c| c.min(q)).sum::<usize>();
-                let mut q = 1;
-                while fill(q + 1) <= cfg.max_options && q < *counts.iter().max().unwrap_or(&1) {
-                    q += 1;
-                }
-                counts.iter().map(|&c| c.min(q).max(1)).collect()
-            }
-        }
-    };
-    for (i, &(f, b)) in pairs.iter().enumerate() {
-        let nb = h.nodes[b].options.len();
-        if counts[i] == nb && nb <= quotas[i] {
-            continue;
-        }
-        let values: Vec<u64> = candidates[i].iter().map(|&o| h.nodes[f].options[o].phantom).collect();
-        let keep: Vec<usize> = spread(&values, quotas[i]).into_iter().map(|j| candidates[i][j]).collect();
-        let nf = h.nodes[f].options.len();
-        let mut fkeep = keep.clone();
-        fkeep.extend(nb..nf);
-        h.nodes[f].options = fkeep.iter().map(|&o| h.nodes[f].options[o].clone()).collect();
-        h.nodes[b].options = keep.iter().map(|&o| h.nodes[b].options[o].clone()).collect();
-        remap[f] = fkeep;
-        remap[b] = keep;
-    }
-    (h, remap)
-}
-
-/// Whether option `o` of a pair (its forward's and its backward's [`HOption`]s) is
-/// never better than option `p`: no faster forward or backward, no smaller phantom or
-/// overhead, no fewer reads. Of two equal options the later is the dominated one.
-fn dominated(o: (&HOption, &HOption), p: (&HOption, &HOption), io: usize, ip: usize) -> bool {
-    if io == ip {
-        return false;
-    }
-    let key = |x: (&HOption, &HOption)| (x.0.time, x.1.time, x.0.phantom, x.0.overhead, x.1.overhead);
-    let (a, b) = (key(o), key(p));
-    let no_worse = b.0 <= a.0 && b.1 <= a.1 && b.2 <= a.2 && b.3 <= a.3 && b.4 <= a.4;
-    let reads = p.1.reads.iter().all(|d| o.1.reads.contains(d));
-    no_worse && reads && (a != b || o.1.reads.len() != p.1.reads.len() || ip < io)
-}
-
-/// The spread greedy (§3.4.5, Fig. 3.7): the largest value, the smallest, then the one
-/// closest to the middle of the widest gap between chosen values, and so on. Returns
-/// indices, in the order chosen.
-pub fn spread(values: &[u64], quota: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..values.len()).collect();
-    order.sort_by_key(|&i| (std::cmp::Reverse(values[i]), i));
-    let mut chosen: Vec<usize> = Vec::new();
-    if order.is_empty() || quota == 0 {
-        return chosen;
-    }
-    chosen.push(order[0]);
-    if quota >= 2 && order.len() >= 2 {
-        chosen.push(*order.last().expect("nonempty"));
-    }
-    while chosen.len() < quota.min(values.len()) {
-        let mut vals: Vec<u64> = chosen.iter().map(|&i| values[i]).collect();
-        vals.sort_unstable();
-        // The widest gap between consecutive chosen values, and its middle.
-        let (lo, hi) =
-            vals.windows(2).map(|w| (w[0], w[1])).max_by_key(|&(a, b)| (b - a, std::cmp::Reverse(a))).unwrap_or((0, 0));
-        let mid = (lo + hi) as f64 / 2.0;
-        let next = (0..values.len())
-            .filter(|i| !chosen.contains(i))
-            .min_by(|&a, &b| {
-                let da = (values[a] as f64 - mid).abs();
-                let db = (values[b] as f64 - mid).abs();
-                da.total_cmp(&db).then(a.cmp(&b))
-            })
-            .expect("fewer chosen than values");
-        chosen.push(next);
-    }
-    chosen
-}
-
 #[cfg(test)]
 mod tests {
-    use super::spread;
-
     /// Which of the zoo's graphs (default sizes) are a sequence of Rockmate's blocks of at
     /// most `M^l` ops, and so get Rockmate's plan as HiRemate's incumbent, as
     /// docs/benchmarks.md says: the ResNets, GPT-2 and DenseNet-121, not U-Net, the
@@ -1183,14 +1117,5 @@ mod tests {
             gained += count(&ample, c) - count(&none, c);
         }
         assert!(gained > 0, "the save axes found no option the peak axes had not");
-    }
-
-    /// The research digest's §8.3 B: peaks {100, 90, 80, 55, 50, 20, 10}, quota 3 →
-    /// 100, then 10, then 55 (closest to the middle, 55).
-    #[test]
-    fn spread_picks_the_extremes_then_the_middle() {
-        let v = [100, 90, 80, 55, 50, 20, 10];
-        let picked: Vec<u64> = spread(&v, 3).iter().map(|&i| v[i]).collect();
-        assert_eq!(picked, vec![100, 10, 55]);
     }
 }

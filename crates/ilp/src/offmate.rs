@@ -52,6 +52,7 @@
 //! MILP at the budget and at tightened budgets, Rotor's plans on the same chain, and the
 //! practice baselines' fixed policies) that the simulator accepts.
 
+use highs::Col;
 use pebble_graph::Chain;
 use pebble_schedule::{ForwardMode, Op, Schedule, Tensor, View};
 use pebble_sim::Machine;
@@ -172,6 +173,10 @@ impl Steps {
     fn position(self, from: usize, t: usize) -> usize {
         (t + self.n() - from) % self.n()
     }
+    /// How many steps after `B_i` `F_i` comes: the window of stage `i`'s CPU update.
+    fn window(self, i: usize) -> usize {
+        self.position(self.bwd(i), self.fwd(i))
+    }
     /// The block whose forward or backward step `t` is, and whether it is a backward.
     fn block(self, t: usize) -> (usize, bool) {
         if t < self.l {
@@ -265,7 +270,9 @@ fn compute_time(chain: &Chain, steps: Steps, option: BlockOption, t: usize) -> f
 /// that is itself an approximation of the simulator's.
 pub const MIP_GAP: f64 = 1e-2;
 
-/// Solves the O-ILP for `chain` within `budget` bytes of device memory on `machine`.
+/// Solves the O-ILP for `chain` within `budget` bytes of device memory on `machine`. The
+/// constraint families go in the order below: HiGHS's search can depend on the order of
+/// the rows and columns.
 pub fn offmate_plan(
     chain: &Chain,
     budget: u64,
@@ -273,264 +280,398 @@ pub fn offmate_plan(
     opts: &OffmateOptions,
 ) -> Result<OffmatePlan, SolveError> {
     let grp = groups(chain, "offmate")?;
-    let l = chain.len();
-    let steps = Steps { l };
-    let n = steps.n();
-    let infeasible = |reason: String| SolveError::Infeasible { budget, reason };
-    // Units: bytes in multiples of the largest weight group (HiGHS wants coefficients near
-    // 1), times in seconds as they are.
-    let unit = grp.w.iter().chain(grp.o).chain(&chain.xbar).copied().max().unwrap_or(1).max(1) as f64;
-    let size = |b: u64| b as f64 / unit;
-    let (d2h, h2d) = (machine.d2h.bandwidth / unit, machine.h2d.bandwidth / unit);
-    let cpu_rate = machine.cpu_optimizer_rate / unit;
-    let gpu_rate = machine.gpu_optimizer_rate.map(|r| r / unit);
-    let named: u64 = grp.w.iter().chain(grp.g).chain(grp.o).sum();
-    let unnamed = chain.static_bytes.saturating_sub(named);
-    let inf = f64::INFINITY;
-    let tiebreak = 0.01;
+    let mut ilp = OIlp::new(chain, grp, budget, machine, opts);
+    ilp.block_options();
+    ilp.cpu_update_columns();
+    ilp.step_columns();
+    for i in 0..chain.len() {
+        ilp.presence(i);
+        ilp.offloaded(i);
+        ilp.update(i);
+    }
+    for t in 0..ilp.steps.n() {
+        ilp.step(t);
+    }
+    ilp.host_memory();
+    ilp.solve()
+}
 
-    let mut m = Milp::new();
-    // (4.1) options.
-    let comp: Vec<Vec<Option<highs::Col>>> = (0..l)
-        .map(|i| {
-            BlockOption::ALL
-                .iter()
-                .map(|&o| allowed(o, i, l, opts).then(|| m.binary(0.0, if o == BlockOption::Keep { 1.0 } else { 0.0 })))
-                .collect()
-        })
-        .collect();
-    for row in &comp {
+/// One parameter group's fractions (4.3), per stage and step: `Sto`, on the device;
+/// `Ofl`, offloaded in the step; `Prf`, prefetched in the step.
+#[derive(Default)]
+struct Fractions {
+    sto: Vec<Vec<Col>>,
+    ofl: Vec<Vec<Col>>,
+    prf: Vec<Vec<Col>>,
+}
+
+/// What a step asks of each resource: device memory (in units), and the seconds of
+/// compute, of transfers to the host and of transfers from it.
+struct Loads {
+    mem: Lin,
+    compute: Lin,
+    out: Lin,
+    inc: Lin,
+}
+
+/// The O-ILP of [`offmate_plan`] under construction: the model, its columns, and the
+/// units. Each method adds one constraint family, or the columns the next ones use.
+struct OIlp<'c> {
+    chain: &'c Chain,
+    grp: Groups<'c>,
+    machine: &'c Machine,
+    opts: &'c OffmateOptions,
+    budget: u64,
+    steps: Steps,
+    /// Bytes in multiples of the largest weight group, state or saved set (HiGHS wants
+    /// coefficients near 1); times in seconds as they are.
+    unit: f64,
+    /// Link bandwidths, in units per second.
+    d2h: f64,
+    h2d: f64,
+    /// The static bytes no group names.
+    unnamed: u64,
+    m: Milp,
+    /// `Comp_i^o`, per block and [`BlockOption::ALL`] (`None`: not allowed).
+    comp: Vec<Vec<Option<Col>>>,
+    /// `X_i`: the CPU updates stage `i` (`None`: it may not).
+    x_cpu: Vec<Option<Col>>,
+    /// `Time_t`.
+    time: Vec<Col>,
+    weights: Fractions,
+    states: Fractions,
+    /// `Opt[i][t]`: the part of stage `i`'s update the CPU does in step `t` (4.4).
+    opt: Vec<Vec<Col>>,
+}
+
+/// The weight of the transfer times in the objective, a tie-break.
+const TIEBREAK: f64 = 0.01;
+
+/// Running sums in the order of the steps from `b` on: `cum[p] = Σ_{q ≤ p} v[at(q)]`
+/// (one column and one row each, where the sums written out would make the matrix dense).
+fn running(m: &mut Milp, steps: Steps, v: &[Col], b: usize) -> Vec<Col> {
+    let n = steps.n();
+    let mut cum: Vec<Col> = Vec::with_capacity(n);
+    for p in 0..n {
+        let c = m.continuous(0.0, 0.0, f64::INFINITY, 0.0);
         let mut e = Lin::default();
-        for c in row.iter().flatten() {
-            e.add_col(*c, 1.0);
+        e.add_col(c, 1.0).add_col(v[steps.after(b, p)], -1.0);
+        if p > 0 {
+            e.add_col(cum[p - 1], -1.0);
         }
-        m.row(1.0, &e, 1.0);
+        m.row(0.0, &e, 0.0);
+        cum.push(c);
     }
-    // X_i: the CPU updates stage i. Not for a stage whose update window has no step: the
-    // gradient leaves in the step after B_i and the update runs after that, before F_i.
-    let window = |i: usize| steps.position(steps.bwd(i), steps.fwd(i));
-    let x_cpu: Vec<Option<highs::Col>> =
-        (0..l).map(|i| (opts.cpu_optimizer && grp.g[i] > 0 && window(i) >= 3).then(|| m.binary(0.0, 0.0))).collect();
-    let time: Vec<highs::Col> = (0..n).map(|_| m.continuous(1.0, 0.0, inf, 0.0)).collect();
-    let frac = |m: &mut Milp, lo: f64, hi: f64, cost: f64| m.continuous(cost, lo, hi, 0.0);
-    // Weights: Sto, Ofl, Prf per stage and step.
-    let mut sto = vec![vec![]; l];
-    let mut ofl = vec![vec![]; l];
-    let mut prf = vec![vec![]; l];
-    let mut sto_o = vec![vec![]; l];
-    let mut ofl_o = vec![vec![]; l];
-    let mut prf_o = vec![vec![]; l];
-    let mut opt = vec![vec![]; l];
-    for i in 0..l {
-        let movable = opts.weight_offload && grp.w[i] > 0;
-        for t in 0..n {
-            let used = t == steps.fwd(i) || t == steps.bwd(i);
-            let lo = if used || !movable { 1.0 } else { 0.0 };
-            sto[i].push(frac(&mut m, lo, 1.0, 0.0));
-            let can_move = movable && t != steps.bwd(i);
-            let cost = tiebreak * size(grp.w[i]);
-            ofl[i].push(frac(&mut m, 0.0, if can_move { 1.0 } else { 0.0 }, cost / machine.d2h.bandwidth * unit));
-            prf[i].push(frac(&mut m, 0.0, if movable { 1.0 } else { 0.0 }, cost / machine.h2d.bandwidth * unit));
-            let state_movable = opts.weight_offload && grp.o[i] > 0;
-            sto_o[i].push(frac(&mut m, if state_movable || x_cpu[i].is_some() { 0.0 } else { 1.0 }, 1.0, 0.0));
-            let cost_o = tiebreak * size(grp.o[i]);
-            ofl_o[i].push(frac(
-                &mut m,
-                0.0,
-                if state_movable && t != steps.bwd(i) { 1.0 } else { 0.0 },
-                cost_o / machine.d2h.bandwidth * unit,
-            ));
-            prf_o[i].push(frac(
-                &mut m,
-                0.0,
-                if state_movable { 1.0 } else { 0.0 },
-                cost_o / machine.h2d.bandwidth * unit,
-            ));
-            // The CPU works from two steps after B_i (the gradient's offload between) to
-            // the step before F_i.
-            let p = steps.position(steps.bwd(i), t);
-            let open = x_cpu[i].is_some() && p >= 2 && p < window(i);
-            opt[i].push(frac(&mut m, 0.0, if open { 1.0 } else { 0.0 }, 0.0));
+    cum
+}
+
+impl<'c> OIlp<'c> {
+    fn new(chain: &'c Chain, grp: Groups<'c>, budget: u64, machine: &'c Machine, opts: &'c OffmateOptions) -> Self {
+        let unit = grp.w.iter().chain(grp.o).chain(&chain.xbar).copied().max().unwrap_or(1).max(1) as f64;
+        let named: u64 = grp.w.iter().chain(grp.g).chain(grp.o).sum();
+        OIlp {
+            chain,
+            machine,
+            opts,
+            budget,
+            steps: Steps { l: chain.len() },
+            unit,
+            d2h: machine.d2h.bandwidth / unit,
+            h2d: machine.h2d.bandwidth / unit,
+            unnamed: chain.static_bytes.saturating_sub(named),
+            grp,
+            m: Milp::new(),
+            comp: Vec::new(),
+            x_cpu: Vec::new(),
+            time: Vec::new(),
+            weights: Fractions::default(),
+            states: Fractions::default(),
+            opt: Vec::new(),
         }
     }
-    let xb = |i: usize| x_cpu[i];
-    // Running sums in the order of the steps from B_i on: `cum[p] = Σ_{q ≤ p} v[at(q)]`
-    // (one column and one row each, where the sums written out would make the matrix dense).
-    let running = |m: &mut Milp, v: &[highs::Col], b: usize| -> Vec<highs::Col> {
-        let mut cum: Vec<highs::Col> = Vec::with_capacity(n);
-        for p in 0..n {
-            let c = m.continuous(0.0, 0.0, inf, 0.0);
+
+    /// `b` bytes in units.
+    fn size(&self, b: u64) -> f64 {
+        b as f64 / self.unit
+    }
+
+    /// (4.1): one option per block, among those allowed.
+    fn block_options(&mut self) {
+        let (l, opts) = (self.steps.l, self.opts);
+        let m = &mut self.m;
+        self.comp = (0..l)
+            .map(|i| {
+                BlockOption::ALL
+                    .iter()
+                    .map(|&o| {
+                        allowed(o, i, l, opts).then(|| m.binary(0.0, if o == BlockOption::Keep { 1.0 } else { 0.0 }))
+                    })
+                    .collect()
+            })
+            .collect();
+        for row in &self.comp {
             let mut e = Lin::default();
-            e.add_col(c, 1.0).add_col(v[steps.after(b, p)], -1.0);
-            if p > 0 {
-                e.add_col(cum[p - 1], -1.0);
+            for c in row.iter().flatten() {
+                e.add_col(*c, 1.0);
             }
-            m.row(0.0, &e, 0.0);
-            cum.push(c);
+            self.m.row(1.0, &e, 1.0);
         }
-        cum
-    };
-    for i in 0..l {
-        let b = steps.bwd(i);
-        let at = |p: usize| steps.after(b, p);
-        // (4.9)/(4.10): presence grows only through prefetch (cyclically).
+    }
+
+    /// `X_i`: the CPU updates stage `i`. Not for a stage whose update window has no step:
+    /// the gradient leaves in the step after `B_i` and the update runs after that, before
+    /// `F_i`.
+    fn cpu_update_columns(&mut self) {
+        let (steps, opts, g) = (self.steps, self.opts, self.grp.g);
+        let m = &mut self.m;
+        self.x_cpu = (0..steps.l)
+            .map(|i| (opts.cpu_optimizer && g[i] > 0 && steps.window(i) >= 3).then(|| m.binary(0.0, 0.0)))
+            .collect();
+    }
+
+    /// `Time_t`, and (4.3)–(4.4): the fractions of each stage's weights and state on the
+    /// device, offloaded and prefetched in each step, and of its update on the CPU,
+    /// bounded by what the options allow (nothing offloaded during the backward that
+    /// updates it; the CPU from two steps after `B_i` to the step before `F_i`).
+    fn step_columns(&mut self) {
+        let (steps, l, n) = (self.steps, self.steps.l, self.steps.n());
+        let (grp, machine, unit) = (&self.grp, self.machine, self.unit);
+        let m = &mut self.m;
+        self.time = (0..n).map(|_| m.continuous(1.0, 0.0, f64::INFINITY, 0.0)).collect();
+        let frac = |m: &mut Milp, lo: f64, hi: f64, cost: f64| m.continuous(cost, lo, hi, 0.0);
+        let size = |b: u64| b as f64 / unit;
+        let (w, s) = (&mut self.weights, &mut self.states);
+        for v in [&mut w.sto, &mut w.ofl, &mut w.prf, &mut s.sto, &mut s.ofl, &mut s.prf, &mut self.opt] {
+            *v = vec![vec![]; l];
+        }
+        for i in 0..l {
+            let movable = self.opts.weight_offload && grp.w[i] > 0;
+            for t in 0..n {
+                let used = t == steps.fwd(i) || t == steps.bwd(i);
+                let lo = if used || !movable { 1.0 } else { 0.0 };
+                w.sto[i].push(frac(m, lo, 1.0, 0.0));
+                let can_move = movable && t != steps.bwd(i);
+                let cost = TIEBREAK * size(grp.w[i]);
+                w.ofl[i].push(frac(m, 0.0, if can_move { 1.0 } else { 0.0 }, cost / machine.d2h.bandwidth * unit));
+                w.prf[i].push(frac(m, 0.0, if movable { 1.0 } else { 0.0 }, cost / machine.h2d.bandwidth * unit));
+                let state_movable = self.opts.weight_offload && grp.o[i] > 0;
+                s.sto[i].push(frac(m, if state_movable || self.x_cpu[i].is_some() { 0.0 } else { 1.0 }, 1.0, 0.0));
+                let cost_o = TIEBREAK * size(grp.o[i]);
+                let hi = if state_movable && t != steps.bwd(i) { 1.0 } else { 0.0 };
+                s.ofl[i].push(frac(m, 0.0, hi, cost_o / machine.d2h.bandwidth * unit));
+                let hi = if state_movable { 1.0 } else { 0.0 };
+                s.prf[i].push(frac(m, 0.0, hi, cost_o / machine.h2d.bandwidth * unit));
+                // The CPU works from two steps after B_i (the gradient's offload between) to
+                // the step before F_i.
+                let p = steps.position(steps.bwd(i), t);
+                let open = self.x_cpu[i].is_some() && p >= 2 && p < steps.window(i);
+                self.opt[i].push(frac(m, 0.0, if open { 1.0 } else { 0.0 }, 0.0));
+            }
+        }
+    }
+
+    /// (4.9)/(4.10): stage `i`'s weights and state on the device grow only through
+    /// prefetch (cyclically).
+    fn presence(&mut self, i: usize) {
+        let (steps, n) = (self.steps, self.steps.n());
+        let at = |p: usize| steps.after(steps.bwd(i), p);
         for p in 0..n {
-            for (s, pr) in [(&sto[i], &prf[i]), (&sto_o[i], &prf_o[i])] {
+            for g in [&self.weights, &self.states] {
                 let mut e = Lin::default();
-                e.add_col(s[at(p + 1)], 1.0).add_col(s[at(p)], -1.0).add_col(pr[at(p)], -1.0);
-                m.row(-inf, &e, 0.0);
+                e.add_col(g.sto[i][at(p + 1)], 1.0).add_col(g.sto[i][at(p)], -1.0).add_col(g.prf[i][at(p)], -1.0);
+                self.m.row(-f64::INFINITY, &e, 0.0);
             }
         }
-        // (4.7)/(4.8): each part on the device, offloaded since B_i, or (CPU) away.
-        for (s, of) in [(&sto[i], &ofl[i]), (&sto_o[i], &ofl_o[i])] {
-            let cum = running(&mut m, of, b);
+    }
+
+    /// (4.7)/(4.8): each part of stage `i`'s weights and state on the device, offloaded
+    /// since `B_i`, or (CPU) away; offloaded at most once.
+    fn offloaded(&mut self, i: usize) {
+        let (steps, n, b) = (self.steps, self.steps.n(), self.steps.bwd(i));
+        let at = |p: usize| steps.after(b, p);
+        for g in [&self.weights, &self.states] {
+            let cum = running(&mut self.m, steps, &g.ofl[i], b);
             for p in 1..n {
                 let mut e = Lin::default();
-                e.add_col(s[at(p)], 1.0).add_col(cum[p - 1], 1.0);
-                if let Some(x) = xb(i) {
+                e.add_col(g.sto[i][at(p)], 1.0).add_col(cum[p - 1], 1.0);
+                if let Some(x) = self.x_cpu[i] {
                     e.add_col(x, 1.0);
                 }
-                m.row(1.0, &e, inf);
+                self.m.row(1.0, &e, f64::INFINITY);
             }
-            m.row(-inf, &Lin { constant: 0.0, terms: vec![(cum[n - 1], 1.0)] }, 1.0);
-        }
-        // (4.6): the device update needs the whole state; a CPU-updated state stays on the
-        // host: StoO + PrfO ≤ 1 − X.
-        if let Some(x) = xb(i) {
-            for t in 0..n {
-                let mut e = Lin::default();
-                e.add_col(sto_o[i][t], 1.0).add_col(prf_o[i][t], 1.0).add_col(x, 1.0);
-                m.row(-inf, &e, 1.0);
-            }
-            let mut e = Lin::default();
-            e.add_col(sto_o[i][b], 1.0).add_col(x, 1.0);
-            m.row(1.0, &e, 1.0);
-            // X_i = Σ Opt.
-            let cum = running(&mut m, &opt[i], b);
-            let mut e = Lin::default();
-            e.add_col(cum[n - 1], 1.0).add_col(x, -1.0);
-            m.row(0.0, &e, 0.0);
-            // (4.13): none of the weights on the device or arriving before the update is
-            // done, in proportion: Sto + Prf ≤ 1 − X + Σ_{q<p} Opt.
-            for p in 1..n {
-                let mut e = Lin::default();
-                e.add_col(sto[i][at(p)], 1.0).add_col(prf[i][at(p)], 1.0).add_col(x, 1.0).add_col(cum[p - 1], -1.0);
-                m.row(-inf, &e, 1.0);
-            }
-        } else {
-            m.row(1.0, &Lin { constant: 0.0, terms: vec![(sto_o[i][b], 1.0)] }, 1.0);
+            self.m.row(-f64::INFINITY, &Lin { constant: 0.0, terms: vec![(cum[n - 1], 1.0)] }, 1.0);
         }
     }
 
-    // Memory (4.17) and time (4.19)–(4.23), per step.
-    let mut host = Lin::default();
-    for t in 0..n {
+    /// (4.6): the device update needs the whole state; a CPU-updated state stays on the
+    /// host, the CPU does all of the update, and (4.13) none of the weights is on the
+    /// device or arriving before the update is done, in proportion.
+    fn update(&mut self, i: usize) {
+        let (steps, n, b) = (self.steps, self.steps.n(), self.steps.bwd(i));
+        let at = |p: usize| steps.after(b, p);
+        let (w, s) = (&self.weights, &self.states);
+        let Some(x) = self.x_cpu[i] else {
+            self.m.row(1.0, &Lin { constant: 0.0, terms: vec![(s.sto[i][b], 1.0)] }, 1.0);
+            return;
+        };
+        // StoO + PrfO ≤ 1 − X.
+        for t in 0..n {
+            let mut e = Lin::default();
+            e.add_col(s.sto[i][t], 1.0).add_col(s.prf[i][t], 1.0).add_col(x, 1.0);
+            self.m.row(-f64::INFINITY, &e, 1.0);
+        }
+        let mut e = Lin::default();
+        e.add_col(s.sto[i][b], 1.0).add_col(x, 1.0);
+        self.m.row(1.0, &e, 1.0);
+        // X_i = Σ Opt.
+        let cum = running(&mut self.m, steps, &self.opt[i], b);
+        let mut e = Lin::default();
+        e.add_col(cum[n - 1], 1.0).add_col(x, -1.0);
+        self.m.row(0.0, &e, 0.0);
+        // (4.13): Sto + Prf ≤ 1 − X + Σ_{q<p} Opt.
+        for p in 1..n {
+            let mut e = Lin::default();
+            e.add_col(w.sto[i][at(p)], 1.0).add_col(w.prf[i][at(p)], 1.0).add_col(x, 1.0).add_col(cum[p - 1], -1.0);
+            self.m.row(-f64::INFINITY, &e, 1.0);
+        }
+    }
+
+    /// What step `t` asks of each resource: the memory each block's option holds and
+    /// its own compute allocates, the weights and states present or arriving, the
+    /// gradient of the stage in backward (and in flight to the host); the compute of the
+    /// block (with its device update unless the CPU does it); and each link's transfers,
+    /// the offload option's activations included.
+    fn loads(&self, t: usize) -> Loads {
+        let (chain, grp, steps) = (self.chain, &self.grp, self.steps);
         let (j, backward) = steps.block(t);
-        let mut mem = Lin::constant(size(unnamed + chain.x[0]));
+        let mut mem = Lin::constant(self.size(self.unnamed + chain.x[0]));
         let mut compute = Lin::default();
         let mut out = Lin::default();
         let mut inc = Lin::default();
-        for i in 0..l {
+        for i in 0..steps.l {
             for (k, &o) in BlockOption::ALL.iter().enumerate() {
-                let Some(c) = comp[i][k] else { continue };
+                let Some(c) = self.comp[i][k] else { continue };
                 let mut bytes = held(chain, steps, i, o, t);
                 if i == j {
                     bytes += own_memory(chain, steps, o, t);
                     compute.add_col(c, compute_time(chain, steps, o, t));
                 }
-                mem.add_col(c, size(bytes));
+                mem.add_col(c, self.size(bytes));
                 if o == BlockOption::Offload {
                     if t == steps.fwd(i + 1) {
-                        out.add_col(c, size(chain.xbar[i + 1]) / d2h);
+                        out.add_col(c, self.size(chain.xbar[i + 1]) / self.d2h);
                     }
                     if t == steps.bwd(i + 2) {
-                        inc.add_col(c, size(chain.xbar[i + 1]) / h2d);
+                        inc.add_col(c, self.size(chain.xbar[i + 1]) / self.h2d);
                     }
                 }
             }
-            mem.add_col(sto[i][t], size(grp.w[i])).add_col(prf[i][t], size(grp.w[i]));
-            mem.add_col(sto_o[i][t], size(grp.o[i])).add_col(prf_o[i][t], size(grp.o[i]));
-            out.add_col(ofl[i][t], size(grp.w[i]) / d2h).add_col(ofl_o[i][t], size(grp.o[i]) / d2h);
-            inc.add_col(prf[i][t], size(grp.w[i]) / h2d).add_col(prf_o[i][t], size(grp.o[i]) / h2d);
+            let (w, s) = (&self.weights, &self.states);
+            let (wi, oi) = (self.size(grp.w[i]), self.size(grp.o[i]));
+            mem.add_col(w.sto[i][t], wi).add_col(w.prf[i][t], wi);
+            mem.add_col(s.sto[i][t], oi).add_col(s.prf[i][t], oi);
+            out.add_col(w.ofl[i][t], wi / self.d2h).add_col(s.ofl[i][t], oi / self.d2h);
+            inc.add_col(w.prf[i][t], wi / self.h2d).add_col(s.prf[i][t], oi / self.h2d);
         }
         if backward {
             // The stage's gradient, and its device update unless the CPU does it.
-            mem.constant += size(grp.g[j]);
-            if let Some(rate) = gpu_rate {
-                compute.constant += size(grp.g[j]) / rate;
-                if let Some(x) = xb(j) {
-                    compute.add_col(x, -size(grp.g[j]) / rate);
+            mem.constant += self.size(grp.g[j]);
+            if let Some(rate) = self.machine.gpu_optimizer_rate.map(|r| r / self.unit) {
+                compute.constant += self.size(grp.g[j]) / rate;
+                if let Some(x) = self.x_cpu[j] {
+                    compute.add_col(x, -self.size(grp.g[j]) / rate);
                 }
             }
         }
         // A CPU-updated gradient in flight to the host in the step after its backward.
-        for (i, x) in x_cpu.iter().enumerate() {
+        for (i, x) in self.x_cpu.iter().enumerate() {
             if let Some(x) = *x {
                 if t == steps.after(steps.bwd(i), 1) {
-                    mem.add_col(x, size(grp.g[i]));
-                    out.add_col(x, size(grp.g[i]) / d2h);
+                    mem.add_col(x, self.size(grp.g[i]));
+                    out.add_col(x, self.size(grp.g[i]) / self.d2h);
                 }
             }
         }
-        m.row(-inf, &mem, size(budget));
+        Loads { mem, compute, out, inc }
+    }
+
+    /// Step `t`: (4.17) its memory within the budget, and (4.19)–(4.23) its time, at
+    /// least the compute, each link's transfers ((4.21)/(4.22)) and the CPU's updates
+    /// with the host's management time `H` (4.23).
+    fn step(&mut self, t: usize) {
+        let Loads { mem, compute, out, inc } = self.loads(t);
+        self.m.row(-f64::INFINITY, &mem, self.size(self.budget));
         for e in [&compute, &out, &inc] {
             let mut r = e.clone();
-            r.add_col(time[t], -1.0);
-            m.row(-inf, &r, 0.0);
+            r.add_col(self.time[t], -1.0);
+            self.m.row(-f64::INFINITY, &r, 0.0);
         }
-        let mut cpu = Lin::constant(opts.management);
-        for (row, &g) in opt.iter().zip(grp.g) {
-            cpu.add_col(row[t], size(g) / cpu_rate);
+        let cpu_rate = self.machine.cpu_optimizer_rate / self.unit;
+        let mut cpu = Lin::constant(self.opts.management);
+        for (row, &g) in self.opt.iter().zip(self.grp.g) {
+            cpu.add_col(row[t], self.size(g) / cpu_rate);
         }
-        cpu.add_col(time[t], -1.0);
-        m.row(-inf, &cpu, 0.0);
+        cpu.add_col(self.time[t], -1.0);
+        self.m.row(-f64::INFINITY, &cpu, 0.0);
     }
-    // (4.18): host memory: what is offloaded, the CPU-updated states and gradients.
-    for i in 0..l {
-        for t in 0..n {
-            host.add_col(ofl[i][t], size(grp.w[i])).add_col(ofl_o[i][t], size(grp.o[i]));
-        }
-        if let Some(x) = xb(i) {
-            host.add_col(x, size(grp.w[i] + grp.o[i] + grp.g[i]));
-        }
-        for (k, &o) in BlockOption::ALL.iter().enumerate() {
-            if let (BlockOption::Offload, Some(c)) = (o, comp[i][k]) {
-                host.add_col(c, size(chain.xbar[i + 1]));
+
+    /// (4.18): host memory: what is offloaded, the CPU-updated states and gradients.
+    fn host_memory(&mut self) {
+        let (chain, grp) = (self.chain, &self.grp);
+        let (w, s) = (&self.weights, &self.states);
+        let mut host = Lin::default();
+        for i in 0..self.steps.l {
+            for t in 0..self.steps.n() {
+                host.add_col(w.ofl[i][t], self.size(grp.w[i])).add_col(s.ofl[i][t], self.size(grp.o[i]));
+            }
+            if let Some(x) = self.x_cpu[i] {
+                host.add_col(x, self.size(grp.w[i] + grp.o[i] + grp.g[i]));
+            }
+            for (k, &o) in BlockOption::ALL.iter().enumerate() {
+                if let (BlockOption::Offload, Some(c)) = (o, self.comp[i][k]) {
+                    host.add_col(c, self.size(chain.xbar[i + 1]));
+                }
             }
         }
+        self.m.row(-f64::INFINITY, &host, self.machine.host_memory as f64 / self.unit);
     }
-    m.row(-inf, &host, machine.host_memory as f64 / unit);
 
-    let (cols, optimal): (Vec<f64>, Option<f64>) = match m.solve(opts.time_limit, true, &[("mip_rel_gap", MIP_GAP)]) {
-        Ok(Outcome::Optimal(x)) => (x, None),
-        Ok(Outcome::Incumbent(x, _, dual)) => (x, Some(dual)),
-        Err(IlpError::Infeasible) => {
-            return Err(infeasible(
-                "OffMate's MILP has no solution: with the techniques allowed, some step does not fit".into(),
-            ))
-        }
-        Err(e) => return Err(infeasible(format!("OffMate's MILP: {e}"))),
-    };
-    let v = |c: highs::Col| cols[c.index()];
-    let options = comp
-        .iter()
-        .map(|row| {
-            let k = (0..3).max_by(|&a, &b| {
-                let val = |k: usize| row[k].map_or(-1.0, v);
-                val(a).total_cmp(&val(b))
-            });
-            BlockOption::ALL[k.unwrap_or(0)]
+    /// Solves under the options' time limit, and reads the plan off the solution.
+    fn solve(self) -> Result<OffmatePlan, SolveError> {
+        let infeasible = |reason: String| SolveError::Infeasible { budget: self.budget, reason };
+        let (cols, optimal): (Vec<f64>, Option<f64>) =
+            match self.m.solve(self.opts.time_limit, true, &[("mip_rel_gap", MIP_GAP)]) {
+                Ok(Outcome::Optimal(x)) => (x, None),
+                Ok(Outcome::Incumbent(x, _, dual)) => (x, Some(dual)),
+                Err(IlpError::Infeasible) => {
+                    return Err(infeasible(
+                        "OffMate's MILP has no solution: with the techniques allowed, some step does not fit".into(),
+                    ))
+                }
+                Err(e) => return Err(infeasible(format!("OffMate's MILP: {e}"))),
+            };
+        let v = |c: Col| cols[c.index()];
+        let options = self
+            .comp
+            .iter()
+            .map(|row| {
+                let k = (0..3).max_by(|&a, &b| {
+                    let val = |k: usize| row[k].map_or(-1.0, v);
+                    val(a).total_cmp(&val(b))
+                });
+                BlockOption::ALL[k.unwrap_or(0)]
+            })
+            .collect();
+        Ok(OffmatePlan {
+            options,
+            cpu: self.x_cpu.iter().map(|x| x.is_some_and(|x| v(x) > 0.5)).collect(),
+            weights: self.weights.sto.iter().map(|r| r.iter().map(|&c| v(c)).collect()).collect(),
+            states: self.states.sto.iter().map(|r| r.iter().map(|&c| v(c)).collect()).collect(),
+            objective: self.time.iter().map(|&c| v(c)).sum(),
+            optimal: optimal.is_none(),
+            lower_bound: optimal.unwrap_or(f64::NAN),
         })
-        .collect();
-    Ok(OffmatePlan {
-        options,
-        cpu: x_cpu.iter().map(|x| x.is_some_and(|x| v(x) > 0.5)).collect(),
-        weights: sto.iter().map(|r| r.iter().map(|&c| v(c)).collect()).collect(),
-        states: sto_o.iter().map(|r| r.iter().map(|&c| v(c)).collect()).collect(),
-        objective: time.iter().map(|&c| v(c)).sum(),
-        optimal: optimal.is_none(),
-        lower_bound: optimal.unwrap_or(f64::NAN),
-    })
+    }
 }
 
 /// Where a weight or state is, step by step, after Algorithm 8 with one tensor: on the

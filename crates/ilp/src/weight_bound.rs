@@ -14,6 +14,7 @@
 //! (`seed000-004_checks/milp_lower_bound_check.py`) one for one; β is the bandwidth of
 //! each direction of a full-duplex link.
 
+use highs::Col;
 use pebble_solve::bound::{Bound, BoundRegistration};
 use pebble_solve::weights::{Accounting, WeightChain, WeightOp};
 use pebble_solve::SolveError;
@@ -117,127 +118,211 @@ fn solve(
     options: &WeightBoundOptions,
     fixed: Option<&OffloadSets>,
 ) -> Result<WeightBound, IlpError> {
-    let l = chain.len();
-    let n = 2 * l;
-    // Op j (1-based) → its operation.
-    let op = |j: usize| if j <= l { WeightOp::Backward(l - j + 1) } else { WeightOp::Forward(j - l) };
-    let u: Vec<f64> = (1..=n).map(|j| chain.time(op(j))).collect();
-    // Sizes in units of the largest weight, so that HiGHS sees coefficients near 1 (in
-    // bytes, 1/β is below its small-coefficient threshold and memories are ~1e10).
-    let unit = chain.w.iter().copied().max().unwrap_or(1).max(1) as f64;
-    let w = |i: usize| chain.weight(i) as f64 / unit;
-    let beta = beta / unit;
-    let inf = f64::INFINITY;
+    let mut ilp = BoundIlp::new(chain, beta, options, fixed);
+    ilp.links();
+    ilp.no_offload_during_backward();
+    ilp.memory(memory);
+    for i in 1..=chain.len() {
+        ilp.stable_cycle(i);
+        ilp.within_weight(i);
+        ilp.offload_all_or_nothing(i);
+        ilp.delete_all_or_nothing(i);
+    }
+    ilp.solve()
+}
 
-    let mut m = Milp::new();
-    // Columns O, P, D indexed [i-1][j-1], then idle, then D1, D0, O*.
-    let cols = |m: &mut Milp| -> Vec<Vec<highs::Col>> {
-        (0..l).map(|_| (0..n).map(|_| m.continuous(0.0, 0.0, inf, 0.0)).collect()).collect()
-    };
-    let o = cols(&mut m);
-    let p = cols(&mut m);
-    let d = cols(&mut m);
-    let idle: Vec<_> = (0..n).map(|_| m.continuous(1.0, 0.0, inf, 0.0)).collect();
-    // The binaries, or columns fixed to the given sets.
-    let binaries = |m: &mut Milp, set: Option<&Vec<bool>>| -> Vec<highs::Col> {
-        (0..l)
-            .map(|i| match set {
-                None => m.binary(0.0, 0.0),
-                Some(set) => {
-                    let v = f64::from(u8::from(set[i]));
-                    m.continuous(0.0, v, v, v)
-                }
-            })
-            .collect()
-    };
-    let d1 = binaries(&mut m, fixed.map(|f| &f.after_forward));
-    let d0 = binaries(&mut m, fixed.map(|f| &f.after_backward));
-    let os = binaries(&mut m, fixed.map(|f| &f.offloaded));
-    // Σ_{j ∈ range} (P_{i,j} − D_{i,j}), plus O_{i,j} with `with_o`.
-    let net = |i: usize, range: &[usize], with_o: bool| {
+/// The MILP of [`weight_offload_bound`] under construction: the model and its columns,
+/// `O`, `P`, `D` indexed `[i−1][j−1]`, then `idle`, then `D1`, `D0`, `O*` per layer. Each
+/// method adds one of the constraints (2)–(8), in the reference script's order.
+struct BoundIlp<'a> {
+    chain: &'a WeightChain,
+    options: &'a WeightBoundOptions,
+    /// Layers `L`; ops `n = 2L`.
+    l: usize,
+    n: usize,
+    /// Each op's time `u_j`.
+    u: Vec<f64>,
+    /// Sizes in units of the largest weight, so that HiGHS sees coefficients near 1 (in
+    /// bytes, 1/β is below its small-coefficient threshold and memories are ~1e10).
+    unit: f64,
+    /// β in units per time unit.
+    beta: f64,
+    m: Milp,
+    o: Vec<Vec<Col>>,
+    p: Vec<Vec<Col>>,
+    d: Vec<Vec<Col>>,
+    idle: Vec<Col>,
+    d1: Vec<Col>,
+    d0: Vec<Col>,
+    os: Vec<Col>,
+}
+
+impl<'a> BoundIlp<'a> {
+    /// The columns: the binaries, or columns fixed to `fixed`'s sets.
+    fn new(chain: &'a WeightChain, beta: f64, options: &'a WeightBoundOptions, fixed: Option<&OffloadSets>) -> Self {
+        let l = chain.len();
+        let n = 2 * l;
+        let inf = f64::INFINITY;
+        let unit = chain.w.iter().copied().max().unwrap_or(1).max(1) as f64;
+        let mut m = Milp::new();
+        let cols = |m: &mut Milp| -> Vec<Vec<Col>> {
+            (0..l).map(|_| (0..n).map(|_| m.continuous(0.0, 0.0, inf, 0.0)).collect()).collect()
+        };
+        let o = cols(&mut m);
+        let p = cols(&mut m);
+        let d = cols(&mut m);
+        let idle: Vec<_> = (0..n).map(|_| m.continuous(1.0, 0.0, inf, 0.0)).collect();
+        let binaries = |m: &mut Milp, set: Option<&Vec<bool>>| -> Vec<Col> {
+            (0..l)
+                .map(|i| match set {
+                    None => m.binary(0.0, 0.0),
+                    Some(set) => {
+                        let v = f64::from(u8::from(set[i]));
+                        m.continuous(0.0, v, v, v)
+                    }
+                })
+                .collect()
+        };
+        let d1 = binaries(&mut m, fixed.map(|f| &f.after_forward));
+        let d0 = binaries(&mut m, fixed.map(|f| &f.after_backward));
+        let os = binaries(&mut m, fixed.map(|f| &f.offloaded));
+        let mut ilp =
+            BoundIlp { chain, options, l, n, u: Vec::new(), unit, beta: beta / unit, m, o, p, d, idle, d1, d0, os };
+        ilp.u = (1..=n).map(|j| chain.time(ilp.op(j))).collect();
+        ilp
+    }
+
+    /// Op `j` (1-based): its operation.
+    fn op(&self, j: usize) -> WeightOp {
+        if j <= self.l {
+            WeightOp::Backward(self.l - j + 1)
+        } else {
+            WeightOp::Forward(j - self.l)
+        }
+    }
+
+    /// `|w_i|` in units.
+    fn w(&self, i: usize) -> f64 {
+        self.chain.weight(i) as f64 / self.unit
+    }
+
+    /// Σ_{j ∈ range} (P_{i,j} − D_{i,j}), plus O_{i,j} with `with_o`.
+    fn net(&self, i: usize, range: &[usize], with_o: bool) -> Lin {
         let mut e = Lin::default();
         for &j in range {
-            e.add_col(p[i - 1][j - 1], 1.0).add_col(d[i - 1][j - 1], -1.0);
+            e.add_col(self.p[i - 1][j - 1], 1.0).add_col(self.d[i - 1][j - 1], -1.0);
             if with_o {
-                e.add_col(o[i - 1][j - 1], 1.0);
+                e.add_col(self.o[i - 1][j - 1], 1.0);
             }
         }
         e
-    };
+    }
 
-    // (2): each link's transfers fit in the interval.
-    for j in 1..=n {
-        for x in [&o, &p] {
-            let mut e = Lin::default();
-            e.add_col(idle[j - 1], 1.0);
-            for row in x.iter() {
-                e.add_col(row[j - 1], -1.0 / beta);
+    /// (2): each link's transfers fit in the interval.
+    fn links(&mut self) {
+        for j in 1..=self.n {
+            for x in [&self.o, &self.p] {
+                let mut e = Lin::default();
+                e.add_col(self.idle[j - 1], 1.0);
+                for row in x.iter() {
+                    e.add_col(row[j - 1], -1.0 / self.beta);
+                }
+                self.m.row(-self.u[j - 1], &e, f64::INFINITY);
             }
-            m.row(-u[j - 1], &e, inf);
         }
     }
-    // (3): no offload of w_i during B_i itself.
-    for i in 1..=l {
-        let mut e = Lin::default();
-        e.add_col(idle[l - i], 1.0).add_col(o[i - 1][l - i], -1.0 / beta);
-        m.row(0.0, &e, inf);
-    }
-    // (4): memory at each op start.
-    let total = chain.total_weights() as f64;
-    for k in 1..=n {
-        let mut e = Lin::default();
+
+    /// (3): no offload of w_i during B_i itself.
+    fn no_offload_during_backward(&mut self) {
+        let l = self.l;
         for i in 1..=l {
-            e.add_lin(&net(i, &crange(l - i + 1, k - 1, n), false), 1.0);
+            let mut e = Lin::default();
+            e.add_col(self.idle[l - i], 1.0).add_col(self.o[i - 1][l - i], -1.0 / self.beta);
+            self.m.row(0.0, &e, f64::INFINITY);
         }
-        m.row(-inf, &e, (memory as f64 - chain.op_memory(op(k), options.accounting) as f64 - total) / unit);
     }
-    for i in 1..=l {
-        // (5): a stable cycle, and w_i back before F_i.
-        m.row(0.0, &net(i, &crange(1, n, n), false), 0.0);
-        m.row(0.0, &net(i, &crange(l - i + 1, l + i - 1, n), false), 0.0);
-        // (6): never above |w_i| (or the printed sign), no data lost.
+
+    /// (4): memory at each op start, within `memory` bytes.
+    fn memory(&mut self, memory: u64) {
+        let (l, n) = (self.l, self.n);
+        let total = self.chain.total_weights() as f64;
+        for k in 1..=n {
+            let mut e = Lin::default();
+            for i in 1..=l {
+                e.add_lin(&self.net(i, &crange(l - i + 1, k - 1, n), false), 1.0);
+            }
+            let op_memory = self.chain.op_memory(self.op(k), self.options.accounting) as f64;
+            self.m.row(-f64::INFINITY, &e, (memory as f64 - op_memory - total) / self.unit);
+        }
+    }
+
+    /// (5): a stable cycle, and w_i back before F_i.
+    fn stable_cycle(&mut self, i: usize) {
+        let (l, n) = (self.l, self.n);
+        let whole = self.net(i, &crange(1, n, n), false);
+        self.m.row(0.0, &whole, 0.0);
+        let until_forward = self.net(i, &crange(l - i + 1, l + i - 1, n), false);
+        self.m.row(0.0, &until_forward, 0.0);
+    }
+
+    /// (6): never above |w_i| (or the printed sign), no data lost.
+    fn within_weight(&mut self, i: usize) {
+        let (l, n) = (self.l, self.n);
         for k in 1..=n {
             let range = crange(l - i + 1, k - 1, n);
-            if options.printed_sign_6 {
-                m.row(0.0, &net(i, &range, false), inf);
+            let (net, with_o) = (self.net(i, &range, false), self.net(i, &range, true));
+            if self.options.printed_sign_6 {
+                self.m.row(0.0, &net, f64::INFINITY);
             } else {
-                m.row(-inf, &net(i, &range, false), 0.0);
+                self.m.row(-f64::INFINITY, &net, 0.0);
             }
-            m.row(0.0, &net(i, &range, true), inf);
-        }
-        // (7): offload all or nothing.
-        let mut e = Lin::default();
-        for j in 1..=n {
-            e.add_col(o[i - 1][j - 1], 1.0);
-        }
-        e.add_col(os[i - 1], -w(i));
-        m.row(0.0, &e, 0.0);
-        // (8): delete all or nothing, per window.
-        for (window, bin) in [(crange(l + i, l - i, n), d1[i - 1]), (crange(l - i + 1, l + i - 1, n), d0[i - 1])] {
-            let mut e = Lin::default();
-            for j in window {
-                e.add_col(d[i - 1][j - 1], 1.0);
-            }
-            e.add_col(bin, -w(i));
-            m.row(0.0, &e, 0.0);
+            self.m.row(0.0, &with_o, f64::INFINITY);
         }
     }
 
-    let (x, optimal, dual) = match m.solve(options.time_limit, false, &[])? {
-        Outcome::Optimal(x) => (x, true, f64::NEG_INFINITY),
-        Outcome::Incumbent(x, _, dual) => (x, false, dual),
-    };
-    let idle_sum: f64 = idle.iter().map(|c| x[c.index()]).sum();
-    let compute: f64 = u.iter().sum();
-    let bits = |v: &[highs::Col]| v.iter().map(|c| x[c.index()] > 0.5).collect::<Vec<_>>();
-    Ok(WeightBound {
-        time: compute + idle_sum,
-        optimal,
-        lower: if optimal { compute + idle_sum } else { compute + dual.max(0.0) },
-        offloaded: bits(&os),
-        after_forward: bits(&d1),
-        after_backward: bits(&d0),
-    })
+    /// (7): offload all or nothing.
+    fn offload_all_or_nothing(&mut self, i: usize) {
+        let mut e = Lin::default();
+        for j in 1..=self.n {
+            e.add_col(self.o[i - 1][j - 1], 1.0);
+        }
+        e.add_col(self.os[i - 1], -self.w(i));
+        self.m.row(0.0, &e, 0.0);
+    }
+
+    /// (8): delete all or nothing, per window.
+    fn delete_all_or_nothing(&mut self, i: usize) {
+        let (l, n) = (self.l, self.n);
+        for (window, bin) in
+            [(crange(l + i, l - i, n), self.d1[i - 1]), (crange(l - i + 1, l + i - 1, n), self.d0[i - 1])]
+        {
+            let mut e = Lin::default();
+            for j in window {
+                e.add_col(self.d[i - 1][j - 1], 1.0);
+            }
+            e.add_col(bin, -self.w(i));
+            self.m.row(0.0, &e, 0.0);
+        }
+    }
+
+    /// Solves under the options' time limit; the bound and the solution's choices.
+    fn solve(self) -> Result<WeightBound, IlpError> {
+        let (x, optimal, dual) = match self.m.solve(self.options.time_limit, false, &[])? {
+            Outcome::Optimal(x) => (x, true, f64::NEG_INFINITY),
+            Outcome::Incumbent(x, _, dual) => (x, false, dual),
+        };
+        let idle_sum: f64 = self.idle.iter().map(|c| x[c.index()]).sum();
+        let compute: f64 = self.u.iter().sum();
+        let bits = |v: &[Col]| v.iter().map(|c| x[c.index()] > 0.5).collect::<Vec<_>>();
+        Ok(WeightBound {
+            time: compute + idle_sum,
+            optimal,
+            lower: if optimal { compute + idle_sum } else { compute + dual.max(0.0) },
+            offloaded: bits(&self.os),
+            after_forward: bits(&self.d1),
+            after_backward: bits(&self.d0),
+        })
+    }
 }
 
 /// HiGHS's time limit for the registered bound, in seconds.
