@@ -211,9 +211,6 @@ impl Solver for Hiremate {
         &[View::Graph]
     }
 
-    fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
-        self.prepare(problem, options)?.solve(budget)
-    }
 
     /// Partitions the graph and builds the options of every cluster below the top (the
     /// minutes), for the top H-ILP to solve at each budget.

@@ -71,9 +71,6 @@ impl Solver for Rockmate {
         &[View::Graph]
     }
 
-    fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
-        self.prepare(problem, options)?.solve(budget)
-    }
 
     /// Cuts the graph into blocks and builds every unique block's options (the minutes),
     /// for rk-Rotor to combine at each budget (the milliseconds).

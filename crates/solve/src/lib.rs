@@ -198,7 +198,11 @@ pub trait Solver: Sync {
     /// The views it plans.
     fn views(&self) -> &'static [View];
     /// Plans the problem within `budget` bytes of device memory (everything resident counted).
-    fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError>;
+    /// The default prepares (see [`Solver::prepare`]) and plans at `budget`: a solver
+    /// implements one of the two, `solve` or `prepare`, or both.
+    fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
+        self.prepare(problem, options)?.solve(budget)
+    }
     /// Does the work that does not depend on the budget once (Rockmate's block options,
     /// HiRemate's cluster options), for callers that solve one problem at many budgets:
     /// [`min_feasible_budget`]'s bisection, a sweep. The default does nothing ahead and

@@ -95,9 +95,6 @@ impl Solver for PagedAdam {
         &[View::Chain]
     }
 
-    fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
-        self.prepare(problem, options)?.solve(budget)
-    }
 
     fn prepare<'a>(
         &'a self,

@@ -216,9 +216,6 @@ impl Solver for ZeroOffload {
         &[View::Chain]
     }
 
-    fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
-        self.prepare(problem, options)?.solve(budget)
-    }
 
     fn prepare<'a>(
         &'a self,
@@ -268,9 +265,6 @@ impl Solver for ZeroInfinity {
         &[View::Chain]
     }
 
-    fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
-        self.prepare(problem, options)?.solve(budget)
-    }
 
     fn prepare<'a>(
         &'a self,
