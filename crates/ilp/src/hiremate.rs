@@ -211,7 +211,6 @@ impl Solver for Hiremate {
         &[View::Graph]
     }
 
-
     /// Partitions the graph and builds the options of every cluster below the top (the
     /// minutes), for the top H-ILP to solve at each budget.
     fn prepare<'a>(

@@ -71,7 +71,6 @@ impl Solver for Rockmate {
         &[View::Graph]
     }
 
-
     /// Cuts the graph into blocks and builds every unique block's options (the minutes),
     /// for rk-Rotor to combine at each budget (the milliseconds).
     fn prepare<'a>(

@@ -95,7 +95,6 @@ impl Solver for PagedAdam {
         &[View::Chain]
     }
 
-
     fn prepare<'a>(
         &'a self,
         problem: Problem<'a>,

@@ -216,7 +216,6 @@ impl Solver for ZeroOffload {
         &[View::Chain]
     }
 
-
     fn prepare<'a>(
         &'a self,
         problem: Problem<'a>,
@@ -264,7 +263,6 @@ impl Solver for ZeroInfinity {
     fn views(&self) -> &'static [View] {
         &[View::Chain]
     }
-
 
     fn prepare<'a>(
         &'a self,
