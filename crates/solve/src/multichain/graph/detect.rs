@@ -165,13 +165,13 @@ impl<'g> Detector<'g> {
                 head_fwd.push(c);
                 let mut dep = HashSet::new();
                 for d in self.value_inputs(c) {
-                    match deps.get(&d) {
-                        Some(s) => dep.extend(s.iter().copied()),
-                        None => return Err(format!(
+                    let Some(s) = deps.get(&d) else {
+                        return Err(format!(
                             "forward node {c} `{}` reads `{}`, which is inside a branch (a fork or skip connection)",
                             n.name, g.data[d].name
-                        )),
-                    }
+                        ));
+                    };
+                    dep.extend(s.iter().copied());
                 }
                 if dep.len() < 2 {
                     return Err(format!(
