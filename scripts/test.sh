@@ -25,12 +25,13 @@ cargo test --workspace --doc 2>&1 | tee "$log.doc" || doc=$?
 echo
 echo "The ten slowest tests:"
 grep -E '^ +(PASS|FAIL|SIGSEGV|SIGABRT|TIMEOUT|LEAK)[^[]*\[ *[0-9.]+s\]' "$log" \
-    | sed -E 's/^ +([A-Z-]+)[^[]*\[ *([0-9.]+)s\] (\([0-9]+\/[0-9]+\) )?/\2 \1 /' \
+    | sed -E 's/^ +([A-Z-]+)[^[]*\[ *([0-9.]+)s\] (\( *[0-9]+\/[0-9]+\) )?/\2 \1 /' \
     | sort -rn | head -10 | awk '{ printf "  %8.1f s  %s", $1, $2; for (i = 3; i <= NF; i++) printf " %s", $i; print "" }'
 
 count() { grep -oE "$1" "$2" | grep -oE '[0-9]+' | awk '{ s += $1 } END { print s + 0 }'; }
-passed=$(count '[0-9]+ passed' "$log")
-failed=$(count '[0-9]+ failed' "$log")
+summary=$(grep -E '^ +Summary \[' "$log" | tail -1)
+passed=$(echo "$summary" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
+failed=$(echo "$summary" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+' || echo 0)
 doc_passed=$(count '[0-9]+ passed;' "$log.doc")
 doc_failed=$(count '[0-9]+ failed;' "$log.doc")
 echo "$(( $(date +%s) - start )) s in all (building the tests included)"
