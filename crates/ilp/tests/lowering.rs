@@ -168,15 +168,32 @@ fn transfers(schedule: &Schedule) -> bool {
         .any(|op| matches!(op, pebble_schedule::Op::Offload { .. } | pebble_schedule::Op::Prefetch { .. }))
 }
 
-#[test]
-fn every_chain_solvers_plans_lower_and_the_program_accounts_the_simulators_peak() {
+/// What [`sweep`] saw: plans checked, how many had transfers, the solvers with no plan,
+/// and every failure.
+#[derive(Default)]
+struct Tally {
+    plans: usize,
+    with_transfers: usize,
+    idle: Vec<&'static str>,
+    failures: Vec<String>,
+}
+
+/// Every registered solver of `view` on each fixture (but those `skip` names) at each
+/// share of store-all's peak: `own_peak` lowers its plan and gives the program's own
+/// peak (or why it does not lower), which must equal the simulator's on instant links.
+fn sweep<'p>(
+    view: View,
+    fixtures: &[(&'static str, Problem<'p>)],
+    shares: &[f64],
+    skip: impl Fn(&str, &str) -> bool,
+    own_peak: impl Fn(Problem<'p>, &Schedule) -> Result<u64, String>,
+) -> Tally {
     let options = SolveOptions { time_limit: Some(10.0), ..SolveOptions::default() };
     let config = SimConfig { machine: instant(), ..SimConfig::default() };
-    let (mut plans, mut with_transfers, mut idle, mut failures) = (0, 0, Vec::new(), Vec::new());
-    for solver in registry().into_iter().filter(|s| s.views().contains(&View::Chain)) {
+    let mut t = Tally::default();
+    for solver in registry().into_iter().filter(|s| s.views().contains(&view)) {
         let mut exercised = false;
-        for (name, chain) in &fixtures() {
-            let problem = Problem::Chain(chain);
+        for &(name, problem) in fixtures.iter().filter(|(name, _)| !skip(solver.name(), name)) {
             let sa = simulate(problem, &store_all_schedule(problem), &SimConfig::default()).expect("store-all");
             let prepared = match solver.prepare(problem, &options) {
                 Ok(p) => p,
@@ -185,46 +202,66 @@ fn every_chain_solvers_plans_lower_and_the_program_accounts_the_simulators_peak(
                 ) => continue,
                 Err(e) => panic!("{} on {name}: {e}", solver.name()),
             };
-            for share in [1.0, 0.8, 0.6, 0.45] {
+            for share in shares {
                 let budget = (sa.peak_bytes as f64 * share) as u64;
                 let Ok(schedule) = prepared.solve(budget) else { continue };
                 let at = format!("{} on {name} at {budget}", solver.name());
-                let ids = Ids::of_chain(chain);
-                let periods = if schedule.periodic { pebble_sim::PERIODS } else { 1 };
-                let starts = placement::starts(&schedule, chain.len());
-                let program = lower::lower_chain(&schedule.ops, ids, schedule.periodic, &starts, periods);
-                if let Some((k, why)) = &program.refused {
-                    failures.push(format!("{at}: op {k} refused: {why}"));
-                    continue;
-                }
-                if let Some(s) = program.steps.iter().find(|s| s.missing.is_some()) {
-                    failures.push(format!("{at}: op {} reads {:?}, not on the device", s.op, s.missing));
-                    continue;
-                }
-                let sim = match simulate(problem, &schedule, &config) {
-                    Ok(r) => r.peak_bytes,
+                let own = match own_peak(problem, &schedule) {
+                    Ok(own) => own,
                     Err(e) => {
-                        failures.push(format!("{at}: the simulator with instant links rejects it: {e}"));
+                        t.failures.push(format!("{at}: {e}"));
                         continue;
                     }
                 };
-                let own = program_peak(chain, &schedule, &program);
-                if own != sim {
-                    failures.push(format!("{at}: the program accounts {own}, the simulator {sim}"));
+                match simulate(problem, &schedule, &config) {
+                    Ok(r) if r.peak_bytes == own => {}
+                    Ok(r) => {
+                        t.failures.push(format!("{at}: the program accounts {own}, the simulator {}", r.peak_bytes))
+                    }
+                    Err(e) => {
+                        t.failures.push(format!("{at}: the simulator with instant links rejects it: {e}"));
+                        continue;
+                    }
                 }
-                plans += 1;
-                with_transfers += usize::from(transfers(&schedule));
+                t.plans += 1;
+                t.with_transfers += usize::from(transfers(&schedule));
                 exercised = true;
             }
         }
         if !exercised {
-            idle.push(solver.name());
+            t.idle.push(solver.name());
         }
     }
-    eprintln!("{plans} plans, {with_transfers} with transfers");
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
-    assert!(idle.is_empty(), "chain solvers with no plan on any fixture: {idle:?}");
-    assert!(plans >= 100 && with_transfers >= 20, "{plans} plans, {with_transfers} with transfers");
+    eprintln!("{:?}: {} plans, {} with transfers", view, t.plans, t.with_transfers);
+    assert!(t.failures.is_empty(), "{} failures:\n{}", t.failures.len(), t.failures.join("\n"));
+    assert!(t.idle.is_empty(), "{view:?} solvers with no plan on any fixture: {:?}", t.idle);
+    t
+}
+
+#[test]
+fn every_chain_solvers_plans_lower_and_the_program_accounts_the_simulators_peak() {
+    let chains = fixtures();
+    let problems: Vec<_> = chains.iter().map(|(name, c)| (*name, Problem::Chain(c))).collect();
+    let t = sweep(
+        View::Chain,
+        &problems,
+        &[1.0, 0.8, 0.6, 0.45],
+        |_, _| false,
+        |problem, schedule| {
+            let Problem::Chain(chain) = problem else { unreachable!("chain fixtures") };
+            let periods = if schedule.periodic { pebble_sim::PERIODS } else { 1 };
+            let starts = placement::starts(schedule, chain.len());
+            let program = lower::lower_chain(&schedule.ops, Ids::of_chain(chain), schedule.periodic, &starts, periods);
+            if let Some((k, why)) = &program.refused {
+                return Err(format!("op {k} refused: {why}"));
+            }
+            if let Some(s) = program.steps.iter().find(|s| s.missing.is_some()) {
+                return Err(format!("op {} reads {:?}, not on the device", s.op, s.missing));
+            }
+            Ok(program_peak(chain, schedule, &program))
+        },
+    );
+    assert!(t.plans >= 100 && t.with_transfers >= 20, "{} plans, {} with transfers", t.plans, t.with_transfers);
 }
 
 fn graph_fixtures() -> Vec<(&'static str, TrainingGraph)> {
@@ -313,59 +350,19 @@ const MILP: [&str; 4] = ["checkmate", "hiremate", "rk-checkmate", "rockmate"];
 
 #[test]
 fn every_graph_solvers_plans_lower_and_the_program_accounts_the_simulators_peak() {
-    let options = SolveOptions { time_limit: Some(10.0), ..SolveOptions::default() };
-    let config = SimConfig { machine: instant(), ..SimConfig::default() };
-    let (mut plans, mut with_transfers, mut idle, mut failures) = (0, 0, Vec::new(), Vec::new());
-    for solver in registry().into_iter().filter(|s| s.views().contains(&View::Graph)) {
-        let mut exercised = false;
-        for (name, graph) in &graph_fixtures() {
-            if MILP.contains(&solver.name()) && *name == "gpt-1" {
-                continue;
-            }
-            let problem = Problem::Graph(graph);
-            let sa = simulate(problem, &store_all_schedule(problem), &SimConfig::default()).expect("store-all");
-            let prepared = match solver.prepare(problem, &options) {
-                Ok(p) => p,
-                Err(
-                    SolveError::NotApplicable { .. } | SolveError::TooLarge { .. } | SolveError::Unsupported { .. },
-                ) => continue,
-                Err(e) => panic!("{} on {name}: {e}", solver.name()),
-            };
-            for share in [1.0, 0.7, 0.5] {
-                let budget = (sa.peak_bytes as f64 * share) as u64;
-                let Ok(schedule) = prepared.solve(budget) else { continue };
-                let at = format!("{} on {name} at {budget}", solver.name());
-                let program = lower::lower_graph(graph, &schedule.ops);
-                if let Some((k, why)) = &program.refused {
-                    failures.push(format!("{at}: op {k} refused: {why}"));
-                    continue;
-                }
-                if let Some(s) = program.steps.iter().find(|s| s.fault.is_some()) {
-                    failures.push(format!("{at}: op {} cannot run: {:?}", s.op, s.fault));
-                    continue;
-                }
-                let sim = match simulate(problem, &schedule, &config) {
-                    Ok(r) => r.peak_bytes,
-                    Err(e) => {
-                        failures.push(format!("{at}: the simulator with instant links rejects it: {e}"));
-                        continue;
-                    }
-                };
-                let own = graph_program_peak(graph, &program);
-                if own != sim {
-                    failures.push(format!("{at}: the program accounts {own}, the simulator {sim}"));
-                }
-                plans += 1;
-                with_transfers += usize::from(transfers(&schedule));
-                exercised = true;
-            }
+    let graphs = graph_fixtures();
+    let problems: Vec<_> = graphs.iter().map(|(name, g)| (*name, Problem::Graph(g))).collect();
+    let skip = |solver: &str, fixture: &str| MILP.contains(&solver) && fixture == "gpt-1";
+    let t = sweep(View::Graph, &problems, &[1.0, 0.7, 0.5], skip, |problem, schedule| {
+        let Problem::Graph(graph) = problem else { unreachable!("graph fixtures") };
+        let program = lower::lower_graph(graph, &schedule.ops);
+        if let Some((k, why)) = &program.refused {
+            return Err(format!("op {k} refused: {why}"));
         }
-        if !exercised {
-            idle.push(solver.name());
+        if let Some(s) = program.steps.iter().find(|s| s.fault.is_some()) {
+            return Err(format!("op {} cannot run: {:?}", s.op, s.fault));
         }
-    }
-    eprintln!("{plans} graph plans, {with_transfers} with transfers");
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
-    assert!(idle.is_empty(), "graph solvers with no plan on any fixture: {idle:?}");
-    assert!(plans >= 40, "{plans} graph plans");
+        Ok(graph_program_peak(graph, &program))
+    });
+    assert!(t.plans >= 40, "{} graph plans", t.plans);
 }
