@@ -2,7 +2,7 @@
 //!
 //! The planner's half is [`pebble_zoo::OpKind::declare`]: for every op it declares the
 //! output, the parameters, what the backward needs ([`Saved`]) and the temporary memory.
-//! This module gives each [`OpKind`] its forward and its explicit backward on a Burn
+//! This module gives each [`OpKind`](pebble_zoo::OpKind) its forward and its explicit backward on a Burn
 //! [`Backend`], bound by that declaration:
 //!
 //! * [`forward`] returns the output and, when run with grad, one tensor per
@@ -27,8 +27,8 @@ pub(crate) mod util;
 
 use burn_backend::tensor::FloatTensor;
 use burn_backend::Backend;
-use pebble_zoo::ops::Saved;
-use pebble_zoo::{NetOp, OpKind};
+use pebble_zoo::ops::{Family, Saved};
+use pebble_zoo::NetOp;
 
 use crate::{RuntimeError, Value};
 
@@ -66,44 +66,6 @@ pub struct LossOut<B: Backend> {
     pub inputs: Vec<Option<FloatTensor<B>>>,
 }
 
-/// The file of this module that runs an op: the same families as `pebble_zoo`'s `ops/`,
-/// where each op is declared.
-enum Family {
-    Basic,
-    Activation,
-    Conv,
-    Norm,
-    Pool,
-    Attention,
-    Loss,
-    /// The ops only the ONNX importer makes, which do not run yet.
-    Onnx,
-}
-
-/// The family of an op: the one list of which op runs where.
-fn family(kind: &OpKind) -> Family {
-    match kind {
-        OpKind::Linear { .. }
-        | OpKind::Reshape { .. }
-        | OpKind::Slice { .. }
-        | OpKind::Add
-        | OpKind::Mul
-        | OpKind::Concat { .. }
-        | OpKind::Embedding { .. } => Family::Basic,
-        OpKind::Relu | OpKind::Gelu | OpKind::Silu | OpKind::Softmax | OpKind::Dropout { .. } => Family::Activation,
-        OpKind::Conv2d { .. } | OpKind::Conv2dRect { .. } | OpKind::ConvTranspose2d { .. } => Family::Conv,
-        OpKind::BatchNorm2d | OpKind::LayerNorm { .. } | OpKind::RmsNorm => Family::Norm,
-        OpKind::MaxPool2d { .. } | OpKind::AvgPool2d { .. } | OpKind::AdaptiveAvgPool2d { .. } => Family::Pool,
-        OpKind::Attention { .. } | OpKind::Rope { .. } => Family::Attention,
-        OpKind::CrossEntropy | OpKind::Mse => Family::Loss,
-        OpKind::Lrn { .. }
-        | OpKind::Permute { .. }
-        | OpKind::MatMul
-        | OpKind::ChannelAffine { .. }
-        | OpKind::Pool2d { .. } => Family::Onnx,
-    }
-}
-
 /// Why the ops the ONNX importer added (`lrn`, `permute`, `channel_affine`, `pool2d`) do
 /// not run: the planner declares them, the executor has no kernels for them yet.
 const NOT_EXECUTABLE: &str = "the planner declares this op (ONNX import) but the executor has no kernel for it yet";
@@ -134,7 +96,7 @@ pub fn forward<B: Backend>(
         return Err(unsupported(op, "a loss runs through `loss`, not `forward`"));
     }
     util::check_forward(op, &inputs, params)?;
-    let out = match family(&op.kind) {
+    let out = match op.kind.family() {
         Family::Basic => basic::forward(op, inputs, params, ctx)?,
         Family::Activation => activation::forward(op, inputs, ctx)?,
         Family::Conv => conv::forward(op, inputs, params)?,
@@ -168,7 +130,7 @@ pub fn backward<B: Backend>(
         ));
     }
     util::check_backward(op, input_dims, &grad_out, &saved, params, needs)?;
-    match family(&op.kind) {
+    match op.kind.family() {
         Family::Basic => basic::backward(op, input_dims, grad_out, saved, params, needs, ctx),
         Family::Activation => activation::backward(op, grad_out, saved, needs),
         Family::Conv => conv::backward(op, grad_out, saved, params, needs),
@@ -187,7 +149,7 @@ pub fn loss<B: Backend>(
     needs: &[bool],
     ctx: &OpCtx<'_, B>,
 ) -> Result<LossOut<B>, RuntimeError> {
-    match family(&op.kind) {
+    match op.kind.family() {
         Family::Loss => {
             util::check_forward::<B>(op, &inputs, &[])?;
             loss::run(op, inputs, needs, ctx)
@@ -203,7 +165,7 @@ pub fn loss_value<B: Backend>(
     inputs: Vec<Value<B>>,
     ctx: &OpCtx<'_, B>,
 ) -> Result<FloatTensor<B>, RuntimeError> {
-    match family(&op.kind) {
+    match op.kind.family() {
         Family::Loss => {
             util::check_forward::<B>(op, &inputs, &[])?;
             loss::value(op, inputs, ctx)

@@ -380,6 +380,21 @@ impl OpKind {
     /// family declares its own ops, in the file of its name.
     pub fn declare(&self, inputs: &[Operand]) -> Result<OpDecl, ZooError> {
         let inputs = Inputs::new(self.name(), inputs);
+        match self.family() {
+            Family::Basic => basic::declare(self, &inputs),
+            Family::Activation => activation::declare(self, &inputs),
+            Family::Conv => conv::declare(self, &inputs),
+            Family::Norm => norm::declare(self, &inputs),
+            Family::Pool => pool::declare(self, &inputs),
+            Family::Attention => attention::declare(self, &inputs),
+            Family::Loss => loss::declare(self, &inputs),
+            Family::Onnx => onnx::declare(self, &inputs),
+        }
+    }
+
+    /// The op's family: the file of `ops/` that declares it, and of the executor's
+    /// `ops/` that runs it. The one list of which op is where.
+    pub fn family(&self) -> Family {
         match self {
             OpKind::Linear { .. }
             | OpKind::Reshape { .. }
@@ -387,26 +402,41 @@ impl OpKind {
             | OpKind::Add
             | OpKind::Mul
             | OpKind::Concat { .. }
-            | OpKind::Embedding { .. } => basic::declare(self, &inputs),
-            OpKind::Relu | OpKind::Gelu | OpKind::Silu | OpKind::Softmax | OpKind::Dropout { .. } => {
-                activation::declare(self, &inputs)
-            }
-            OpKind::Conv2d { .. } | OpKind::Conv2dRect { .. } | OpKind::ConvTranspose2d { .. } => {
-                conv::declare(self, &inputs)
-            }
-            OpKind::BatchNorm2d | OpKind::LayerNorm { .. } | OpKind::RmsNorm => norm::declare(self, &inputs),
-            OpKind::MaxPool2d { .. } | OpKind::AvgPool2d { .. } | OpKind::AdaptiveAvgPool2d { .. } => {
-                pool::declare(self, &inputs)
-            }
-            OpKind::Attention { .. } | OpKind::Rope { .. } => attention::declare(self, &inputs),
-            OpKind::CrossEntropy | OpKind::Mse => loss::declare(self, &inputs),
+            | OpKind::Embedding { .. } => Family::Basic,
+            OpKind::Relu | OpKind::Gelu | OpKind::Silu | OpKind::Softmax | OpKind::Dropout { .. } => Family::Activation,
+            OpKind::Conv2d { .. } | OpKind::Conv2dRect { .. } | OpKind::ConvTranspose2d { .. } => Family::Conv,
+            OpKind::BatchNorm2d | OpKind::LayerNorm { .. } | OpKind::RmsNorm => Family::Norm,
+            OpKind::MaxPool2d { .. } | OpKind::AvgPool2d { .. } | OpKind::AdaptiveAvgPool2d { .. } => Family::Pool,
+            OpKind::Attention { .. } | OpKind::Rope { .. } => Family::Attention,
+            OpKind::CrossEntropy | OpKind::Mse => Family::Loss,
             OpKind::Lrn { .. }
             | OpKind::Permute { .. }
             | OpKind::MatMul
             | OpKind::ChannelAffine { .. }
-            | OpKind::Pool2d { .. } => onnx::declare(self, &inputs),
+            | OpKind::Pool2d { .. } => Family::Onnx,
         }
     }
+}
+
+/// An op family: one file of `ops/` here and one of the executor's (`pebble-runtime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// Linear layers, views, elementwise arithmetic, concatenation, embeddings.
+    Basic,
+    /// Pointwise activations, softmax, dropout.
+    Activation,
+    /// Convolutions.
+    Conv,
+    /// Normalizations.
+    Norm,
+    /// Pooling.
+    Pool,
+    /// Attention and rotary embeddings.
+    Attention,
+    /// Losses.
+    Loss,
+    /// The ops only the ONNX importer makes, which the executor does not run yet.
+    Onnx,
 }
 
 /// The inputs of the op being declared, with the checks every family shares. Its errors
