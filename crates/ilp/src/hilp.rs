@@ -50,6 +50,7 @@
 
 use crate::hgraph::{HGraph, HKind};
 use crate::milp::{Bin, Lin, Milp, Outcome};
+use crate::sequence::Step;
 use crate::IlpError;
 
 /// What one H-ILP solve returns.
@@ -250,6 +251,40 @@ fn comp_values(vars: &Vars, cols: usize, seq: &[(usize, usize)]) -> Option<Vec<f
         }
     }
     (t == vars.comp.len()).then_some(values)
+}
+
+/// A grid of H-ILP answers, read as Rockmate and HiRemate read them: each solution's
+/// steps (`steps` turns its sequence into them) split at the `loss` into a (forward,
+/// backward) option, each option once, in the grid's order. Also returns how many ILPs
+/// were solved and how many proved optimal: an infeasible point is skipped; one stopped
+/// before any solution counts as solved, not optimal.
+pub(crate) fn distinct_options(
+    results: Vec<Result<HSolution, IlpError>>,
+    loss: usize,
+    steps: impl Fn(&HSolution) -> Vec<Step>,
+) -> Result<(Vec<(Vec<Step>, Vec<Step>)>, (usize, usize)), IlpError> {
+    let mut options: Vec<(Vec<Step>, Vec<Step>)> = Vec::new();
+    let mut solved = (0, 0);
+    for r in results {
+        let sol = match r {
+            Ok(s) => s,
+            Err(IlpError::Infeasible) => continue,
+            Err(IlpError::NoSolution { .. }) => {
+                solved.0 += 1;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        solved.0 += 1;
+        solved.1 += usize::from(sol.optimal);
+        let steps = steps(&sol);
+        let Some(at) = steps.iter().position(|&(k, _)| k == loss) else { continue };
+        let option = (steps[..at].to_vec(), steps[at + 1..].to_vec());
+        if !options.contains(&option) {
+            options.push(option);
+        }
+    }
+    Ok((options, solved))
 }
 
 /// Solves the H-ILP on `h` within `budget` bytes (everything the H-graph allocates),

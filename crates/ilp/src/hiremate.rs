@@ -604,29 +604,8 @@ impl<'g> Prepared<'g> {
             results.extend(answers.solve(&saves, within));
             *save_axes_left -= start.elapsed().as_secs_f64() / copies;
         }
-        let mut options: Vec<ClusterOption> = Vec::new();
-        let mut solved = (0, 0);
-        for r in results {
-            let sol = match r {
-                Ok(s) => s,
-                Err(IlpError::Infeasible) => continue,
-                // Stopped before any solution: not proven, so not optimal.
-                Err(IlpError::NoSolution { .. }) => {
-                    solved.0 += 1;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            solved.0 += 1;
-            solved.1 += usize::from(sol.optimal);
-            let steps = self.steps(&remap, &expand, &sol.seq);
-            let Some(at) = steps.iter().position(|&(k, _)| k == sub.loss) else { continue };
-            let (forward, backward) = (steps[..at].to_vec(), steps[at + 1..].to_vec());
-            if options.iter().any(|o| o.forward == forward && o.backward == backward) {
-                continue;
-            }
-            options.push(option_of(sub, &live, forward, backward));
-        }
+        let (found, solved) = hilp::distinct_options(results, sub.loss, |sol| self.steps(&remap, &expand, &sol.seq))?;
+        let mut options: Vec<ClusterOption> = found.into_iter().map(|(f, b)| option_of(sub, &live, f, b)).collect();
         if options.is_empty() {
             // Store-all always exists.
             let forward: Vec<Step> = (0..sub.loss).map(|k| (k, false)).collect();

@@ -954,10 +954,6 @@ impl Solver for Offmate {
          the CPU optimizer step, on the chain's blocks; periodic"
     }
 
-    fn views(&self) -> &'static [View] {
-        &[View::Chain]
-    }
-
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
         let chain = problem.chain_for("offmate")?;
         Offmate::solve_with(chain, budget, options, &OffmateOptions::default())

@@ -387,32 +387,17 @@ pub fn block_options(b: &SubGraph, grid: (usize, usize), limit: f64, threads: us
     let budgets = crate::budget_grid(min_peak, max_peak, min_save, grid_for(n, grid));
     let results =
         crate::GridAnswers::new(threads).solve(&budgets, |(peak, save)| Some(hilp::solve(&h, peak, save, Some(limit))));
-    let mut options: Vec<BlockPlan> = Vec::new();
-    let mut solved = (0, 0);
-    for r in results {
-        let sol = match r {
-            Ok(sol) => sol,
-            Err(IlpError::Infeasible) => continue,
-            // Stopped before any solution: not proven, so not optimal.
-            Err(IlpError::NoSolution { .. }) => {
-                solved.0 += 1;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        solved.0 += 1;
-        solved.1 += usize::from(sol.optimal);
-        let steps: Vec<Step> =
-            sol.seq.iter().map(|&(k, o)| (k, g.compute[k].kind == ComputeKind::Forward && o == 1)).collect();
-        let Some(at) = steps.iter().position(|&(k, _)| k == loss) else { continue };
-        let forward = steps[..at].to_vec();
-        let backward = steps[at + 1..].to_vec();
-        if options.iter().any(|o| o.forward == forward && o.backward == backward) {
-            continue;
-        }
-        let stats = option_stats(b, &live, &forward, &backward, x_in);
-        options.push(BlockPlan { forward, backward, stats });
-    }
+    let forward_once = |sol: &hilp::HSolution| {
+        sol.seq.iter().map(|&(k, o)| (k, g.compute[k].kind == ComputeKind::Forward && o == 1)).collect()
+    };
+    let (found, solved) = hilp::distinct_options(results, loss, forward_once)?;
+    let mut options: Vec<BlockPlan> = found
+        .into_iter()
+        .map(|(forward, backward)| {
+            let stats = option_stats(b, &live, &forward, &backward, x_in);
+            BlockPlan { forward, backward, stats }
+        })
+        .collect();
     if options.is_empty() {
         // Store-all: the ILP's solution at the top of the grid, always feasible.
         let forward: Vec<Step> = (0..loss).map(|k| (k, false)).collect();

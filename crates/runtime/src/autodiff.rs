@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use burn_autodiff::checkpoint::strategy::{BalancedCheckpointing, CheckpointStrategy, NoCheckpointing};
+use burn_autodiff::checkpoint::strategy::{BalancedCheckpointing, NoCheckpointing};
 use burn_autodiff::Autodiff;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{AutodiffBackend, Backend};
@@ -39,20 +39,16 @@ pub fn autodiff_steps<B: Backend>(
     steps: usize,
     device: B::Device,
 ) -> Result<Vec<StepReport>, RuntimeError> {
-    fn go<B: Backend, C: CheckpointStrategy>(
-        network: Network,
-        index: GraphIndex,
-        optimizer: OptimizerKind,
-        seed: u64,
-        steps: usize,
-        device: B::Device,
-    ) -> Result<Vec<StepReport>, RuntimeError> {
-        let mut session = Session::<Autodiff<B, C>>::new(network, index, optimizer, seed, device);
+    fn go<A: AutodiffBackend>(mut session: Session<A>, steps: usize) -> Result<Vec<StepReport>, RuntimeError> {
         (0..steps).map(|_| session.autodiff_step()).collect()
     }
     match strategy {
-        Checkpointing::None => go::<B, NoCheckpointing>(network, index, optimizer, seed, steps, device),
-        Checkpointing::Balanced => go::<B, BalancedCheckpointing>(network, index, optimizer, seed, steps, device),
+        Checkpointing::None => {
+            go(Session::<Autodiff<B, NoCheckpointing>>::new(network, index, optimizer, seed, device), steps)
+        }
+        Checkpointing::Balanced => {
+            go(Session::<Autodiff<B, BalancedCheckpointing>>::new(network, index, optimizer, seed, device), steps)
+        }
     }
 }
 

@@ -178,7 +178,8 @@ pub fn single_device<B: Backend>(
     let mut losses = Vec::with_capacity(batches.len());
     for u in 0..batches.len() {
         let step = batches.step(u, &session.temporaries);
-        let out = exec::run(&session.program, &session.index, schedule, &step, &mut session.statics, &session.device)?;
+        let (program, index, device) = (&session.program, &session.index, &session.device);
+        let out = exec::run_with(program, index, schedule, &step, &mut session.statics, device, &Default::default())?;
         losses.push(read_floats::<B>(out.loss)?.first().copied().unwrap_or(f32::NAN));
         for (slot, g) in acc.iter_mut().zip(out.grads) {
             if let Some(g) = g {

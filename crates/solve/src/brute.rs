@@ -43,10 +43,6 @@ impl Solver for Brute {
         "exhaustive search over Table 2.1 schedules (exact sizes; chains of at most 8 stages)"
     }
 
-    fn views(&self) -> &'static [View] {
-        &[View::Chain]
-    }
-
     fn solve(&self, problem: Problem<'_>, budget: u64, _options: &SolveOptions) -> Result<Schedule, SolveError> {
         let chain = problem.chain_for(self.name())?;
         let (_, ops) = brute_force(chain, budget, MAX_STAGES)?;

@@ -195,8 +195,10 @@ pub trait Solver: Sync {
     fn name(&self) -> &'static str;
     /// One line for `pebble plan --help` and the docs.
     fn description(&self) -> &'static str;
-    /// The views it plans.
-    fn views(&self) -> &'static [View];
+    /// The views it plans: the chain unless it says otherwise.
+    fn views(&self) -> &'static [View] {
+        &[View::Chain]
+    }
     /// Plans the problem within `budget` bytes of device memory (everything resident counted).
     /// The default prepares (see [`Solver::prepare`]) and plans at `budget`: a solver
     /// implements one of the two, `solve` or `prepare`, or both.

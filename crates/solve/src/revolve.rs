@@ -269,10 +269,6 @@ impl crate::Solver for RevolveOptimal {
         "Opt_0, the homogeneous Revolve DP (Shilova Thm 1), with slots from the budget"
     }
 
-    fn views(&self) -> &'static [pebble_schedule::View] {
-        &[pebble_schedule::View::Chain]
-    }
-
     fn solve(
         &self,
         problem: crate::Problem<'_>,

@@ -92,10 +92,6 @@ impl Solver for Rotor {
         "Rotor's persistent DP (Shilova Alg. 3)"
     }
 
-    fn views(&self) -> &'static [View] {
-        &[View::Chain]
-    }
-
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
         let chain = problem.chain_for(self.name())?;
         let (_, ops) = persistent_with(chain, budget, options.slots, None, &options.progress)?;

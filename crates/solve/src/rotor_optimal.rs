@@ -60,10 +60,6 @@ impl Solver for RotorOptimal {
         "Shilova's optimal non-persistent DP (Alg. 1, completed); O(S·L⁴), for short chains or few slots"
     }
 
-    fn views(&self) -> &'static [View] {
-        &[View::Chain]
-    }
-
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
         let chain = problem.chain_for(self.name())?;
         let (_, ops) = floating(chain, budget, options.slots)?;
@@ -184,8 +180,9 @@ fn min_into(out: &mut [f64], sub: &[f64], add: f64) {
     }
 }
 
+/// Index of the sub-chain `(s, t)`, `s ≤ t`, in a column-major triangle.
 #[inline]
-fn tt(t: usize, s: usize) -> usize {
+pub(crate) fn tri(s: usize, t: usize) -> usize {
     t * (t + 1) / 2 + s
 }
 
@@ -203,7 +200,7 @@ struct Floating<'a> {
 
 impl<'a> Floating<'a> {
     fn idx(&self, s: usize, t: usize, l: usize) -> usize {
-        self.base[tt(t, s)] + (l - s) * self.w
+        self.base[tri(s, t)] + (l - s) * self.w
     }
 
     fn get(&self, s: usize, t: usize, l: usize, m: usize) -> f64 {
@@ -262,7 +259,7 @@ impl<'a> Floating<'a> {
         let mut total = 0usize;
         for t in 0..n {
             for s in 0..=t {
-                base[tt(t, s)] = total;
+                base[tri(s, t)] = total;
                 total += (t - s + 1) * w;
             }
         }
@@ -471,19 +468,8 @@ mod tests {
         let mut ftime = vec![0.0; l];
         ftime[0] = (n - 2) as f64;
         ftime[1] = 2.0;
-        Chain {
-            name: Some(format!("shilova-counterexample-{n}")),
-            ftime,
-            btime: vec![0.0; l + 1],
-            xbar: x.clone(),
-            x,
-            ftmp: vec![0; l],
-            btmp: vec![0; l + 1],
-            w: None,
-            g: None,
-            o: None,
-            static_bytes: 0,
-        }
+        let name = Some(format!("shilova-counterexample-{n}"));
+        Chain { name, ftime, xbar: x.clone(), x, ..Chain::homogeneous(l, 0.0, 0.0, 0) }
     }
 
     #[test]

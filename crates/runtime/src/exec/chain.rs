@@ -69,17 +69,17 @@ impl<B: Backend> Runner<'_, B> {
         let device = self.device;
         let on_cpu = placement::cpu_updated(&schedule.ops, l);
         let fused = placement::names_statics(schedule);
-        let mut stat = StaticRun { dev: statics.device.clone(), fresh, pending: HashMap::new(), on_cpu, fused };
+        let st = StaticRun { dev: statics.device.clone(), fresh, pending: HashMap::new(), on_cpu, fused };
         let (result, finished) = std::thread::scope(|scope| {
             let xfer = Transfers::new(scope, device, *options, base, hosts);
-            let mut run = ChainRun { held, track, sizes, xfer };
-            let result = self.chain_ops(schedule, steps, &mut run, &mut stat);
+            let mut run = ChainRun { held, track, sizes, xfer, st };
+            let result = self.chain_ops(schedule, steps, &mut run);
             let ok = result.is_ok();
-            let ChainRun { held, xfer, track, .. } = run;
+            let ChainRun { held, xfer, track, st, .. } = run;
             drop(held);
-            (result.map(|()| track), xfer.finish(ok))
+            (result.map(|()| (track, st)), xfer.finish(ok))
         });
-        let track = result?;
+        let (track, mut stat) = result?;
         let (report, mut left) = finished?;
         // What the step leaves for the next: host copies of the static tensors, and which
         // parameters they hold up to date; a device copy the CPU updated past goes.
@@ -107,24 +107,18 @@ impl<B: Backend> Runner<'_, B> {
         Ok(report)
     }
 
-    fn chain_ops(
-        &mut self,
-        schedule: &Schedule,
-        steps: &[Step],
-        run: &mut ChainRun<'_, '_, B>,
-        st: &mut StaticRun<B>,
-    ) -> Result<(), RuntimeError> {
+    fn chain_ops(&mut self, schedule: &Schedule, steps: &[Step], run: &mut ChainRun<B>) -> Result<(), RuntimeError> {
         let ids = run.held.ids;
         let time_ops = run.xfer.options().time_ops;
         if time_ops {
             self.op_seconds = vec![0.0; schedule.ops.len()];
         }
         for (k, (op, step)) in schedule.ops.iter().zip(steps).enumerate() {
-            self.poll(run, st)?;
+            self.poll(run)?;
             match step.action {
                 Action::Forward { .. } | Action::Loss { .. } | Action::Backward { .. } => {
                     for &r in &step.reads {
-                        self.settle(run, st, r)?;
+                        self.settle(run, r)?;
                     }
                     // What it creates and the op's temporaries must fit in the pool beside
                     // what it holds; the temporaries go back when the op is done.
@@ -142,7 +136,7 @@ impl<B: Backend> Runner<'_, B> {
                     for &c in &step.creates {
                         run.track[c].dev = run.sizes[c];
                         if let Some((WGRAD, i)) = ids.static_of(c) {
-                            st.dev[i][WGRAD] = true;
+                            run.st.dev[i][WGRAD] = true;
                             for &q in &self.p.weights[i] {
                                 let shape = self.p.net.params[q].shape.clone();
                                 self.grads[q] = Some(B::float_zeros(shape.into(), self.device, FloatDType::F32));
@@ -161,26 +155,26 @@ impl<B: Backend> Runner<'_, B> {
                     }
                     run.let_go_after(k);
                     if let Action::Backward { stage: i, .. } = step.action {
-                        if st.fused {
-                            self.after_backward(k, op, i, run, st)?;
+                        if run.st.fused {
+                            self.after_backward(k, op, i, run)?;
                         }
                     }
                 }
-                Action::CpuUpdate { stage, .. } => self.cpu_update(k, op, stage, run, st)?,
-                Action::Free { tensor: id, .. } if ids.is_static(id) => self.free_static(k, op, id, run, st)?,
+                Action::CpuUpdate { stage, .. } => self.cpu_update(k, op, stage, run)?,
+                Action::Free { tensor: id, .. } if ids.is_static(id) => self.free_static(k, op, id, run)?,
                 Action::Free { tensor: id, .. } => run.release(id)?,
                 Action::Offload { tensor: id, upload, .. } if ids.is_static(id) => {
-                    self.offload_static(k, op, id, upload, run, st)?
+                    self.offload_static(k, op, id, upload, run)?
                 }
                 Action::Offload { tensor: id, hold_until, .. } => run.offload(k, op, id, hold_until)?,
-                Action::Prefetch { tensor: id, .. } if ids.is_static(id) => self.prefetch_static(k, op, id, run, st)?,
+                Action::Prefetch { tensor: id, .. } if ids.is_static(id) => self.prefetch_static(k, op, id, run)?,
                 Action::Prefetch { tensor: id, .. } => run.prefetch(k, op, id)?,
             }
         }
         // A prefetch still in flight (a period's last ops bring in what the next period
         // reads first) lands before the step ends.
         for id in 0..run.track.len() {
-            self.settle(run, st, id)?;
+            self.settle(run, id)?;
         }
         Ok(())
     }
@@ -505,6 +499,7 @@ struct ChainRun<'s, 'e, B: Backend> {
     track: Vec<Track>,
     sizes: Vec<u64>,
     xfer: Transfers<'s, 'e, B, Part>,
+    st: StaticRun<B>,
 }
 
 impl<B: Backend> ChainRun<'_, '_, B> {

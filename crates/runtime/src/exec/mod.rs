@@ -160,19 +160,6 @@ pub fn drive_schedule(schedule: &Schedule) -> impl FnMut(&mut Exec<'_>) -> Resul
     move |exec| schedule.ops.iter().try_for_each(&mut *exec)
 }
 
-/// Runs one training step of `schedule` on `program`, on `device`, with unthrottled
-/// transfers and no cap on the device pool.
-pub fn run<B: Backend>(
-    program: &Program,
-    index: &GraphIndex,
-    schedule: &Schedule,
-    step: &StepInputs<'_, B>,
-    statics: &mut Statics<B>,
-    device: &B::Device,
-) -> Result<StepOutput<B>, RuntimeError> {
-    run_with(program, index, schedule, step, statics, device, &TransferOptions::default())
-}
-
 /// Runs one training step of `schedule` on `program`, on `device`: transfers over the
 /// links of `options`, device memory under its cap. The parameters and optimizer state
 /// are `statics`', which the step leaves where its last op puts them.

@@ -29,10 +29,6 @@ impl Solver for ChenSqrt {
         "Chen et al.: ceil(sqrt(L)) equal segments, each recomputed once, independent of the budget"
     }
 
-    fn views(&self) -> &'static [View] {
-        &[View::Chain]
-    }
-
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
         let l = problem.chain_for(self.name())?.len();
         let schedule = Schedule::new(View::Chain, sequential_ops(l, sqrt_segments(l)));

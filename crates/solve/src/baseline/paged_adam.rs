@@ -91,10 +91,6 @@ impl Solver for PagedAdam {
          after it, as few as the budget needs; store-all or a checkpoint per block"
     }
 
-    fn views(&self) -> &'static [View] {
-        &[View::Chain]
-    }
-
     fn prepare<'a>(
         &'a self,
         problem: Problem<'a>,

@@ -18,10 +18,6 @@ impl Solver for RecomputeAll {
         "keep only the input a_0; recompute the chain from it before every backward (quadratic time)"
     }
 
-    fn views(&self) -> &'static [View] {
-        &[View::Chain]
-    }
-
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
         let l = problem.chain_for(self.name())?.len();
         fastest_fitting(problem, budget, options, "recompute-all", [Schedule::new(View::Chain, recompute_all_ops(l))])

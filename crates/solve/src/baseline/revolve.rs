@@ -30,10 +30,6 @@ impl Solver for Revolve {
         "Revolve (binomial checkpointing) on the chain taken as homogeneous, with F_all inserted before each backward"
     }
 
-    fn views(&self) -> &'static [View] {
-        &[View::Chain]
-    }
-
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
         let chain = problem.chain_for(self.name())?;
         let l = chain.len();

@@ -18,10 +18,6 @@ impl Solver for Sequential {
         "PyTorch's checkpoint_sequential: k equal segments, each recomputed once; the best k that fits"
     }
 
-    fn views(&self) -> &'static [View] {
-        &[View::Chain]
-    }
-
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
         let l = problem.chain_for(self.name())?.len();
         let candidates = (1..=l).map(|k| Schedule::new(View::Chain, sequential_ops(l, k)));

@@ -212,10 +212,6 @@ impl Solver for ZeroOffload {
          weights on the device (copied back before the forward); store-all or a checkpoint per block"
     }
 
-    fn views(&self) -> &'static [View] {
-        &[View::Chain]
-    }
-
     fn prepare<'a>(
         &'a self,
         problem: Problem<'a>,
@@ -258,10 +254,6 @@ impl Solver for ZeroInfinity {
     fn description(&self) -> &'static str {
         "DeepSpeed ZeRO-Infinity (stage 3, parameters and optimizer on the CPU): weights fetched per block one op \
          ahead and freed after use, gradients offloaded, the step on the host CPU; store-all or a checkpoint per block"
-    }
-
-    fn views(&self) -> &'static [View] {
-        &[View::Chain]
     }
 
     fn prepare<'a>(

@@ -269,10 +269,6 @@ impl Solver for Autocapper {
          for 40 M′ (Shilova §4.3)"
     }
 
-    fn views(&self) -> &'static [View] {
-        &[View::Chain]
-    }
-
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
         let chain = problem.chain_for(self.name())?;
         inputs_fit(chain, budget)?;
@@ -535,10 +531,6 @@ impl Solver for Opportunist {
     fn description(&self) -> &'static str {
         "offloading and recomputation: F_all with offloads whenever the link is idle, F_∅ groups reversed \
          by Rotor (Shilova §4.3)"
-    }
-
-    fn views(&self) -> &'static [View] {
-        &[View::Chain]
     }
 
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {

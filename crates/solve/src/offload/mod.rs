@@ -395,10 +395,6 @@ impl Solver for OffloadGreedy {
         "offloading only: GREEDY, whole ā_0..ā_k eagerly (Shilova §3.3.1)"
     }
 
-    fn views(&self) -> &'static [View] {
-        &[View::Chain]
-    }
-
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
         let chain = problem.chain_for(self.name())?;
         let c = off_chain(chain, budget)?;
@@ -418,10 +414,6 @@ impl Solver for OffloadDp {
 
     fn description(&self) -> &'static str {
         "offloading only: DYNPROG, Algorithm 5 under O.7″ then the no-wait schedule (Shilova §3.3.2)"
-    }
-
-    fn views(&self) -> &'static [View] {
-        &[View::Chain]
     }
 
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {

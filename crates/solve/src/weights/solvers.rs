@@ -2,7 +2,7 @@
 //! `weight-offload-noreuse` (the paper's Greedy*) and `l2l`. Each returns a periodic
 //! schedule, the best the simulator finds among the cuts the scheduler planned.
 
-use pebble_schedule::{Schedule, View};
+use pebble_schedule::Schedule;
 
 use super::schedule::{greedy_schedules, l2l_schedule};
 use super::selection::{select, SelectionOptions};
@@ -83,10 +83,6 @@ impl Solver for WeightOffload {
         "weight offloading: greedy selection and cyclic scheduling (Beaumont et al. 2022)"
     }
 
-    fn views(&self) -> &'static [View] {
-        &[View::Chain]
-    }
-
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
         greedy(problem, budget, options, true, self.name())
     }
@@ -103,10 +99,6 @@ impl Solver for WeightOffloadNoReuse {
 
     fn description(&self) -> &'static str {
         "weight offloading without reuse of host copies (Greedy*, Beaumont et al. 2022)"
-    }
-
-    fn views(&self) -> &'static [View] {
-        &[View::Chain]
     }
 
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
@@ -126,10 +118,6 @@ impl Solver for L2l {
 
     fn description(&self) -> &'static str {
         "L2L: only the running layer's weights on the device (Pudipeddi et al. 2020)"
-    }
-
-    fn views(&self) -> &'static [View] {
-        &[View::Chain]
     }
 
     fn solve(&self, problem: Problem<'_>, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
@@ -156,7 +144,7 @@ mod tests {
     fn store_all(l: usize) -> Schedule {
         let mut ops: Vec<Op> = (0..l).map(|s| Op::Forward { stage: s, mode: ForwardMode::KeepAll }).collect();
         ops.extend((0..=l).rev().map(|s| Op::Backward { stage: s }));
-        Schedule::new(View::Chain, ops)
+        Schedule::new(pebble_schedule::View::Chain, ops)
     }
 
     fn opts(bandwidth: f64) -> SolveOptions {

@@ -3,28 +3,26 @@
 
 use super::*;
 
+/// What a step on the static tensors gives: done, or why not.
+type Done = Result<(), RuntimeError>;
+
 impl<B: Backend> Runner<'_, B> {
     /// Takes in the prefetches that have arrived.
-    pub(super) fn poll(&mut self, run: &mut ChainRun<'_, '_, B>, st: &mut StaticRun<B>) -> Result<(), RuntimeError> {
+    pub(super) fn poll(&mut self, run: &mut ChainRun<B>) -> Done {
         for (job, parts) in run.xfer.arrived()? {
             if let Some(id) = run.track.iter().position(|t| t.prefetch == Some(job)) {
                 run.track[id].prefetch = None;
-                self.put(run, st, id, parts);
+                self.put(run, id, parts);
             }
         }
         Ok(())
     }
 
     /// Waits for the tensor's prefetch in flight, if any.
-    pub(super) fn settle(
-        &mut self,
-        run: &mut ChainRun<'_, '_, B>,
-        st: &mut StaticRun<B>,
-        id: usize,
-    ) -> Result<(), RuntimeError> {
+    pub(super) fn settle(&mut self, run: &mut ChainRun<B>, id: usize) -> Done {
         if let Some(job) = run.track[id].prefetch.take() {
             let parts = run.xfer.wait_prefetch(job)?;
-            self.put(run, st, id, parts);
+            self.put(run, id, parts);
         }
         Ok(())
     }
@@ -32,18 +30,12 @@ impl<B: Backend> Runner<'_, B> {
     /// Holds a prefetched tensor: an activation's parts in `held`, a static tensor's in
     /// the parameter slots. A parameter already on the device (up to date, through
     /// another stage) keeps its copy.
-    pub(super) fn put(
-        &mut self,
-        run: &mut ChainRun<'_, '_, B>,
-        st: &mut StaticRun<B>,
-        id: usize,
-        parts: Parts<B, Part>,
-    ) {
+    pub(super) fn put(&mut self, run: &mut ChainRun<B>, id: usize, parts: Parts<B, Part>) {
         if !run.held.ids.is_static(id) {
             run.held.put(id, parts);
             return;
         }
-        let extra = st.pending.remove(&id).unwrap_or_default();
+        let extra = run.st.pending.remove(&id).unwrap_or_default();
         let mut halves: HashMap<usize, [Option<FloatTensor<B>>; 2]> = HashMap::new();
         for (part, value) in parts.into_iter().chain(extra) {
             let Some(t) = value.float() else { continue };
@@ -96,22 +88,15 @@ impl<B: Backend> Runner<'_, B> {
 
     /// Drops stage `i`'s device copy of `kind`. A parameter another stage's weights keep
     /// on the device stays; one whose only up-to-date copy this is may not go.
-    pub(super) fn clear_static(
-        &mut self,
-        k: usize,
-        op: &Op,
-        kind: usize,
-        i: usize,
-        st: &mut StaticRun<B>,
-    ) -> Result<(), RuntimeError> {
-        st.dev[i][kind] = false;
+    pub(super) fn clear_static(&mut self, k: usize, op: &Op, kind: usize, i: usize, run: &mut ChainRun<B>) -> Done {
+        run.st.dev[i][kind] = false;
         match kind {
             WEIGHT => {
                 for &q in &self.p.weights[i] {
                     if self.params[q].is_none() {
                         continue;
                     }
-                    if !self.stale[q] && st.fresh[q].is_none() {
+                    if !self.stale[q] && run.st.fresh[q].is_none() {
                         return Err(sched_err(
                             k,
                             op,
@@ -138,19 +123,11 @@ impl<B: Backend> Runner<'_, B> {
     }
 
     /// Schedule op `k`, an offload (or upload) of static tensor `id`.
-    pub(super) fn offload_static(
-        &mut self,
-        k: usize,
-        op: &Op,
-        id: usize,
-        upload: bool,
-        run: &mut ChainRun<'_, '_, B>,
-        st: &mut StaticRun<B>,
-    ) -> Result<(), RuntimeError> {
+    pub(super) fn offload_static(&mut self, k: usize, op: &Op, id: usize, upload: bool, run: &mut ChainRun<B>) -> Done {
         let ids = run.held.ids;
         let (kind, i) = ids.static_of(id).expect("a static tensor");
-        self.settle(run, st, id)?;
-        if !st.dev[i][kind] || run.track[id].hold.is_some() {
+        self.settle(run, id)?;
+        if !run.st.dev[i][kind] || run.track[id].hold.is_some() {
             return Err(sched_err(k, op, format!("{:?} is not on the device", ids.tensor(id))));
         }
         if kind == WEIGHT && self.p.weights[i].iter().any(|&q| self.stale[q]) {
@@ -158,7 +135,7 @@ impl<B: Backend> Runner<'_, B> {
         }
         let parts = self.static_parts(k, op, ids, id)?;
         if let Some(old) = run.track[id].host.take() {
-            st.drop_host(&mut run.xfer, old);
+            run.st.drop_host(&mut run.xfer, old);
         }
         let text = op.to_string();
         if upload {
@@ -172,34 +149,27 @@ impl<B: Backend> Runner<'_, B> {
         }
         run.track[id].host = Some(k);
         if kind == WEIGHT {
-            self.p.weights[i].iter().for_each(|&q| st.fresh[q] = Some(k));
+            self.p.weights[i].iter().for_each(|&q| run.st.fresh[q] = Some(k));
         }
         if !upload {
-            self.clear_static(k, op, kind, i, st)?;
+            self.clear_static(k, op, kind, i, run)?;
         }
         Ok(())
     }
 
     /// Schedule op `k`, a prefetch of static tensor `id`: each parameter from its
     /// up-to-date copy (the device's, through another stage, or a host copy).
-    pub(super) fn prefetch_static(
-        &mut self,
-        k: usize,
-        op: &Op,
-        id: usize,
-        run: &mut ChainRun<'_, '_, B>,
-        st: &mut StaticRun<B>,
-    ) -> Result<(), RuntimeError> {
+    pub(super) fn prefetch_static(&mut self, k: usize, op: &Op, id: usize, run: &mut ChainRun<B>) -> Done {
         let ids = run.held.ids;
         let (kind, i) = ids.static_of(id).expect("a static tensor");
-        if st.dev[i][kind] || run.track[id].prefetch.is_some() {
+        if run.st.dev[i][kind] || run.track[id].prefetch.is_some() {
             return Err(sched_err(k, op, format!("{:?} is already on the device", ids.tensor(id))));
         }
         let mut sources: Vec<(usize, Option<Vec<Part>>)> = Vec::new();
         if kind == WEIGHT {
             let mut on_device = Vec::new();
             for &q in &self.p.weights[i] {
-                match (&self.params[q], st.fresh[q]) {
+                match (&self.params[q], run.st.fresh[q]) {
                     (Some(t), _) if !self.stale[q] => on_device.push((Part::Param(q), Value::Float(t.clone()))),
                     (_, Some(job)) => match sources.iter_mut().find(|(j, _)| *j == job) {
                         Some((_, Some(list))) => list.push(Part::Param(q)),
@@ -211,7 +181,7 @@ impl<B: Backend> Runner<'_, B> {
                     }
                 }
             }
-            st.pending.insert(id, on_device);
+            run.st.pending.insert(id, on_device);
         } else {
             let Some(job) = run.track[id].host else {
                 return Err(sched_err(k, op, format!("{:?} has no host copy to prefetch", ids.tensor(id))));
@@ -222,28 +192,21 @@ impl<B: Backend> Runner<'_, B> {
         run.xfer.prefetch(k, &op.to_string(), sources, bytes)?;
         run.track[id].prefetch = Some(k);
         run.track[id].dev = bytes;
-        st.dev[i][kind] = true;
+        run.st.dev[i][kind] = true;
         Ok(())
     }
 
     /// Schedule op `k`, a free of static tensor `id`: a weight or a state loses its device
     /// copy (its host copy stays), a gradient both.
-    pub(super) fn free_static(
-        &mut self,
-        k: usize,
-        op: &Op,
-        id: usize,
-        run: &mut ChainRun<'_, '_, B>,
-        st: &mut StaticRun<B>,
-    ) -> Result<(), RuntimeError> {
+    pub(super) fn free_static(&mut self, k: usize, op: &Op, id: usize, run: &mut ChainRun<B>) -> Done {
         let ids = run.held.ids;
         let (kind, i) = ids.static_of(id).expect("a static tensor");
-        self.settle(run, st, id)?;
+        self.settle(run, id)?;
         let t = &mut run.track[id];
-        if !st.dev[i][kind] && t.hold.is_none() {
+        if !run.st.dev[i][kind] && t.hold.is_none() {
             if kind == WGRAD && t.host.is_some() {
                 let job = t.host.take().expect("checked");
-                st.drop_host(&mut run.xfer, job);
+                run.st.drop_host(&mut run.xfer, job);
                 return Ok(());
             }
             return Err(sched_err(k, op, format!("{:?} is not on the device", ids.tensor(id))));
@@ -256,10 +219,10 @@ impl<B: Backend> Runner<'_, B> {
         }
         let bytes = std::mem::take(&mut run.track[id].dev);
         run.xfer.release(bytes);
-        self.clear_static(k, op, kind, i, st)?;
+        self.clear_static(k, op, kind, i, run)?;
         if kind == WGRAD {
             if let Some(job) = run.track[id].host.take() {
-                st.drop_host(&mut run.xfer, job);
+                run.st.drop_host(&mut run.xfer, job);
             }
         }
         Ok(())
@@ -270,15 +233,8 @@ impl<B: Backend> Runner<'_, B> {
     /// host CPU updates the stage (a tied parameter, resident with its gradient and
     /// state, is updated here either way); the host copies of the stage's weights
     /// and state are then stale.
-    pub(super) fn after_backward(
-        &mut self,
-        k: usize,
-        op: &Op,
-        i: usize,
-        run: &mut ChainRun<'_, '_, B>,
-        st: &mut StaticRun<B>,
-    ) -> Result<(), RuntimeError> {
-        let on_cpu = st.on_cpu[i];
+    pub(super) fn after_backward(&mut self, k: usize, op: &Op, i: usize, run: &mut ChainRun<B>) -> Done {
+        let on_cpu = run.st.on_cpu[i];
         let ids = run.held.ids;
         let updated: Vec<usize> = (0..self.params.len())
             .filter(|&q| self.p.update_stage[q] == Some(i))
@@ -312,12 +268,12 @@ impl<B: Backend> Runner<'_, B> {
             }
         }
         for &q in &updated {
-            st.fresh[q] = None;
+            run.st.fresh[q] = None;
         }
         if !on_cpu {
             for kind in [WEIGHT, STATE] {
                 if let Some(job) = run.track[ids.stat(kind, i)].host.take() {
-                    st.drop_host(&mut run.xfer, job);
+                    run.st.drop_host(&mut run.xfer, job);
                 }
             }
         }
@@ -326,14 +282,7 @@ impl<B: Backend> Runner<'_, B> {
 
     /// Schedule op `k`, the optimizer step of stage `i` on the host CPU: from the host
     /// copy of its gradient to new host copies of its weights and state.
-    pub(super) fn cpu_update(
-        &mut self,
-        k: usize,
-        op: &Op,
-        i: usize,
-        run: &mut ChainRun<'_, '_, B>,
-        st: &mut StaticRun<B>,
-    ) -> Result<(), RuntimeError> {
+    pub(super) fn cpu_update(&mut self, k: usize, op: &Op, i: usize, run: &mut ChainRun<B>) -> Done {
         let ids = run.held.ids;
         let l = self.p.len();
         if i >= l {
@@ -352,7 +301,7 @@ impl<B: Backend> Runner<'_, B> {
         let state = if self.moments.is_empty() {
             None
         } else {
-            if st.dev[i][STATE] {
+            if run.st.dev[i][STATE] {
                 return Err(sched_err(
                     k,
                     op,
@@ -372,7 +321,7 @@ impl<B: Backend> Runner<'_, B> {
             if self.params[q].is_some() {
                 self.stale[q] = true;
             }
-            st.fresh[q] = Some(weight);
+            run.st.fresh[q] = Some(weight);
         }
         Ok(())
     }
