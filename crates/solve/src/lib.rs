@@ -17,6 +17,7 @@ use pebble_schedule::{Schedule, View};
 use pebble_sim::{SimConfig, SimError, SimReport};
 use thiserror::Error;
 
+pub mod auto;
 pub mod baseline;
 pub mod bound;
 pub mod brute;
