@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const PLANNER: [&str; 8] = [
+const PLANNER: [&str; 9] = [
     "pebble-machine",
     "pebble-graph",
     "pebble-schedule",
@@ -20,6 +20,8 @@ const PLANNER: [&str; 8] = [
     "pebble-solve",
     "pebble-ilp",
     "pebble-onnx",
+    // The Python module: the planner for pebble.torch, which runs plans in PyTorch.
+    "pebble-python",
 ];
 
 /// Every allowed edge between pebble crates, of any kind (normal, dev, build), as
@@ -71,6 +73,13 @@ const ALLOWED: &[(&str, &str)] = &[
     ("cli", "onnx"),
     ("cli", "runtime"),
     ("cli", "train"),
+    ("python", "machine"),
+    ("python", "graph"),
+    ("python", "schedule"),
+    ("python", "sim"),
+    ("python", "solve"),
+    ("python", "ilp"),
+    ("python", "zoo"),
 ];
 
 struct Metadata {
