@@ -75,10 +75,17 @@ fn auto_is_the_fastest_of_the_solvers_it_runs() {
                 names.len(),
                 times.values().flatten().count()
             );
-            // Every applicable solver was run, none skipped for time.
+            // Every applicable solver is a candidate; none was skipped for time, and where
+            // store-all fits (it runs first), nothing after it runs: nothing beats it.
             let ran: Vec<&str> = out.candidates.iter().map(|c| c.solver).collect();
             assert_eq!(ran.len(), names.len(), "{at}: {ran:?}");
-            for c in &out.candidates {
+            assert_eq!(ran[0], "store-all");
+            let unbeaten = times["store-all"].is_some();
+            for c in &out.candidates[1..] {
+                let skipped = c.error.as_deref() == Some(auto::UNBEATEN);
+                assert_eq!(skipped, unbeaten, "{at}: {c:?}");
+            }
+            for c in out.candidates.iter().filter(|c| c.error.as_deref() != Some(auto::UNBEATEN)) {
                 assert!(!c.error.as_deref().unwrap_or("").starts_with("not run"), "{at}: {c:?}");
                 match (c.time, times[c.solver]) {
                     (Some(t), Some(u)) => assert!(same(t, u), "{at}: {} {t} in auto, {u} alone", c.solver),

@@ -18,7 +18,9 @@
 //!   wherever one of them does. The limit is a soft one: a solver that has started is
 //!   not stopped (a solver is a pure function and cannot be interrupted).
 //! * **Score**: each schedule is scored by [`crate::plan`] (the simulator at the budget);
-//!   the fastest simulated time wins, the first of equals (so the cheaper solver). A
+//!   the fastest simulated time wins, the first of equals (so the cheaper solver). Once a
+//!   plan runs in store-all's time (simulated with no budget), which no schedule beats,
+//!   the rest are not run ([`UNBEATEN`]): a budget store-all fits is planned at once. A
 //!   solver that finds nothing, refuses the problem, panics, or whose schedule the
 //!   simulator rejects is recorded as a [`Candidate`] with its error; it never fails the
 //!   run.
@@ -211,6 +213,7 @@ fn run_jobs(
     deadline: Instant,
 ) -> AutoOutcome {
     let mut out = AutoOutcome { best: None, winner: None, problem: None, candidates: Vec::new(), seconds: 0.0 };
+    let floor = floor(jobs, options);
     for (k, &(p, problem, solver)) in jobs.iter().enumerate() {
         let name = solver.name();
         let mut candidate = Candidate {
@@ -223,6 +226,11 @@ fn run_jobs(
             kept_from: None,
             error: None,
         };
+        if floor.is_some_and(|f| out.best.as_ref().is_some_and(|b| b.report.makespan <= f * (1.0 + FLOOR_REL))) {
+            candidate.error = Some(UNBEATEN.into());
+            out.candidates.push(candidate);
+            continue;
+        }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() && tier(name) > 0 {
             candidate.error = Some("not run: the time limit was spent".into());
@@ -267,6 +275,27 @@ fn run_jobs(
         best.solve_seconds = out.candidates.iter().map(|c| c.solve_seconds).sum();
     }
     out
+}
+
+/// Why a candidate did not run once a plan as fast as store-all was found.
+pub const UNBEATEN: &str = "not run: a plan as fast as store-all, which no schedule beats, was found";
+
+/// Relative slack on "as fast as store-all" (sums in another order).
+const FLOOR_REL: f64 = 1e-9;
+
+/// The least of store-all's times (simulated with no budget) over the jobs' problems:
+/// no plan of any of them is faster. `None` where one does not simulate.
+fn floor(jobs: &[(usize, Problem<'_>, &'static dyn Solver)], options: &SolveOptions) -> Option<f64> {
+    let mut seen = Vec::new();
+    let mut floor = f64::INFINITY;
+    for &(p, problem, _) in jobs {
+        if !seen.contains(&p) {
+            seen.push(p);
+            let r = crate::baseline::store_all::simulate_store_all(problem, &options.sim_config()).ok()?;
+            floor = floor.min(r.makespan);
+        }
+    }
+    floor.is_finite().then_some(floor)
 }
 
 /// The `auto` solver, for the registry (`pebble plan --solver auto`).
@@ -346,12 +375,21 @@ mod tests {
     #[test]
     fn no_time_left_runs_the_first_tier_only() {
         let chain = pebble_testkit::hand_chain();
-        let options = SolveOptions { time_limit: Some(0.0), ..SolveOptions::default() };
-        let out = run(Problem::Chain(&chain), u64::MAX, &options);
+        // A slow link: no offloading plan is as fast as store-all below its peak.
+        let machine = pebble_machine::Machine::default().with_bandwidth(1e-3);
+        let options = SolveOptions { time_limit: Some(0.0), machine, ..SolveOptions::default() };
+        let problem = Problem::Chain(&chain);
+        let peak = crate::baseline::store_all::simulate_store_all(problem, &options.sim_config()).unwrap().peak_bytes;
+        // Below store-all's peak, so that no plan is as fast as store-all.
+        let out = run(problem, peak - 1, &options);
         for c in &out.candidates {
-            let not_run = c.error.as_deref().is_some_and(|e| e.starts_with("not run"));
+            let not_run = c.error.as_deref().is_some_and(|e| e.starts_with("not run: the time limit"));
             assert_eq!(not_run, tier(c.solver) > 0, "{c:?}");
         }
         assert!(out.best.is_some());
+        // At store-all's peak, store-all runs first and nothing after it.
+        let out = run(problem, peak, &options);
+        assert_eq!(out.winner, Some("store-all"));
+        assert!(out.candidates[1..].iter().all(|c| c.error.as_deref() == Some(UNBEATEN)));
     }
 }
