@@ -1,0 +1,423 @@
+"""Capture an `nn.Module` as pebble's training graph.
+
+How: AOTAutograd's `aot_function` over `functional_call(model, params, inputs)`, with a
+`partition_fn` that keeps the joint forward+backward graph and stops there (nothing is
+compiled or run by AOTAutograd). Why this entry point:
+
+* the joint graph is functional aten ops with shapes (`meta["val"]`), parameters and
+  inputs as `primals_*` placeholders, and the gradients of the model's outputs as
+  `tangents_*` placeholders: exactly pebble's loss boundary, since the user computes the
+  loss outside the model (`planned(x).sum().backward()`);
+* `aot_export_module(trace_joint=True)` needs the model to return a scalar loss, and
+  `torch.export` gives the forward alone;
+* we choose the primals' order (parameters, buffers, then inputs), so no guessing which
+  placeholder is which, as `torch.compile`'s lifted inputs would need.
+
+Tracing runs under export's compiling flags (what `torch.export(strict=False)` sets), so
+libraries such as `transformers` take their trace-friendly paths.
+
+The graph is then run once on the sample inputs (with all-ones tangents), which gives the
+storages: every FX value is assigned to the storage it lives in, and one pebble data node
+is one storage (a view costs nothing and lives as long as its base). Views run in the
+compute node that creates their storage; views of parameters and inputs run once per step
+before the first compute node. Forward aten nodes are grouped by `meta["seq_nr"]` (the
+autograd node they belong to); backward aten nodes by the forward group whose `seq_nr`
+they carry. A node that reads a group begun after its own joins that group (a gradient
+accumulation runs with its last contribution), so the groups never wait on each other.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Hashable, Sequence
+
+import torch
+import torch.fx as fx
+from torch.fx.node import map_arg
+from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
+
+from . import costs
+from ._grouping import FIXED, LOSS, Grouping, Key
+from .errors import UnsupportedModel
+
+RANDOM_OPS = ("native_dropout", "bernoulli", "rand", "randn", "randint", "normal", "uniform", "multinomial")
+
+
+@dataclass
+class Group:
+    """The FX nodes of one pebble compute node, in graph order."""
+
+    kind: str  # "forward" | "backward" | "loss"
+    nodes: list[fx.Node]
+    forward: int | None = None
+    inputs: list[int] = field(default_factory=list)
+    outputs: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Captured:
+    """A captured model: the joint graph, pebble's graph, and how one maps to the other."""
+
+    gm: fx.GraphModule
+    graph: dict[str, Any]
+    groups: list[Group]
+    members: list[list[fx.Node]]  # data id -> the FX values in that storage
+    kinds: list[str]  # data id -> pebble data kind
+    params: list[tuple[fx.Node, str]]  # parameter and buffer placeholders, by name
+    inputs: list[fx.Node]
+    tangents: list[fx.Node]
+    tangent_of: list[int]  # the output each tangent is the gradient of
+    outputs: list[fx.Node]
+    param_grads: dict[fx.Node, str]  # the joint's gradient output -> parameter name
+    fixed: list[fx.Node]  # views of parameters and inputs, run once per step
+    out_spec: TreeSpec
+    in_spec: TreeSpec
+    loss: int
+
+    @property
+    def fixed_bytes(self) -> int:
+        """Parameters, their gradients and the inputs: resident for the whole step."""
+        return sum(d["size"] for d in self.graph["data"] if d["kind"] in ("parameter", "param_grad", "input"))
+
+
+class _Grabbed(Exception):
+    pass
+
+
+def _trace_joint(model: torch.nn.Module, flat: list[torch.Tensor], in_spec: TreeSpec) -> tuple[fx.GraphModule, int, TreeSpec, list[str], int]:
+    from torch._export.utils import _compiling_state_context
+    from torch._functorch.aot_autograd import aot_function
+    from torch.func import functional_call
+
+    state: dict[str, Any] = {}
+    params = dict(model.named_parameters())
+    names = list(params) + [n for n, _ in model.named_buffers()]
+    tensors = list(params.values()) + [b for _, b in model.named_buffers()]
+
+    def fn(*primals: torch.Tensor) -> list[torch.Tensor]:
+        inputs = tree_unflatten(list(primals[len(names):]), in_spec)
+        out = functional_call(model, dict(zip(names, primals[: len(names)])), tuple(inputs))
+        leaves, state["spec"] = tree_flatten(out)
+        bad = sorted({type(x).__name__ for x in leaves if not isinstance(x, torch.Tensor)})
+        if bad:
+            raise UnsupportedModel(f"the model's outputs must be tensors (in tuples, lists or dicts); found {', '.join(bad)}")
+        return leaves
+
+    def grab(joint: fx.GraphModule, _inputs: Any, *, num_fwd_outputs: int, **_kw: Any) -> Any:
+        state["joint"], state["nfwd"] = joint, num_fwd_outputs
+        raise _Grabbed
+
+    def never(*_a: Any) -> Any:
+        raise AssertionError("not compiled")
+
+    try:
+        with _compiling_state_context():
+            aot_function(fn, fw_compiler=never, partition_fn=grab)(*tensors, *flat)
+    except _Grabbed:
+        pass
+    except UnsupportedModel:
+        raise
+    except Exception as e:  # the tracer's own errors: data-dependent control flow, unknown ops
+        raise UnsupportedModel(f"AOTAutograd could not trace the model: {type(e).__name__}: {e}") from e
+    if "joint" not in state:
+        raise UnsupportedModel("no joint graph: no parameter or input of the model requires grad")
+    return state["joint"], state["nfwd"], state["spec"], names, len(params)
+
+
+def _storage_key(t: torch.Tensor) -> Hashable:
+    st = t.untyped_storage()
+    return (t.device, st.data_ptr()) if st.nbytes() > 0 else ("empty", id(t))
+
+
+def _run(gm: fx.GraphModule, values: Sequence[Any]) -> dict[fx.Node, Any]:
+    """Runs the joint graph on real values; keeps every value (their storages tell aliasing)."""
+    env: dict[fx.Node, Any] = {}
+    it = iter(values)
+    with torch.no_grad():
+        for n in gm.graph.nodes:
+            if n.op == "placeholder":
+                env[n] = next(it)
+            elif n.op == "get_attr":
+                env[n] = operator.attrgetter(n.target)(gm)
+            elif n.op == "call_function":
+                env[n] = n.target(*map_arg(n.args, env.__getitem__), **map_arg(n.kwargs, env.__getitem__))
+    return env
+
+
+def _ancestors(outs: Sequence[fx.Node]) -> set[fx.Node]:
+    seen: set[fx.Node] = set()
+    stack = list(outs)
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            stack.extend(n.all_input_nodes)
+    return seen
+
+
+def _storages(nodes: list[fx.Node], env: dict[fx.Node, Any]) -> tuple[dict[fx.Node, int], list[list[fx.Node]]]:
+    """Each tensor value's storage (an index), and each storage's values, creator first."""
+    cls: dict[fx.Node, int] = {}
+    members: list[list[fx.Node]] = []
+    by_key: dict[Hashable, int] = {}
+    for n in nodes:
+        v = env.get(n)
+        if isinstance(v, torch.Tensor):
+            c = by_key.setdefault(_storage_key(v), len(members))
+            if c == len(members):
+                members.append([])
+            cls[n] = c
+            members[c].append(n)
+    return cls, members
+
+
+def _check_ops(nodes: list[fx.Node], training: bool) -> None:
+    for n in nodes:
+        name = getattr(n.target, "__name__", str(n.target)).split(".")[0]
+        if n.op == "call_function" and name in RANDOM_OPS and training:
+            raise UnsupportedModel(
+                f"`{n.target}` draws random numbers (dropout?): a recomputation would draw new ones; "
+                "set the dropout probabilities to 0 or call model.eval()"
+            )
+        if n.op == "call_function" and not isinstance(n.target, (torch._ops.OpOverload, type(operator.getitem))):
+            raise UnsupportedModel(f"`{n.format_node()}` is not an aten op")
+
+
+def drops(nodes: list[fx.Node], kept: set[fx.Node]) -> list[list[fx.Node]]:
+    """After each node of a compute node, the values of it no longer needed (not kept, and
+    not read by a later node of it)."""
+    last = {n: i for i, n in enumerate(nodes)}
+    for i, n in enumerate(nodes):
+        for m in n.all_input_nodes:
+            if m in last:
+                last[m] = i
+    out: list[list[fx.Node]] = [[] for _ in nodes]
+    for n in nodes:
+        if n not in kept:
+            out[last[n]].append(n)
+    return out
+
+
+class _Joint:
+    """The joint graph run once on the sample inputs: its nodes' roles and storages."""
+
+    def __init__(self, gm: fx.GraphModule, env: dict[fx.Node, Any], nfwd: int, names: list[str], nparams: int):
+        self.gm, self.env = gm, env
+        self.nodes = list(gm.graph.nodes)
+        holders = [n for n in self.nodes if n.op == "placeholder"]
+        self.tangents = [n for n in holders if n.name.startswith("tangents")]
+        primals = [n for n in holders if not n.name.startswith("tangents")]
+        self.params = list(zip(primals[: len(names)], names))
+        self.inputs = primals[len(names):]
+        out = self.nodes[-1].args[0]
+        self.outputs: list[fx.Node] = list(out[:nfwd])
+        grads = list(out[nfwd:])
+        if any(g is not None for g in grads[len(names):]):
+            raise UnsupportedModel("inputs that require grad are not supported yet")
+        trainable = {p for p, _ in self.params[:nparams]}
+        self.param_grads = {g: name for (p, name), g in zip(self.params, grads) if g is not None and p in trainable}
+        self.cls, self.members = _storages(self.nodes, env)
+        self.roots = [m[0] for m in self.members]
+
+    def tangent_of(self) -> list[int]:
+        """The output each tangent is the gradient of: AOTAutograd gives one per floating output."""
+        floating = [k for k, o in enumerate(self.outputs) if self.env[o].is_floating_point()]
+        if len(floating) != len(self.tangents):
+            raise UnsupportedModel(f"{len(self.tangents)} output gradients for {len(floating)} floating outputs")
+        return floating
+
+    def nbytes(self, c: int) -> int:
+        return int(self.env[self.roots[c]].untyped_storage().nbytes())
+
+    def grouping(self) -> Grouping:
+        g = Grouping(self.nodes, self.env, self.cls, self.roots, set(self.tangents), _ancestors(self.outputs))
+        g.assign()
+        g.untangle("fwd")
+        g.link_backward()
+        g.untangle("bwd")
+        return g
+
+
+def _groups(j: _Joint, g: Grouping) -> tuple[list[Group], dict[Key, int]]:
+    fwd, bwd = g.ordered("fwd"), g.ordered("bwd")
+    byf, byb = g.keys("fwd"), g.keys("bwd")
+    loss = [n for n in j.nodes if n.op == "call_function" and g.group(n) == LOSS]
+    groups = [Group("forward", byf[k]) for k in fwd] + [Group("loss", loss)] + [Group("backward", byb[k]) for k in bwd]
+    cid = {k: i for i, k in enumerate([*fwd, LOSS, *bwd])}
+    for k in bwd:
+        links = [cid[f] for f in g.forwards_of(k) if f in cid]
+        groups[cid[k]].forward = max(links) if links else None
+    return groups, cid
+
+
+class _Data:
+    """Pebble's data nodes: one per storage that outlives its compute node, one per
+    parameter gradient."""
+
+    def __init__(self, j: _Joint, g: Grouping, groups: list[Group], cid: dict[Key, int]):
+        self.j, self.groups = j, groups
+        self.producer = [None if g.group(r) == FIXED else cid[g.group(r)] for r in j.roots]
+        self.readers: list[set[int]] = [set() for _ in j.roots]
+        for i, grp in enumerate(groups):
+            for n in grp.nodes:
+                for m in n.all_input_nodes:
+                    c = j.cls.get(m)
+                    if c is not None and self.producer[c] != i:
+                        self.readers[c].add(i)
+        self.loss = cid[LOSS]
+        for o in j.outputs:
+            self.readers[j.cls[o]].add(self.loss)
+        self.nodes: list[dict[str, Any]] = []
+        self.members: list[list[fx.Node]] = []
+        self.of_class: dict[int, int] = {}
+        names = {p: name for p, name in j.params}
+        for c, r in enumerate(j.roots):
+            kind = self.kind(c)
+            if kind is not None:
+                self.of_class[c] = self.add(names.get(r, r.name), kind, j.nbytes(c), j.members[c])
+        self.param_grad: dict[fx.Node, int] = {}
+        params = {name: p for p, name in j.params}
+        for gnode, name in j.param_grads.items():
+            p = j.env[params[name]]
+            self.param_grad[gnode] = self.add(f"{name}.grad", "param_grad", p.numel() * p.element_size(), [])
+
+    def add(self, name: str, kind: str, size: int, members: list[fx.Node]) -> int:
+        self.nodes.append({"name": name, "kind": kind, "size": size})
+        self.members.append(members)
+        return len(self.nodes) - 1
+
+    def kind(self, c: int) -> str | None:
+        r, p, readers = self.j.roots[c], self.producer[c], self.readers[c]
+        if r.op == "get_attr":
+            return None
+        if r.op == "placeholder":
+            return "gradient" if r in self.j.tangents else "input" if r in self.j.inputs else "parameter"
+        if not readers:
+            return None  # a temporary of its compute node
+        if self.groups[p].kind != "forward":
+            return "gradient"
+        only_own_backward = all(self.groups[i].kind == "backward" and self.groups[i].forward == p for i in readers)
+        return "saved" if only_own_backward else "activation"
+
+    def wire(self) -> None:
+        """Each compute node's inputs and outputs (data ids)."""
+        for c, d in self.of_class.items():
+            if self.producer[c] is not None:
+                self.groups[self.producer[c]].outputs.append(d)
+            for i in sorted(self.readers[c]):
+                self.groups[i].inputs.append(d)
+        for gnode, d in self.param_grad.items():
+            self.groups[self._group_of(gnode)].outputs.append(d)
+
+    def _group_of(self, n: fx.Node) -> int:
+        if n.op == "placeholder":
+            return self.loss  # the gradient of a parameter is an output's gradient as it is
+        return next(i for i, grp in enumerate(self.groups) if n in grp.nodes)
+
+    def kept(self, i: int, no_grad: bool) -> set[fx.Node]:
+        """The values compute node `i` leaves in the environment."""
+        out: set[fx.Node] = set()
+        for d in self.groups[i].outputs:
+            if not (no_grad and self.nodes[d]["kind"] == "saved"):
+                out.update(self.members[d])
+        return out
+
+
+def _tmp(j: _Joint, nodes: list[fx.Node], kept: set[fx.Node]) -> int:
+    """The most bytes of a compute node's own temporaries alive at once."""
+    live: dict[int, list[int]] = {}
+    for i, after in enumerate(drops(nodes, kept)):
+        c = j.cls.get(nodes[i])
+        if c is not None and j.roots[c] is nodes[i] and nodes[i] not in kept:
+            live.setdefault(c, [i, i])
+        for n in after:
+            c = j.cls.get(n)
+            if c in live:
+                live[c][1] = max(live[c][1], i)
+    peak = 0
+    for i in range(len(nodes)):
+        peak = max(peak, sum(j.nbytes(c) for c, (a, b) in live.items() if a <= i <= b))
+    return peak
+
+
+def _op_name(n: fx.Node) -> str:
+    return str(getattr(n.target, "__name__", n.target)).split(".")[0]
+
+
+def _main_node(grp: Group, g: Grouping) -> fx.Node | None:
+    ops = [n for n in grp.nodes if not g.is_alias(n) and n.target is not operator.getitem]
+    return ops[0] if ops else (grp.nodes[0] if grp.nodes else None)
+
+
+def _compute_json(grp: Group, i: int, g: Grouping, groups: list[Group], time: float, tmp: int) -> dict[str, Any]:
+    main = _main_node(grp, g)
+    name = main.name if main is not None else f"node{i}"
+    if grp.kind == "loss":
+        name = "loss"
+    elif grp.kind == "backward" and grp.forward is not None:
+        name = f"{json_name(groups, grp.forward, g)}.bwd"
+    node: dict[str, Any] = {"name": name, "kind": grp.kind, "time": time, "tmp": tmp,
+                            "inputs": sorted(set(grp.inputs)), "outputs": sorted(set(grp.outputs))}
+    if main is not None and grp.kind != "loss":
+        node["op"] = _op_name(main)
+    if grp.forward is not None:
+        node["forward"] = grp.forward
+    return node
+
+
+def json_name(groups: list[Group], i: int, g: Grouping) -> str:
+    main = _main_node(groups[i], g)
+    return main.name if main is not None else f"node{i}"
+
+
+def _tangents(gm: fx.GraphModule) -> list[torch.Tensor]:
+    out = []
+    for n in gm.graph.nodes:
+        if n.op == "placeholder" and n.name.startswith("tangents"):
+            v = n.meta["val"]
+            out.append(torch.ones(v.shape, dtype=v.dtype, device=v.device))
+    return out
+
+
+def _device(flat: list[torch.Tensor], model: torch.nn.Module) -> torch.device:
+    for t in [*model.parameters(), *flat]:
+        return t.device
+    return torch.device("cpu")
+
+
+def capture(model: torch.nn.Module, args: tuple[Any, ...], *, times: str = "profile", repeats: int = 3,
+            rates: tuple[float, float] = (1e11, 1e10), name: str | None = None) -> Captured:
+    """Captures one training step of `model` on `args` as pebble's training graph.
+
+    `times`: "profile" (each compute node timed on the sample's device, median of
+    `repeats`) or "flops" (a roofline at `rates` = (FLOP/s, bytes/s)).
+    """
+    flat, in_spec = tree_flatten(args)
+    bad = sorted({type(a).__name__ for a in flat if not isinstance(a, torch.Tensor)})
+    if bad:
+        raise UnsupportedModel(f"the sample inputs must be tensors; found {', '.join(bad)}")
+    gm, nfwd, out_spec, names, nparams = _trace_joint(model, flat, in_spec)
+    nodes = list(gm.graph.nodes)
+    _check_ops(nodes, model.training)
+    primals = [*dict(model.named_parameters()).values(), *[b for _, b in model.named_buffers()], *flat]
+    env = _run(gm, [*primals, *_tangents(gm)])
+    j = _Joint(gm, env, nfwd, names, nparams)
+    g = j.grouping()
+    groups, cid = _groups(j, g)
+    data = _Data(j, g, groups, cid)
+    data.wire()
+    lists = [grp.nodes if grp.kind != "loss" else [] for grp in groups]
+    if times == "profile":
+        secs = costs.profile(lists, env, _device(flat, model), repeats)
+    elif times == "flops":
+        secs = costs.roofline(lists, env, *rates)
+    else:
+        raise ValueError(f"times must be 'profile' or 'flops', not {times!r}")
+    compute = [_compute_json(grp, i, g, groups, secs[i], _tmp(j, grp.nodes, data.kept(i, False)))
+               for i, grp in enumerate(groups)]
+    graph = {"name": name or type(model).__name__, "compute": compute, "data": data.nodes}
+    fixed = [n for n in nodes if n.op == "call_function" and g.group(n) == FIXED]
+    return Captured(gm=gm, graph=graph, groups=groups, members=data.members, kinds=[d["kind"] for d in data.nodes],
+                    params=j.params, inputs=j.inputs, tangents=j.tangents, tangent_of=j.tangent_of(), outputs=j.outputs,
+                    param_grads=j.param_grads, fixed=fixed, out_spec=out_spec, in_spec=in_spec, loss=cid[LOSS])

@@ -1,0 +1,189 @@
+"""Run a lowered graph program in PyTorch: an interpreter inside a `torch.autograd.Function`.
+
+Its forward runs the program's steps up to the loss and returns the model's outputs; its
+backward receives the outputs' gradients (pebble's loss node produces them) and runs the
+rest, recomputations included. `Compute` runs the compute node's FX nodes on an
+environment (FX node -> value) and drops what the node does not keep; `Free` deletes every
+value in that storage; `Offload`/`Prefetch` move the storage to a host copy and back
+(on the CPU a separate tensor; no throttling yet; a partial fraction moves the whole).
+
+Parameter gradients follow pebble's memory model (a `param_grad` is resident for the whole
+step): each `.grad` is allocated (zeros) when the forward starts if it is None, and the
+gradient is written into it as soon as its compute node produces it (copied if allocated
+this step, which equals eager's first accumulation bit for bit; added otherwise, as eager
+accumulates). The Function returns None for the parameters, so autograd's own
+accumulation (and its hooks on parameters) does not run.
+
+Recomputation gives the same values because the capture refuses random ops in training
+mode (dropout must be off: p=0 or eval()); RNG is not replayed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+import torch.fx as fx
+
+from .capture import Captured, drops
+from .costs import run_node
+from .errors import PlanError
+
+
+class Program:
+    """A lowered program bound to a captured graph: what each step touches."""
+
+    def __init__(self, cap: Captured, steps: list[dict[str, Any]]) -> None:
+        self.cap, self.steps = cap, steps
+        losses = [k for k, s in enumerate(steps) if s["action"] == "compute" and s["node"] == cap.loss]
+        if len(losses) != 1:
+            raise PlanError(f"the program runs the loss {len(losses)} times")
+        self.loss_at = losses[0]
+        self.param_of = cap.param_grads
+        self._drops: dict[tuple[int, bool], list[list[fx.Node]]] = {}
+
+    def drops(self, node: int, no_grad: bool) -> list[list[fx.Node]]:
+        key = (node, no_grad)
+        if key not in self._drops:
+            self._drops[key] = drops(self.cap.groups[node].nodes, self.kept(node, no_grad))
+        return self._drops[key]
+
+    def kept(self, node: int, no_grad: bool) -> set[fx.Node]:
+        out: set[fx.Node] = set()
+        for d in self.cap.groups[node].outputs:
+            if not (no_grad and self.cap.kinds[d] == "saved"):
+                out.update(self.cap.members[d])
+        return out
+
+
+class Run:
+    """One training step of a program: its environment, host copies and gradients."""
+
+    def __init__(self, program: Program, params: dict[str, torch.Tensor], fresh: dict[torch.Tensor, bool]) -> None:
+        self.p, self.cap = program, program.cap
+        self.params, self.fresh = params, fresh
+        self.env: dict[fx.Node, Any] = {}
+        self.host: dict[int, torch.Tensor] = {}
+
+    def forward(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        cap, env = self.cap, self.env
+        for node, name in cap.params:
+            env[node] = self.params[name]
+        env.update(zip(cap.inputs, inputs))
+        for n in cap.gm.graph.nodes:
+            if n.op == "get_attr":
+                env[n] = getattr(cap.gm, n.target)
+        for n in cap.fixed:
+            env[n] = run_node(n, env.__getitem__)
+        self._allocate_grads()
+        self._steps(0, self.p.loss_at)
+        return [env[o] for o in cap.outputs]
+
+    def backward(self, grads: Sequence[torch.Tensor | None]) -> None:
+        cap, env = self.cap, self.env
+        for t, k in zip(cap.tangents, cap.tangent_of):
+            g = grads[k]
+            env[t] = g.contiguous() if g is not None else torch.zeros_like(env[cap.outputs[k]])
+        self._compute(cap.loss, False)
+        self._steps(self.p.loss_at + 1, len(self.p.steps))
+        env.clear()
+        self.host.clear()
+
+    def _allocate_grads(self) -> None:
+        for name in self.cap.param_grads.values():
+            p = self.params[name]
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+                self.fresh[p] = True
+
+    def _steps(self, start: int, end: int) -> None:
+        for s in self.p.steps[start:end]:
+            act = s["action"]
+            if act == "compute":
+                self._compute(s["node"], bool(s.get("no_grad", False)))
+            elif act == "free":
+                self._free(s["data"])
+            elif act == "offload":
+                self._offload(s["data"])
+            elif act == "prefetch":
+                self._prefetch(s["data"])
+            else:
+                raise PlanError(f"unknown step {s}")
+
+    def _compute(self, node: int, no_grad: bool) -> None:
+        env, grads = self.env, self.p.param_of
+        for n, after in zip(self.cap.groups[node].nodes, self.p.drops(node, no_grad)):
+            try:
+                env[n] = run_node(n, env.__getitem__)
+            except KeyError as e:
+                raise PlanError(self._missing(node, e.args[0])) from None
+            if n in grads:
+                self._accumulate(grads[n], env[n])
+            for m in after:
+                del env[m]
+
+    def _missing(self, node: int, value: Any) -> str:
+        d = next((d for d, m in enumerate(self.cap.members) if value in m), None)
+        what = f"data node {d} `{self.cap.graph['data'][d]['name']}`" if d is not None else f"`{value}`"
+        name = self.cap.graph["compute"][node]["name"]
+        return f"compute node {node} `{name}` reads {what}, which is not resident (the executor and the lowering disagree)"
+
+    def _accumulate(self, name: str, g: torch.Tensor) -> None:
+        p = self.params[name]
+        assert p.grad is not None
+        if self.fresh.pop(p, False):
+            p.grad.copy_(g)
+        else:
+            p.grad.add_(g)
+
+    def _free(self, d: int) -> None:
+        for m in self.cap.members[d]:
+            self.env.pop(m, None)
+
+    def _offload(self, d: int) -> None:
+        root = self.cap.members[d][0]
+        self.host[d] = self.env[root].to("cpu", copy=True)
+        self._free(d)
+
+    def _prefetch(self, d: int) -> None:
+        members = self.cap.members[d]
+        root = members[0]
+        self.env[root] = self.host.pop(d).to(root.meta["val"].device, copy=True)
+        wanted = set(members)
+        for n in self._producer_nodes(d):  # views of the storage, re-made on the copy
+            if n is not root and (n in wanted or any(u in wanted for u in n.users)):
+                self.env[n] = run_node(n, self.env.__getitem__)
+        for n in self._producer_nodes(d):
+            if n not in wanted:
+                self.env.pop(n, None)
+
+    def _producer_nodes(self, d: int) -> list[fx.Node]:
+        root = self.cap.members[d][0]
+        for grp in self.cap.groups:
+            if root in grp.nodes:
+                return grp.nodes
+        return []
+
+
+class _Step(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, run: Run, n_inputs: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+        outs = run.forward(tensors[:n_inputs])
+        ctx.run, ctx.count = run, len(tensors)
+        ctx.mark_non_differentiable(*[o for o in outs if not o.is_floating_point()])
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[None, ...]:  # type: ignore[override]
+        run, ctx.run = ctx.run, None
+        with torch.no_grad():
+            run.backward(grads)
+        return (None,) * (2 + ctx.count)
+
+
+def execute(program: Program, params: dict[str, torch.Tensor], fresh: dict[torch.Tensor, bool],
+            inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """One step's forward; its backward runs when autograd reaches the outputs."""
+    run = Run(program, params, fresh)
+    trainable = [params[name] for name in program.cap.param_grads.values()]
+    return _Step.apply(run, len(inputs), *inputs, *trainable)
