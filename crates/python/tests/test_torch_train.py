@@ -4,7 +4,8 @@ For each model and graph solver at 40/60/80% of the activation memory (where the
 has a plan; else the test is skipped with the least budget): three SGD steps of the planned
 model and of an eager copy give the same outputs (step 0), losses and parameter gradients
 bit for bit; PyTorch's MemTracker measures the planned step's peak, which must be at most
-the budget and within 5% of pebble's predicted peak.
+the budget and within 5% of pebble's predicted peak, once the user's loss (two scalars,
+outside the model) is taken off.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from torch.distributed._tools.mem_tracker import MemTracker
 
 import pebble.torch as pt
 
+# The user's loss, outside the model and so outside pebble's graph: the scalar `.sum()`
+# returns and its gradient (autograd's ones), 4 bytes each in fp32.
+USER_LOSS_BYTES = 8
 TIME_LIMIT = {"hiremate": 2.0, "rockmate": 0.3, "checkmate": 10.0}
 SHARES = ["40%", "60%", "80%"]
 CASES = [
@@ -78,7 +82,10 @@ def test_trains_as_eager_within_budget(captured: Any, name: str, solver: str, sh
         opt.step()
         eager_opt.step()
     report = planned.report
-    peak, budget, predicted = max(peaks), report["budget_bytes"], report["predicted_peak_bytes"]
+    peak = max(peaks) - USER_LOSS_BYTES
+    budget, predicted = report["budget_bytes"], report["predicted_peak_bytes"]
+    print(f"\n{name} {solver} {share}: measured {peak} B, budget {budget} B, predicted {predicted} B, "
+          f"planned by {report['solver']} in {report['solve_seconds']:.2f} s")
     assert peak <= budget, f"measured {peak} B > budget {budget} B"
     assert abs(peak - predicted) <= 0.05 * predicted, f"measured {peak} B, predicted {predicted} B"
 
