@@ -97,3 +97,28 @@ def test_budget_below_least_names_the_least(captured: Any) -> None:
     least = info.value.least_budget
     assert least is not None and least > info.value.budget
     assert str(least) in str(info.value)
+
+
+def test_a_rerun_without_grad_keeps_the_saved_tensors(captured: Any) -> None:
+    """A forward node rerun without grad while its saved tensors are resident (Rockmate's
+    fast forward) recreates its activation and leaves the saved tensors as they are."""
+    from pebble.torch import _planner
+    from pebble.torch.executor import Program
+
+    model, args, cap = captured("gpt2")
+    eager = copy.deepcopy(model)
+    planned = pt.wrap(model, args, activation_budget="100%", solver="store-all", captured=cap)
+    steps, compute, kinds = planned.program.steps, cap.graph["compute"], cap.kinds
+    k, node = next((k, s["node"]) for k, s in enumerate(steps) if s["action"] == "compute"
+                   and compute[s["node"]]["kind"] == "forward"
+                   and any(kinds[d] == "saved" for d in compute[s["node"]]["outputs"])
+                   and any(kinds[d] == "activation" for d in compute[s["node"]]["outputs"]))
+    rerun = [{"action": "free", "data": d} for d in compute[node]["outputs"] if kinds[d] == "activation"]
+    rerun.append({"action": "compute", "node": node, "no_grad": True})
+    ops = [{"op": "free", "tensor": {"data": s["data"]}} if s["action"] == "free" else
+           {"op": "compute", "node": s["node"], "no_grad": s["no_grad"]} for s in [*steps[: k + 1], *rerun, *steps[k + 1:]]]
+    schedule = {"version": 2, "view": "graph", "ops": ops}
+    planned.program = Program(cap, _planner.program(cap.graph, schedule))  # lowered: no fault
+    tensor_of(planned(*args)).sum().backward()
+    tensor_of(eager(*args)).sum().backward()
+    assert all(torch.equal(p.grad, q.grad) for p, q in zip(model.parameters(), eager.parameters()))

@@ -111,16 +111,22 @@ class Run:
                 raise PlanError(f"unknown step {s}")
 
     def _compute(self, node: int, no_grad: bool) -> None:
+        """Runs a compute node's FX nodes. Values already resident (a saved tensor kept while
+        its forward reruns without grad) are neither recomputed nor dropped."""
         env, grads = self.env, self.p.param_of
-        for n, after in zip(self.cap.groups[node].nodes, self.p.drops(node, no_grad)):
-            try:
-                env[n] = run_node(n, env.__getitem__)
-            except KeyError as e:
-                raise PlanError(self._missing(node, e.args[0])) from None
-            if n in grads:
-                self._accumulate(grads[n], env[n])
+        nodes = self.cap.groups[node].nodes
+        resident = {n for n in nodes if n in env}
+        for n, after in zip(nodes, self.p.drops(node, no_grad)):
+            if n not in resident:
+                try:
+                    env[n] = run_node(n, env.__getitem__)
+                except KeyError as e:
+                    raise PlanError(self._missing(node, e.args[0])) from None
+                if n in grads:
+                    self._accumulate(grads[n], env[n])
             for m in after:
-                del env[m]
+                if m not in resident:
+                    del env[m]
 
     def _missing(self, node: int, value: Any) -> str:
         d = next((d for d, m in enumerate(self.cap.members) if value in m), None)
