@@ -5,8 +5,8 @@
 //! `pebble_graph::Chain`, schedules as `pebble plan -o` writes them. Bad input raises
 //! `pebble.PebbleError` (a `ValueError`) naming the argument and field; a budget no plan
 //! fits raises `pebble.InfeasibleError` (a `PebbleError`) whose `least_budget` is the
-//! least budget that fits (or `None`). Nothing panics into Python: a panic would be a
-//! bug, and PyO3 turns it into a `PanicException`. Long solves release the GIL.
+//! least budget that fits (or `None`). Nothing panics into Python: a panic, a bug, is a
+//! `PebbleError` that says so. Solves release the GIL.
 //!
 //! The logic is in [`api`], plain Rust that the crate's tests call without Python; this
 //! file wraps each function. `pebble-ilp` is linked so that its MILP solvers register.
@@ -53,9 +53,21 @@ fn py_err(py: Python<'_>, e: ApiError) -> PyErr {
     }
 }
 
-/// Runs `f` without the GIL and converts its error.
+/// Runs `f` without the GIL and converts its error; a panic (a bug) becomes a
+/// `PebbleError` saying so, rather than PyO3's `PanicException`.
 fn detached<T: Send>(py: Python<'_>, f: impl FnOnce() -> error::Result<T> + Send) -> PyResult<T> {
-    py.detach(f).map_err(|e| py_err(py, e))
+    let result = py.detach(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+    match result {
+        Ok(r) => r.map_err(|e| py_err(py, e)),
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            Err(PebbleError::new_err(format!("pebble panicked (a bug; please report it): {why}")))
+        }
+    }
 }
 
 /// Every registered solver: a JSON list of `{"name", "description", "views"}`.
@@ -73,19 +85,19 @@ fn profiles() -> String {
 /// A built-in profile by name, or a JSON profile file's, as JSON.
 #[pyfunction]
 fn profile(py: Python<'_>, name: &str) -> PyResult<String> {
-    api::profile(name).map_err(|e| py_err(py, e))
+    detached(py, || api::profile(name))
 }
 
 /// A size (`"6GiB"`, `"512MB"`, `"1024"`) in bytes.
 #[pyfunction]
 fn parse_size(py: Python<'_>, size: &str) -> PyResult<u64> {
-    api::parse_size(size).map_err(|e| py_err(py, e))
+    detached(py, || api::parse_size(size))
 }
 
 /// A budget (`"6GiB"` or `"50%"`): JSON `{"bytes": n}` or `{"percent": p}`.
 #[pyfunction]
 fn parse_budget(py: Python<'_>, budget: &str) -> PyResult<String> {
-    api::parse_budget(budget).map_err(|e| py_err(py, e))
+    detached(py, || api::parse_budget(budget))
 }
 
 /// Plans `problem` with `solver` within `budget` bytes; JSON in and out.
