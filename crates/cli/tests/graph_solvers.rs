@@ -85,6 +85,9 @@ fn hiremate_plans_the_encoder_decoder_transformer() {
         "hiremate",
         "--activation-budget",
         "90%",
+        // Each ILP within 2 s (the default 10 s lets the save axes take minutes).
+        "--time-limit",
+        "2",
         "--json",
     ]);
     assert_eq!(code, 0, "{err}");

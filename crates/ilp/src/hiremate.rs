@@ -110,6 +110,7 @@ pub struct HiremateConfig {
     /// each decide alone what to keep of a tensor many of them read, where the min cut
     /// saves it once: on the encoder-decoder Transformer, whose every decoder layer
     /// reads the encoder's output, the min cut's plan is the faster (docs/benchmarks.md).
+    /// Eager's store-all is kept too: where it fits, nothing is faster.
     pub mincut_incumbent: bool,
     /// `(#M_peak, #M_save)` budgets per cluster; `#M_save = 1` solves at peak budgets
     /// only (no save budget).
@@ -251,9 +252,15 @@ impl Solver for Hiremate {
             plans.push((Some("rockmate"), Box::new(rockmate)));
         }
         if cfg.mincut_incumbent && valid {
-            let mincut: &'static dyn Solver = &pebble_solve::baseline::mincut::PytorchMincut;
-            let prepared = mincut.prepare(problem, options)?;
-            plans.push((Some(prepared.solver()), Box::new(prepared)));
+            // PyTorch's own plans: its min cut, and eager's store-all, the fastest of all
+            // wherever it fits (where the top H-ILP, stopped at its time limit, may
+            // not have reached it).
+            let eager: [&'static dyn Solver; 2] =
+                [&pebble_solve::baseline::mincut::PytorchMincut, &pebble_solve::baseline::store_all::StoreAll];
+            for solver in eager {
+                let prepared = solver.prepare(problem, options)?;
+                plans.push((Some(prepared.solver()), Box::new(prepared)));
+            }
         }
         if plans.is_empty() {
             let reason = error.expect("a preparation failed").to_string();
