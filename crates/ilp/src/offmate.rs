@@ -820,7 +820,7 @@ fn kept_plans(chain: &Chain, budget: u64, options: &SolveOptions, opts: &Offmate
     let problem = Problem::Chain(chain);
     let mut plans: Vec<(&str, Schedule)> = Vec::new();
     if opts.recompute {
-        let rotor = pebble_solve::rotor::Rotor.solve(problem, budget, options).ok();
+        let rotor = pebble_solve::remat::rotor::Rotor.solve(problem, budget, options).ok();
         plans.extend(rotor.into_iter().chain(rotor_freeing_gradients(chain, budget, options)).map(|s| ("rotor", s)));
     }
     if opts.recompute && opts.weight_offload {
@@ -843,7 +843,7 @@ fn kept_plans(chain: &Chain, budget: u64, options: &SolveOptions, opts: &Offmate
 /// gradients `g`. The simulator judges it on `chain` itself.
 pub fn rotor_freeing_gradients(chain: &Chain, budget: u64, options: &SolveOptions) -> Option<Schedule> {
     let freed = gradients_as_temporaries(chain)?;
-    let plan = pebble_solve::rotor::Rotor.solve(Problem::Chain(&freed), budget, options).ok()?;
+    let plan = pebble_solve::remat::rotor::Rotor.solve(Problem::Chain(&freed), budget, options).ok()?;
     Some(freeing_gradients(chain, plan.ops))
 }
 

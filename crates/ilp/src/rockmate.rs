@@ -11,7 +11,7 @@
 //!    outputs and the gradients that come back) to `M_peak`. Each solution is an
 //!    *option*: a forward part (before the stand-in loss) and a backward part (after).
 //!    Identical solutions are merged, infeasible budgets give none.
-//! 3. **rk-Rotor** ([`pebble_solve::rk_rotor`]): the DP over the blocks, each with its
+//! 3. **rk-Rotor** ([`pebble_solve::remat::rk_rotor`]): the DP over the blocks, each with its
 //!    options and the fast forward `F⁰` (every node without grad), within the budget left
 //!    after static memory and inputs.
 //! 4. The DP's sequence is expanded into compute nodes; frees come from liveness; the
@@ -31,7 +31,7 @@ use std::time::Instant;
 
 use pebble_graph::{ComputeKind, TrainingGraph};
 use pebble_schedule::{Schedule, View};
-use pebble_solve::rk_rotor::{self, BlockOption, FastForward, RkBlock, RkChain, RkLoss, RkOp};
+use pebble_solve::remat::rk_rotor::{self, BlockOption, FastForward, RkBlock, RkChain, RkLoss, RkOp};
 use pebble_solve::{Problem, Progress, Slots, SolveError, SolveOptions, Solver};
 
 use crate::hgraph::HGraph;

@@ -14,7 +14,7 @@ use pebble_ilp::offmate::{
 };
 use pebble_schedule::{Op, Schedule, View};
 use pebble_sim::{simulate_chain, Machine, SimConfig};
-use pebble_solve::rk_rotor::{self, RkChain};
+use pebble_solve::remat::rk_rotor::{self, RkChain};
 use pebble_solve::{Problem, Slots, SolveError, SolveOptions, Solver};
 use pebble_testkit::{random_chain, Rng};
 
@@ -109,7 +109,7 @@ fn without_offloading_offmate_is_rockmates_plan_on_its_blocks() {
         let rockmate = rk_rotor::rk_rotor(&RkChain::from_chain(&freed), memory, Some(memory.max(1) as usize))
             .map(|p| freeing_gradients(&chain, rk_rotor::chain_ops(&p.ops)));
         let rockmate_time = rockmate.as_ref().map(|s| time(s).expect("rk-Rotor's plan runs"));
-        let plain = pebble_solve::rotor::Rotor.solve(Problem::Chain(&chain), budget, &options()).ok();
+        let plain = pebble_solve::remat::rotor::Rotor.solve(Problem::Chain(&chain), budget, &options()).ok();
         let plain_time = plain.as_ref().and_then(time);
         let ours = Offmate::solve_with(&chain, budget, &options(), &OffmateOptions::remat_only());
         match (best, ours) {
@@ -134,8 +134,9 @@ fn without_offloading_offmate_is_rockmates_plan_on_its_blocks() {
                 // (the simulator charges them to the backwards).
                 let relaxed = Chain { static_bytes: chain.static_bytes - g_total(&chain), g: None, ..chain.clone() };
                 let exact = SolveOptions { slots: Slots::Exact, ..options() };
-                let bound = pebble_solve::plan(&pebble_solve::rotor::Rotor, Problem::Chain(&relaxed), budget, &exact)
-                    .unwrap_or_else(|e| panic!("rotor has no plan where offmate has one: {e}"));
+                let bound =
+                    pebble_solve::plan(&pebble_solve::remat::rotor::Rotor, Problem::Chain(&relaxed), budget, &exact)
+                        .unwrap_or_else(|e| panic!("rotor has no plan where offmate has one: {e}"));
                 let bound = bound.report.makespan + g_total(&chain) as f64 / machine().gpu_optimizer_rate.unwrap();
                 assert!(bound <= t * (1.0 + 1e-9), "relaxed rotor {bound} vs offmate {t}");
                 below_bound += usize::from(bound < t * (1.0 - 1e-9));

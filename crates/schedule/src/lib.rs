@@ -288,6 +288,13 @@ pub struct Moves {
     pub recomputes: usize,
 }
 
+/// Plain autograd on a chain of `l` stages: `F0all … F(L−1)all, B_L, B(L−1) … B0`.
+pub fn store_all_ops(l: usize) -> Vec<Op> {
+    let mut ops: Vec<Op> = (0..l).map(|stage| Op::Forward { stage, mode: ForwardMode::KeepAll }).collect();
+    ops.extend((0..=l).rev().map(|stage| Op::Backward { stage }));
+    ops
+}
+
 impl Schedule {
     /// Its offloads, reloads and recomputations.
     pub fn moves(&self) -> Moves {

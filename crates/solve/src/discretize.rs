@@ -195,7 +195,7 @@ pub(crate) fn discretize(chain: &Chain, budget: u64, slots: Slots) -> Result<Dis
 /// The store-all schedule and its time, if its true peak fits `budget`: no schedule is
 /// faster, so the DPs need not run.
 pub(crate) fn store_all_if_it_fits(chain: &Chain, budget: u64) -> Option<(f64, Vec<Op>)> {
-    let ops = crate::baseline::store_all_ops(chain.len());
+    let ops = pebble_schedule::store_all_ops(chain.len());
     simulated_time(chain, &ops, budget).map(|t| (t, ops))
 }
 
@@ -253,7 +253,7 @@ mod tests {
         assert_eq!(d.ftmp, vec![2, 1, 3, 0]);
         assert_eq!(d.ftime, vec![1.0, 2.0, 4.0, 0.0]);
         // Store-all's peak minus static and a_0.
-        let s = Schedule::new(View::Chain, crate::baseline::store_all_ops(3));
+        let s = Schedule::new(View::Chain, pebble_schedule::store_all_ops(3));
         let peak = simulate_chain(&c, &s, &SimConfig::default()).unwrap().peak_bytes;
         assert_eq!(d.store_all_need as u64, peak - 14);
         assert_eq!(d.memory, d.store_all_need.min(100 - 14));

@@ -165,12 +165,8 @@ pub(crate) fn fastest_fitting(
     scored.pick(budget).cloned()
 }
 
-/// Plain autograd on a chain: `F0all … F(L−1)all, B_L, B(L−1) … B0`.
-pub fn store_all_ops(l: usize) -> Vec<Op> {
-    let mut ops: Vec<Op> = (0..l).map(|i| fwd(i, ForwardMode::KeepAll)).collect();
-    ops.extend((0..=l).rev().map(bwd));
-    ops
-}
+/// Plain autograd on a chain (the schedule crate's, which the DPs start from too).
+pub use pebble_schedule::store_all_ops;
 
 /// The first stages of PyTorch's `checkpoint_sequential` segments: `k` segments of
 /// `L / k` stages, the last one taking the rest. Panics unless `1 ≤ k ≤ L`.
@@ -259,7 +255,7 @@ mod tests {
     #[test]
     fn revolve_ops_match_shilova_2_2() {
         // (2.2), 1-based there: F1ck F2∅ F3ck F4ck F5all B5 F4all B4 F3all B3 F1ck F2all B2 F1all B1.
-        use crate::revolve::RevolveAction::*;
+        use crate::remat::revolve::RevolveAction::*;
         let seq = [
             Advance { stage: 0, keep_input: true },
             Advance { stage: 1, keep_input: false },
@@ -273,13 +269,13 @@ mod tests {
             Reverse { stage: 0 },
         ];
         assert_eq!(
-            notation(crate::revolve::revolve_ops(4, &seq)),
+            notation(crate::remat::revolve::revolve_ops(4, &seq)),
             "F0ck F1none F2ck F3ck B4 F3all B3 F2all B2 F0ck F1all B1 F0all B0"
         );
         // With three slots Revolve is recompute-all.
         for l in 1..8 {
-            let seq = crate::revolve::opt0_sequence(l, 3).unwrap();
-            assert_eq!(crate::revolve::revolve_ops(l, &seq), recompute_all_ops(l), "L = {l}");
+            let seq = crate::remat::revolve::opt0_sequence(l, 3).unwrap();
+            assert_eq!(crate::remat::revolve::revolve_ops(l, &seq), recompute_all_ops(l), "L = {l}");
         }
     }
 }

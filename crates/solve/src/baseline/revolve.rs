@@ -3,8 +3,8 @@
 use pebble_schedule::{Schedule, View};
 
 use super::fastest_fitting;
-use crate::revolve::revolve_ops;
-use crate::revolve::Opt0Table;
+use crate::remat::revolve::revolve_ops;
+use crate::remat::revolve::Opt0Table;
 use crate::{Problem, SolveError, SolveOptions, Solver};
 
 /// Revolve on a chain treated as homogeneous: the `Opt_0` schedule with `c` checkpoint

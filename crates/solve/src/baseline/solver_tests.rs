@@ -189,11 +189,11 @@ fn revolve_at_large_budget_recomputes_every_stage_once() {
 fn revolve_forward_counts_follow_opt0() {
     // On a homogeneous chain each candidate c runs t(L+1, c) forwards plus L inserted F_all.
     let l = 9;
-    let table = crate::revolve::Opt0Table::new(l, l + 2, 1.0, 1.0);
+    let table = crate::remat::revolve::Opt0Table::new(l, l + 2, 1.0, 1.0);
     let chain = Chain::homogeneous(l, 1.0, 1.0, 1);
     for c in 1..=l {
         let s = revolve::revolve_schedule(&table, l, c);
-        let steps = crate::revolve::binomial_forward_steps(l as u64 + 1, c as u64).unwrap();
+        let steps = crate::remat::revolve::binomial_forward_steps(l as u64 + 1, c as u64).unwrap();
         let r = sim(&chain, s.ops.clone());
         assert_eq!(r.makespan, (steps + l as u64) as f64 + (l + 1) as f64, "c = {c}");
         let ck = s.ops.iter().filter(|o| matches!(o, Op::Forward { mode: ForwardMode::Checkpoint, .. })).count();
@@ -214,7 +214,7 @@ fn min_feasible_budgets() {
         assert_eq!(min_feasible_budget(solver("recompute-all").unwrap(), problem, &options).unwrap(), Some(rp));
         let seq = (1..=l).map(|k| sim(&chain, sequential_ops(l, k)).peak_bytes).min().unwrap();
         assert_eq!(min_feasible_budget(solver("sequential").unwrap(), problem, &options).unwrap(), Some(seq));
-        let table = crate::revolve::Opt0Table::new(l, l + 2, 1.0, 1.0);
+        let table = crate::remat::revolve::Opt0Table::new(l, l + 2, 1.0, 1.0);
         let rev = (1..=l).map(|c| sim(&chain, revolve::revolve_schedule(&table, l, c).ops).peak_bytes).min().unwrap();
         assert_eq!(min_feasible_budget(solver("revolve").unwrap(), problem, &options).unwrap(), Some(rev));
         assert!(rev <= rp);

@@ -13,7 +13,7 @@
 //!
 //! [`capper`]`(M′)`, for the budget `M` and a limit `M′ ≥ M`:
 //!
-//! 1. the compute ops of Rotor's persistent DP for `M′` ([`crate::rotor`]; fails if it has
+//! 1. the compute ops of Rotor's persistent DP for `M′` ([`crate::remat::rotor`]; fails if it has
 //!    none);
 //! 2. repeat: place the prefetches of the offloads chosen so far each right before its
 //!    reader (the placement that holds the least memory, a *probe*) and simulate under
@@ -211,7 +211,7 @@ fn capper_plan(
     capper_with(chain, budget, cap, options, None)
 }
 
-/// [`capper_plan`] with Rotor's DP on `threads` workers (see [`crate::rotor::persistent_with`]).
+/// [`capper_plan`] with Rotor's DP on `threads` workers (see [`crate::remat::rotor::persistent_with`]).
 fn capper_with(
     chain: &Chain,
     budget: u64,
@@ -221,7 +221,7 @@ fn capper_with(
 ) -> Result<(Schedule, Vec<Transfer>), SolveError> {
     inputs_fit(chain, budget)?;
     let (_, compute) =
-        crate::rotor::persistent_with(chain, cap.max(budget), options.slots, threads, &crate::Progress::none())?;
+        crate::remat::rotor::persistent_with(chain, cap.max(budget), options.slots, threads, &crate::Progress::none())?;
     let config = SimConfig { budget: Some(budget), ..options.sim_config() };
     let mut offloads: Vec<Transfer> = Vec::new();
     loop {
@@ -415,7 +415,7 @@ fn reverse_group(
         return Ok(vec![Op::Forward { stage: a, mode: ForwardMode::KeepAll }, Op::Backward { stage: a }]);
     }
     let sub = group_chain(chain, a, b);
-    let (_, ops) = crate::rotor::persistent(&sub, budget, options.slots).map_err(|e| match e {
+    let (_, ops) = crate::remat::rotor::persistent(&sub, budget, options.slots).map_err(|e| match e {
         SolveError::Infeasible { reason, .. } => {
             infeasible(budget, format!("opportunist: Rotor cannot reverse the group of stages {a}..={b}: {reason}"))
         }
@@ -550,7 +550,7 @@ mod tests {
 
     use super::*;
     use crate::offload::OffloadGreedy;
-    use crate::rotor::Rotor;
+    use crate::remat::rotor::Rotor;
     use crate::{plan, PlanError, Slots};
 
     fn options(beta: f64) -> SolveOptions {
@@ -634,7 +634,7 @@ mod tests {
     #[test]
     fn capper_at_the_budget_is_rotor() {
         for (chain, budget, beta) in instances(22, 30) {
-            let Ok((_, ops)) = crate::rotor::persistent(&chain, budget, Slots::Count(500)) else { continue };
+            let Ok((_, ops)) = crate::remat::rotor::persistent(&chain, budget, Slots::Count(500)) else { continue };
             let (s, offloads) = capper_plan(&chain, budget, budget, &options(beta)).unwrap();
             assert!(offloads.is_empty());
             assert_eq!(s.ops, ops);

@@ -7,7 +7,7 @@
 //!
 //! Sizes are in slots of `M/N` bytes (`M` the budget less the static bytes), rounded up;
 //! `β↓`, `β↑` (offload, prefetch) in slots per time unit; a quantity left to move after an
-//! op is rounded to the nearest slot (`⌈·⌉⁺` below). The memory terms are [`crate::rotor`]'s: with
+//! op is rounded to the nearest slot (`⌈·⌉⁺` below). The memory terms are [`crate::remat::rotor`]'s: with
 //! `X(i) = x[i]`, `ā(i) = xbar[i]` (both 0 past the loss) and `δ_{t+1}` resident,
 //! `F_s^all: X(t+1) + ā(s+1) + ftmp[s]`, `F_s^ck: X(t+1) + X(s+1) + ftmp[s]`,
 //! `F_h^∅: X(t+1) + x[h] + X(h+1) + ftmp[h]`, `B_s: ā(s+1) + X(s+1) + x[s] + btmp[s]`;
@@ -66,7 +66,7 @@ use pebble_schedule::{ForwardMode, Op, Schedule, Tensor};
 use rustc_hash::FxHashMap;
 
 use super::{slot_size, transfer_schedule, Transfer};
-use crate::rotor_optimal::tri;
+use crate::remat::rotor_optimal::tri;
 use crate::{Problem, Slots, SolveError, SolveOptions, Solver};
 
 const INF: f64 = f64::INFINITY;
@@ -707,7 +707,7 @@ impl Solver for PofoSolver {
                 candidates.push(s);
             }
         }
-        if let Ok((_, ops)) = crate::rotor::persistent(chain, budget, options.slots) {
+        if let Ok((_, ops)) = crate::remat::rotor::persistent(chain, budget, options.slots) {
             candidates.push(Schedule::new(pebble_schedule::View::Chain, ops));
         }
         if let Ok(s) = super::OffloadDp.solve(problem, budget, options) {

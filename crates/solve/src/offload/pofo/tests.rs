@@ -367,7 +367,7 @@ fn the_pruned_dp_is_the_first_formulation() {
 fn without_bandwidth_pofo_is_rotor() {
     let mut compared = 0;
     for (chain, budget) in instances(21, 150) {
-        let rotor = crate::rotor::persistent(&chain, budget, Slots::Exact).ok().map(|(v, _)| v);
+        let rotor = crate::remat::rotor::persistent(&chain, budget, Slots::Exact).ok().map(|(v, _)| v);
         let pofo = dp(&chain, budget, Slots::Exact, 1e-12, 1e-12).map(|f| f.value);
         match (rotor, pofo) {
             (Some(r), Some(p)) => {
@@ -402,18 +402,19 @@ fn pofo_is_at_most_rotor_and_offload_dp() {
     for (chain, budget) in instances(23, 80) {
         for beta in [0.5, 4.0] {
             let o = opts(beta, Slots::Exact);
-            if let (Ok((r, _)), Some(p)) =
-                (crate::rotor::persistent(&chain, budget, Slots::Exact), dp(&chain, budget, Slots::Exact, beta, beta))
-            {
+            if let (Ok((r, _)), Some(p)) = (
+                crate::remat::rotor::persistent(&chain, budget, Slots::Exact),
+                dp(&chain, budget, Slots::Exact, beta, beta),
+            ) {
                 assert!(p.value <= r + 1e-9 * r, "DP {} > rotor {r}", p.value);
             }
             let time = |s: &dyn Solver| plan(s, Problem::Chain(&chain), budget, &o).ok().map(|p| p.report.makespan);
             let Some(pofo) = time(&PofoSolver) else {
-                assert!(time(&crate::rotor::Rotor).is_none() && time(&OffloadDp).is_none());
+                assert!(time(&crate::remat::rotor::Rotor).is_none() && time(&OffloadDp).is_none());
                 continue;
             };
             solved += 1;
-            for other in [time(&crate::rotor::Rotor), time(&OffloadDp)].into_iter().flatten() {
+            for other in [time(&crate::remat::rotor::Rotor), time(&OffloadDp)].into_iter().flatten() {
                 assert!(pofo <= other + 1e-9 * other, "pofo {pofo} > {other}");
             }
         }

@@ -6,8 +6,8 @@ use pebble_sim::{simulate_chain, SimConfig};
 use pebble_testkit::{random_chain, Rng};
 
 use super::*;
-use crate::brute::brute_force;
 use crate::offload::{lower_bound, OffChain};
+use crate::oracle::brute::brute_force;
 use crate::{plan, solver, Problem, Slots, SolveOptions};
 
 fn machine(beta: f64) -> Machine {

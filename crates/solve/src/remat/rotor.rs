@@ -686,7 +686,7 @@ impl Dp {
 mod tests {
 
     use super::*;
-    use crate::brute::tests::check;
+    use crate::oracle::brute::tests::check;
     use pebble_sim::{simulate_chain, SimConfig};
     use pebble_testkit::{random_chain, Rng};
 

@@ -2,7 +2,7 @@
 //! offloads and prefetches, the test oracle of the offloading solvers (`pofo`,
 //! `offload-dp`).
 //!
-//! Unlike [`crate::brute`], the cost of a schedule is not a sum of op durations: transfers
+//! Unlike [`crate::oracle::brute`], the cost of a schedule is not a sum of op durations: transfers
 //! overlap compute and the device waits for memory (O.3). Every candidate is therefore
 //! scored by the simulator itself ([`pebble_sim::simulate_chain`] under the budget, on the
 //! machine's links, with the default whole-transfer memory model O.7), and the answer is
@@ -12,7 +12,7 @@
 //!
 //! A schedule is a *compute sequence* with transfers interleaved.
 //!
-//! * **Compute sequences** are the paths of [`crate::brute`]'s state graph from `{a_0}` to
+//! * **Compute sequences** are the paths of [`crate::oracle::brute`]'s state graph from `{a_0}` to
 //!   `δ_0`: `F_i^ck`, `F_i^∅`, `F_i^all` for `i < f` (`f` the backward frontier) when `a_i`
 //!   is available, the loss, `B_{f−1}`; no op produces a tensor that is still held, on the
 //!   device or on the host. Memory does not restrict the moves (offloading may make room)
@@ -87,7 +87,7 @@ use pebble_graph::Chain;
 use pebble_machine::Machine;
 use pebble_schedule::{Op, Schedule, View};
 
-use crate::brute::Cost;
+use crate::oracle::brute::Cost;
 use crate::SolveError;
 use future::Future;
 use layout::Layout;

@@ -9,7 +9,7 @@ use pebble_schedule::{Schedule, View};
 use pebble_sim::{simulate_graph, SimConfig, SimReport};
 
 use super::*;
-use crate::revolve::opt0;
+use crate::remat::revolve::opt0;
 use crate::{plan, solver, Problem, SolveError, SolveOptions};
 use pebble_testkit::{data, node, siamese, tiny_graph};
 

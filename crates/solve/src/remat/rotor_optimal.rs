@@ -1,13 +1,13 @@
 //! `rotor-optimal`: Shilova's floating-persistence DP `C_FL` (Algorithms 1 and 2, §2.3.2),
 //! completed with the transition the thesis misses, so that it is optimal over all
-//! schedules of Table 2.1's operations (checked against [`crate::brute`]).
+//! schedules of Table 2.1's operations (checked against [`crate::oracle::brute`]).
 //!
 //! # The DP, in this crate's 0-based indexing
 //!
 //! `C(s, t, ℓ, m)`, for `0 ≤ s ≤ ℓ ≤ t ≤ L`, is the least time to run `B_t … B_ℓ` when
 //! only `a_s` (counted outside `m`) and `δ_{t+1}` are resident, ending with only `δ_ℓ`:
 //! when `ℓ > s`, the "floating" activation `a_s` is gone too (only `F_s^∅` releases it).
-//! Memory terms are those of [`crate::rotor`]. The transitions:
+//! Memory terms are those of [`crate::remat::rotor`]. The transitions:
 //!
 //! * **C1** (`ℓ = s < t`, "`F_s^all` first"):
 //!   `ftime[s] + C(s+1, t, s+1, m − ā(s+1)) + btime[s]` if `m ≥ m_all(s, t)`.
@@ -446,9 +446,9 @@ impl<'a> Floating<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::brute::brute_force;
-    use crate::brute::tests::{check, same, BIG};
-    use crate::rotor::persistent;
+    use crate::oracle::brute::brute_force;
+    use crate::oracle::brute::tests::{check, same, BIG};
+    use crate::remat::rotor::persistent;
     use pebble_testkit::{small_chain, Rng};
 
     /// Shilova's persistence counterexample (§2.3.1, Fig. 2.3) in this crate's format.

@@ -6,7 +6,7 @@ use pebble_graph::{ComputeId, DataId, DataKind, TrainingGraph};
 use pebble_schedule::{Op, Schedule, Tensor, View};
 
 use super::{JoinChain, KJoin};
-use crate::multichain::KOp;
+use crate::remat::multichain::KOp;
 
 impl KJoin {
     /// Lowers Table 1.1 operations (for this K-join's `L` and `b`) to graph ops, with

@@ -210,8 +210,8 @@ pub(crate) fn brute_force(chain: &Chain, budget: u64, max_stages: usize) -> Resu
 pub(crate) mod tests {
     use super::*;
     use crate::baseline::{recompute_all_ops, store_all_ops};
-    use crate::rotor::persistent;
-    use crate::rotor_optimal::floating;
+    use crate::remat::rotor::persistent;
+    use crate::remat::rotor_optimal::floating;
     use crate::{min_feasible_budget, plan, solver, Slots};
     use pebble_sim::{simulate_chain, SimConfig};
     use pebble_testkit::{random_chain, small_chain, Rng};

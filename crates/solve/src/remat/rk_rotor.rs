@@ -151,7 +151,7 @@ pub struct RkChain {
 impl RkChain {
     /// A chain's stages as Rockmate's blocks, each with one option, `F_all` then `B`
     /// (OffMate's "PyTorch" option), and `F_∅` as the fast forward: Rotor's model in
-    /// rk-Rotor's terms, sizes as [`rotor`](crate::rotor) counts them.
+    /// rk-Rotor's terms, sizes as [`rotor`](crate::remat::rotor) counts them.
     ///
     /// * `f0`: `ftime[s]`, peak `x[s] + x[s+1] + ftmp[s]`;
     /// * the option: `ftime[s]` and `btime[s]`; forward peak `x[s] + xbar[s+1] + ftmp[s]`;

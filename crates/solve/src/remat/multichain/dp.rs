@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::revolve::{Opt0Table, RevolveAction};
+use crate::remat::revolve::{Opt0Table, RevolveAction};
 
 /// The homogeneous costs of the thesis's model: every forward step costs `uf`, every
 /// backward step `ub`, the loss `ul`.
@@ -129,7 +129,7 @@ struct Entry {
 /// Branches are interchangeable, so a state is canonicalized by sorting its
 /// `(L_k, b_k)` pairs; `m` is clamped at `max(m_min, Σ (L_k + 1))`, where every
 /// activation fits and the value no longer changes. The `e_i` case is the `(k, 1)` term
-/// of (1.4) and needs no special code. `Opt_0` is [`crate::revolve`]'s table.
+/// of (1.4) and needs no special code. `Opt_0` is [`crate::remat::revolve`]'s table.
 #[derive(Debug, Clone)]
 pub struct MultiChainDp {
     costs: Costs,

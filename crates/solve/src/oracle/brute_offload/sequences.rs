@@ -1,4 +1,4 @@
-//! The compute sequences: the states of [`crate::brute`]'s graph with what is still
+//! The compute sequences: the states of [`crate::oracle::brute`]'s graph with what is still
 //! unread, and the moves between them (the enumeration's edges).
 
 use pebble_graph::Chain;

@@ -424,8 +424,8 @@ fn loss_recomputation_is_outside_the_dp() {
 /// the loss, and recomputed after it.
 #[test]
 fn on_a_chains_blocks_rk_rotor_is_rotor() {
-    use crate::brute::tests::{budgets, check, same};
-    use crate::rotor::persistent;
+    use crate::oracle::brute::tests::{budgets, check, same};
+    use crate::remat::rotor::persistent;
     use crate::Slots;
     let mut rng = Rng::new(0x70c_4a7e);
     let (mut equal, mut neither, mut only_rotor) = (0, 0, 0);

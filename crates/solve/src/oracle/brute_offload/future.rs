@@ -5,7 +5,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::sequences::{Ctx, Node};
-use crate::brute::Cost;
+use crate::oracle::brute::Cost;
 
 /// Lower bounds on the rest of a schedule from each state of the compute-sequence graph
 /// (`act`, `sav`, `f`; which tensors are unread dropped, a relaxation): for each level
