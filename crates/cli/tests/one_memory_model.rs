@@ -18,10 +18,10 @@ const MODELS: [(&str, &[&str]); 3] = [
 
 /// Budgets: 100%, where every solver has a schedule, and 97%, where the chain and
 /// heuristic solvers must recompute (the runtime's 64 KiB reserve weighs on these small
-/// models: Rotor's least budget on the small GPT is 95.4%). The MILP solvers are checked
+/// models: Rotor's least budget on the small GPT is 95.4%). The MILP solvers (and `auto`) are checked
 /// at 100% only: below their least budget `plan` bisects for the minimum, one ILP a step.
 const PERCENTS: [&str; 2] = ["100%", "97%"];
-const MILP: [&str; 3] = ["checkmate", "rk-checkmate", "hiremate"];
+const MILP: [&str; 4] = ["auto", "checkmate", "rk-checkmate", "hiremate"];
 /// Every registered solver, as an unknown name's error lists them.
 fn solvers() -> Vec<String> {
     let known = pebble(&["plan", "--model", "mlp", "--solver", "?", "--budget", "1"]);

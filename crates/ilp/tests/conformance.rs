@@ -26,9 +26,9 @@ use pebble_testkit::{
 /// Relative slack on "no faster than store-all" (floating-point sums in another order).
 const REL: f64 = 1e-9;
 
-/// Solvers that solve MILPs: only on the graphs marked `small` (HiGHS on a one-layer GPT
+/// Solvers that solve MILPs (`auto` runs them): only on the graphs marked `small` (HiGHS on a one-layer GPT
 /// takes seconds per budget, and `min_feasible_budget` bisects over dozens).
-const MILP: [&str; 4] = ["checkmate", "hiremate", "rk-checkmate", "rockmate"];
+const MILP: [&str; 5] = ["auto", "checkmate", "hiremate", "rk-checkmate", "rockmate"];
 
 struct Fixture {
     name: &'static str,

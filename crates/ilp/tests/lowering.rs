@@ -345,8 +345,8 @@ fn graph_program_peak(graph: &TrainingGraph, program: &GraphProgram) -> u64 {
     peak
 }
 
-/// The MILP solvers: only on the small graphs.
-const MILP: [&str; 4] = ["checkmate", "hiremate", "rk-checkmate", "rockmate"];
+/// The MILP solvers (and `auto`, which runs them): only on the small graphs.
+const MILP: [&str; 5] = ["auto", "checkmate", "hiremate", "rk-checkmate", "rockmate"];
 
 #[test]
 fn every_graph_solvers_plans_lower_and_the_program_accounts_the_simulators_peak() {
