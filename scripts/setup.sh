@@ -9,7 +9,9 @@
 #   - libclang: highs-sys generates its Rust bindings with bindgen, which loads libclang.
 # With --tests it also fetches the ONNX test suite's light models into models/onnx
 # (scripts/fetch-onnx-models.sh, a few KiB each, from the onnx wheel on PyPI), which the
-# ONNX import tests read; that needs pip or curl, and unzip or python3.
+# ONNX import tests read; that needs pip or curl, and unzip or python3. And it builds the
+# Python package `pebble` into target/torch-venv with PyTorch, transformers and
+# torchvision for its tests (scripts/py-venv.sh --torch; python3 3.10 or later).
 #
 # Usage: scripts/setup.sh [--tests]
 # Idempotent: does nothing when everything is there. Exits nonzero, saying why, on failure.
@@ -44,6 +46,8 @@ if [ -n "$tests" ]; then
         || python3 -m pip --version >/dev/null 2>&1 || command -v curl >/dev/null 2>&1; } \
         || packages="$packages curl"
     { command -v unzip >/dev/null 2>&1 || command -v python3 >/dev/null 2>&1; } || packages="$packages unzip"
+    # The Python tests' venv (scripts/py-venv.sh): python3 with venv and pip.
+    python3 -m venv --help >/dev/null 2>&1 || packages="$packages python3-venv"
 fi
 
 if [ -n "$packages" ]; then
@@ -61,4 +65,6 @@ fi
 
 if [ -n "$tests" ]; then
     scripts/fetch-onnx-models.sh >&2
+    # The Python package and PyTorch for its tests, in target/torch-venv.
+    scripts/py-venv.sh --torch >&2
 fi
