@@ -60,11 +60,7 @@ fn detached<T: Send>(py: Python<'_>, f: impl FnOnce() -> error::Result<T> + Send
     match result {
         Ok(r) => r.map_err(|e| py_err(py, e)),
         Err(panic) => {
-            let why = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".into());
+            let why = pebble_solve::auto::panic_message(&*panic);
             Err(PebbleError::new_err(format!("pebble panicked (a bug; please report it): {why}")))
         }
     }

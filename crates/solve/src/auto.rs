@@ -260,14 +260,7 @@ fn run_jobs(
             }
             Ok(Err(PlanError::Solve(e))) => candidate.error = Some(e.to_string()),
             Ok(Err(e)) => candidate.error = Some(format!("{e} (a solver bug)")),
-            Err(panic) => {
-                let why = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic".into());
-                candidate.error = Some(format!("panicked (a solver bug): {why}"));
-            }
+            Err(panic) => candidate.error = Some(format!("panicked (a solver bug): {}", panic_message(&*panic))),
         }
         out.candidates.push(candidate);
     }
@@ -352,6 +345,15 @@ impl Prepared for AutoPrepared<'_> {
     fn solve(&self, budget: u64) -> Result<Schedule, SolveError> {
         run_jobs(&self.jobs, budget, self.options, self.deadline).into_plan(budget).map(|p| p.schedule)
     }
+}
+
+/// What a caught panic says (its `&str` or `String` payload).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
 }
 
 #[cfg(test)]
