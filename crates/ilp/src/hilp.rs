@@ -253,6 +253,9 @@ fn comp_values(vars: &Vars, cols: usize, seq: &[(usize, usize)]) -> Option<Vec<f
     (t == vars.comp.len()).then_some(values)
 }
 
+/// An option's steps before the loss and after it.
+pub(crate) type ForwardBackward = (Vec<Step>, Vec<Step>);
+
 /// A grid of H-ILP answers, read as Rockmate and HiRemate read them: each solution's
 /// steps (`steps` turns its sequence into them) split at the `loss` into a (forward,
 /// backward) option, each option once, in the grid's order. Also returns how many ILPs
@@ -262,8 +265,8 @@ pub(crate) fn distinct_options(
     results: Vec<Result<HSolution, IlpError>>,
     loss: usize,
     steps: impl Fn(&HSolution) -> Vec<Step>,
-) -> Result<(Vec<(Vec<Step>, Vec<Step>)>, (usize, usize)), IlpError> {
-    let mut options: Vec<(Vec<Step>, Vec<Step>)> = Vec::new();
+) -> Result<(Vec<ForwardBackward>, (usize, usize)), IlpError> {
+    let mut options: Vec<ForwardBackward> = Vec::new();
     let mut solved = (0, 0);
     for r in results {
         let sol = match r {
