@@ -75,15 +75,23 @@ def wrap(model: torch.nn.Module, args: tuple[Any, ...], *, budget: str | int | N
     store_all = _planner.store_all_peak(cap.graph)
     total = resolve_budget(cap, store_all, budget, activation_budget)
     try:
-        plan = _planner.plan(cap.graph, solver, total, time_limit=time_limit, profile=profile)
+        plan = _planner.plan({"graph": cap.graph}, solver, total, time_limit=time_limit, profile=profile)
     except BudgetTooSmall as e:
         share = _share(cap, store_all, e.least_budget)
         raise BudgetTooSmall(f"{e} ({share})", total, e.least_budget) from None
     program = Program(cap, _planner.program(cap.graph, plan.schedule))
-    report = {"solver": plan.solver, "budget_bytes": total, "predicted_peak_bytes": plan.peak_bytes,
-              "predicted_time": plan.makespan, "candidates": plan.candidates, "solve_seconds": plan.solve_seconds,
-              "store_all_peak_bytes": store_all, "fixed_bytes": cap.fixed_bytes, "planner": _planner.backend()}
+    report = {"solver": plan.winner, "asked": plan.solver, "budget_bytes": total,
+              "predicted_peak_bytes": plan.peak_bytes, "predicted_time": plan.makespan,
+              "candidates": [_candidate(c) for c in plan.candidates], "solve_seconds": plan.solve_seconds,
+              "store_all_peak_bytes": store_all, "fixed_bytes": cap.fixed_bytes}
     return Planned(model, cap, program, report)
+
+
+def _candidate(c: dict[str, Any]) -> dict[str, Any]:
+    """One of `auto`'s candidates: the solver, its predicted time and peak, or why none."""
+    return {"solver": c["solver"], "view": c.get("view"), "predicted_time": c.get("time"),
+            "predicted_peak_bytes": c.get("peak_bytes"), "solve_seconds": c.get("solve_seconds"),
+            "error": c.get("error")}
 
 
 def _share(cap: Captured, store_all: int, least: int | None) -> str:
