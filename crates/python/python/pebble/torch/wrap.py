@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from . import _planner
+from . import _planner, chain
 from .capture import Captured, capture
 from .errors import BudgetTooSmall, PebbleError
 from .executor import Program, execute
@@ -79,11 +79,14 @@ def wrap(model: torch.nn.Module, args: tuple[Any, ...], *, budget: str | int | N
     except BudgetTooSmall as e:
         share = _share(cap, store_all, e.least_budget)
         raise BudgetTooSmall(f"{e} ({share})", total, e.least_budget) from None
-    program = Program(cap, _planner.program(cap.graph, plan.schedule))
+    schedule = plan.schedule
+    if plan.view == "chain":  # rotor, pofo, offload-dp: expanded to the graph's ops
+        schedule = chain.graph_schedule(cap, schedule)
+    program = Program(cap, _planner.program(cap.graph, schedule))
     report = {"solver": plan.winner, "asked": plan.solver, "budget_bytes": total,
               "predicted_peak_bytes": plan.peak_bytes, "predicted_time": plan.makespan,
               "candidates": [_candidate(c) for c in plan.candidates], "solve_seconds": plan.solve_seconds,
-              "store_all_peak_bytes": store_all, "fixed_bytes": cap.fixed_bytes}
+              "store_all_peak_bytes": store_all, "fixed_bytes": cap.fixed_bytes, "view": plan.view}
     return Planned(model, cap, program, report)
 
 
