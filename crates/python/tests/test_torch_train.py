@@ -22,13 +22,25 @@ import pebble.torch as pt
 # The user's loss, outside the model and so outside pebble's graph: the scalar `.sum()`
 # returns and its gradient (autograd's ones), 4 bytes each in fp32.
 USER_LOSS_BYTES = 8
-TIME_LIMIT = {"hiremate": 2.0, "rockmate": 0.3, "checkmate": 10.0}
+TIME_LIMIT = {"hiremate": 2.0, "rockmate": 0.3, "checkmate": 10.0, "auto": 5.0}
 SHARES = ["40%", "60%", "80%"]
 CASES = [
     *[("mlp4", "checkmate", s) for s in SHARES],
     *[(m, solver, s) for m in ("mlp", "gpt2") for solver in ("rockmate", "hiremate", "dtr") for s in SHARES],
     *[(m, "pytorch-mincut", s) for m in ("mlp", "gpt2") for s in [*SHARES, "100%"]],
     *[(m, "store-all", "100%") for m in ("mlp", "gpt2")],
+    *[(m, "auto", s) for m in ("mlp", "gpt2") for s in SHARES],
+    # Models no one here wrote or shaped for pebble: torchvision's ResNet-50 (BatchNorm in
+    # training mode) and a U-Net (skip connections). No plan below 42% on ResNet-50 at 64².
+    *[(m, solver, s) for m in ("resnet50", "unet") for solver in ("dtr", "pytorch-mincut") for s in SHARES],
+    *[("unet", solver, s) for solver in ("rockmate", "hiremate", "checkmate", "auto") for s in SHARES],
+    # Chain solvers, on the graph's chain view, their plans expanded to graph ops (chain.py).
+    *[(m, solver, s) for m in ("mlp", "gpt2", "resnet50") for solver in ("rotor", "pofo", "offload-dp") for s in SHARES
+      if (m, solver) != ("resnet50", "rotor")],
+    *[pytest.param("resnet50", "rotor", s, marks=pytest.mark.xfail(reason=(
+        "measured 1.5-2.1% above rotor's predicted peak, and so above the budget: the chain "
+        "view's ftmp/btmp do not hold the weight gradients' temporaries (9.4 MB for layer4's 3x3 convolutions)"),
+        strict=False)) for s in SHARES],
 ]
 
 
@@ -79,6 +91,8 @@ def test_trains_as_eager_within_budget(captured: Any, name: str, solver: str, sh
         assert torch.equal(losses[0], eager_loss.detach())
         differ = [n for (n, p), q in zip(model.named_parameters(), eager.parameters()) if not torch.equal(p.grad, q.grad)]
         assert not differ, f"gradients differ from eager's: {differ}"
+        stale = [n for (n, b), c in zip(model.named_buffers(), eager.buffers()) if not torch.equal(b, c)]
+        assert not stale, f"buffers (BatchNorm's running statistics) differ from eager's: {stale}"
         opt.step()
         eager_opt.step()
     report = planned.report
@@ -122,3 +136,17 @@ def test_a_rerun_without_grad_keeps_the_saved_tensors(captured: Any) -> None:
     tensor_of(planned(*args)).sum().backward()
     tensor_of(eager(*args)).sum().backward()
     assert all(torch.equal(p.grad, q.grad) for p, q in zip(model.parameters(), eager.parameters()))
+
+
+def test_auto_reports_its_candidates(captured: Any) -> None:
+    """`solver="auto"`: the report names the winner, and each candidate's predicted time
+    and peak, or why it has none; the winner is the fastest candidate with a plan."""
+    model, args, cap = captured("mlp4")
+    report = pt.wrap(model, args, activation_budget="60%", solver="auto", captured=cap, time_limit=3.0).report
+    cands = report["candidates"]
+    planned = [c for c in cands if c["error"] is None]
+    assert report["asked"] == "auto" and planned
+    assert report["solver"] in {c["solver"] for c in planned}
+    assert report["predicted_time"] <= min(c["predicted_time"] for c in planned) * (1 + 1e-12)
+    assert all(c["predicted_peak_bytes"] <= report["budget_bytes"] for c in planned)
+    assert all(c["predicted_time"] is None and c["error"] for c in cands if c not in planned)

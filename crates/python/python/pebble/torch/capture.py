@@ -74,6 +74,7 @@ class Captured:
     out_spec: TreeSpec
     in_spec: TreeSpec
     loss: int
+    mutations: list[tuple[fx.Node, str]] = field(default_factory=list)  # a buffer's new value, its name
 
     @property
     def fixed_bytes(self) -> int:
@@ -85,8 +86,9 @@ class _Grabbed(Exception):
     pass
 
 
-def _trace_joint(model: torch.nn.Module, flat: list[torch.Tensor], in_spec: TreeSpec) -> tuple[fx.GraphModule, int, TreeSpec, list[str], int]:
+def _trace_joint(model: torch.nn.Module, flat: list[torch.Tensor], in_spec: TreeSpec) -> tuple[fx.GraphModule, int, TreeSpec, list[str], int, list[int]]:
     from torch._export.utils import _compiling_state_context
+    from torch._functorch._aot_autograd.functional_utils import has_data_mutation, is_fun
     from torch._functorch.aot_autograd import aot_function
     from torch.func import functional_call
 
@@ -99,6 +101,10 @@ def _trace_joint(model: torch.nn.Module, flat: list[torch.Tensor], in_spec: Tree
         inputs = tree_unflatten(list(primals[len(names):]), in_spec)
         out = functional_call(model, dict(zip(names, primals[: len(names)])), tuple(inputs))
         leaves, state["spec"] = tree_flatten(out)
+        state["leaves"] = len(leaves)
+        # The primals the model mutates (BatchNorm's running statistics): AOTAutograd
+        # returns their new values first among the forward outputs, in primal order.
+        state["mutated"] = [i for i, p in enumerate(primals) if is_fun(p) and has_data_mutation(p)]
         bad = sorted({type(x).__name__ for x in leaves if not isinstance(x, torch.Tensor)})
         if bad:
             raise UnsupportedModel(f"the model's outputs must be tensors (in tuples, lists or dicts); found {', '.join(bad)}")
@@ -122,7 +128,13 @@ def _trace_joint(model: torch.nn.Module, flat: list[torch.Tensor], in_spec: Tree
         raise UnsupportedModel(f"AOTAutograd could not trace the model: {type(e).__name__}: {e}") from e
     if "joint" not in state:
         raise UnsupportedModel("no joint graph: no parameter or input of the model requires grad")
-    return state["joint"], state["nfwd"], state["spec"], names, len(params)
+    mutated = state["mutated"]
+    if any(i >= len(names) for i in mutated):
+        raise UnsupportedModel("the model mutates its inputs in place; only buffers (BatchNorm's statistics) may be")
+    if state["nfwd"] != len(mutated) + state["leaves"]:
+        raise UnsupportedModel(f"{state['nfwd']} forward outputs for {state['leaves']} outputs and "
+                               f"{len(mutated)} mutated buffers (outputs that alias inputs?)")
+    return state["joint"], state["nfwd"], state["spec"], names, len(params), mutated
 
 
 def _storage_key(t: torch.Tensor) -> Hashable:
@@ -184,6 +196,59 @@ def _check_ops(nodes: list[fx.Node], training: bool) -> None:
             raise UnsupportedModel(f"`{n.format_node()}` is not an aten op")
 
 
+_BATCH_NORM = ("_native_batch_norm_legit_functional", "native_batch_norm")
+
+
+def _check_mutations(j: "_Joint") -> None:
+    """The executor writes each mutated buffer's new value into it as soon as the forward
+    first makes it (as eager does); a recomputation then reads the new value. That
+    is exact only if nothing but the buffers' new values depends on the old ones: here
+    BatchNorm in training mode (its output and batch statistics read the batch alone) and
+    counters (`num_batches_tracked`). Anything else that reads a mutated buffer is refused."""
+    news = {v for v, _ in j.mutations}
+    node_of = {name: node for node, name in j.params}
+    for name in {name for _, name in j.mutations}:
+        depends: list[fx.Node] = []  # what reads the old value, BatchNorm's outputs aside
+        seen, stack = set(), [node_of[name]]
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            for u in n.users:
+                op = _op_name(u)
+                if op in _BATCH_NORM and u.args[5] is True and n in u.args[3:5] and not any(a in seen for a in u.args[:3]):
+                    # training: only the new running statistics (items 3 and 4) read them
+                    stack.extend(w for w in u.users if w.target is operator.getitem and w.args[1] in (3, 4))
+                elif op == "native_batch_norm_backward" and u.args[7] is True and n in u.args[3:5] \
+                        and not any(a in seen for a in (*u.args[:3], *u.args[5:7])):
+                    pass  # training: reads the saved batch statistics, not the running ones
+                elif u.op != "output":
+                    depends.append(u)
+                    stack.append(u)
+        bad = [n for n in depends if not _only_feeds(n, news)]
+        if bad:
+            raise UnsupportedModel(f"`{bad[0].format_node()}` reads buffer `{name}`, which the model updates in "
+                                   "place: a recomputation would read the updated value")
+
+
+def _only_feeds(n: fx.Node, news: set[fx.Node]) -> bool:
+    """Whether everything `n` flows into is a buffer's new value."""
+    stack, seen = [n], set()
+    while stack:
+        m = stack.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        if m in news:
+            continue
+        users = list(m.users)
+        if not users or any(u.op == "output" for u in users):
+            return False
+        stack.extend(users)
+    return True
+
+
 def drops(nodes: list[fx.Node], kept: set[fx.Node]) -> list[list[fx.Node]]:
     """After each node of a compute node, the values of it no longer needed (not kept, and
     not read by a later node of it)."""
@@ -202,7 +267,8 @@ def drops(nodes: list[fx.Node], kept: set[fx.Node]) -> list[list[fx.Node]]:
 class _Joint:
     """The joint graph run once on the sample inputs: its nodes' roles and storages."""
 
-    def __init__(self, gm: fx.GraphModule, env: dict[fx.Node, Any], nfwd: int, names: list[str], nparams: int):
+    def __init__(self, gm: fx.GraphModule, env: dict[fx.Node, Any], nfwd: int, names: list[str], nparams: int,
+                 mutated: list[int]):
         self.gm, self.env = gm, env
         self.nodes = list(gm.graph.nodes)
         holders = [n for n in self.nodes if n.op == "placeholder"]
@@ -211,7 +277,8 @@ class _Joint:
         self.params = list(zip(primals[: len(names)], names))
         self.inputs = primals[len(names):]
         out = self.nodes[-1].args[0]
-        self.outputs: list[fx.Node] = list(out[:nfwd])
+        self.mutations: list[tuple[fx.Node, str]] = [(v, names[i]) for v, i in zip(out, mutated)]
+        self.outputs: list[fx.Node] = list(out[len(mutated):nfwd])
         grads = list(out[nfwd:])
         if any(g is not None for g in grads[len(names):]):
             raise UnsupportedModel("inputs that require grad are not supported yet")
@@ -231,7 +298,8 @@ class _Joint:
         return int(self.env[self.roots[c]].untyped_storage().nbytes())
 
     def grouping(self) -> Grouping:
-        g = Grouping(self.nodes, self.env, self.cls, self.roots, set(self.tangents), _ancestors(self.outputs))
+        forward = _ancestors([*self.outputs, *(v for v, _ in self.mutations)])
+        g = Grouping(self.nodes, self.env, self.cls, self.roots, set(self.tangents), forward)
         g.assign()
         g.untangle("fwd")
         g.link_backward()
@@ -266,7 +334,7 @@ class _Data:
                     if c is not None and self.producer[c] != i:
                         self.readers[c].add(i)
         self.loss = cid[LOSS]
-        for o in j.outputs:
+        for o in j.outputs:  # (a buffer's new value is read by no one: the executor applies it when made)
             self.readers[j.cls[o]].add(self.loss)
         self.nodes: list[dict[str, Any]] = []
         self.members: list[list[fx.Node]] = []
@@ -397,12 +465,13 @@ def capture(model: torch.nn.Module, args: tuple[Any, ...], *, times: str = "prof
     bad = sorted({type(a).__name__ for a in flat if not isinstance(a, torch.Tensor)})
     if bad:
         raise UnsupportedModel(f"the sample inputs must be tensors; found {', '.join(bad)}")
-    gm, nfwd, out_spec, names, nparams = _trace_joint(model, flat, in_spec)
+    gm, nfwd, out_spec, names, nparams, mutated = _trace_joint(model, flat, in_spec)
     nodes = list(gm.graph.nodes)
     _check_ops(nodes, model.training)
     primals = [*dict(model.named_parameters()).values(), *[b for _, b in model.named_buffers()], *flat]
     env = _run(gm, [*primals, *_tangents(gm)])
-    j = _Joint(gm, env, nfwd, names, nparams)
+    j = _Joint(gm, env, nfwd, names, nparams, mutated)
+    _check_mutations(j)
     g = j.grouping()
     groups, cid = _groups(j, g)
     data = _Data(j, g, groups, cid)
@@ -420,4 +489,5 @@ def capture(model: torch.nn.Module, args: tuple[Any, ...], *, times: str = "prof
     fixed = [n for n in nodes if n.op == "call_function" and g.group(n) == FIXED]
     return Captured(gm=gm, graph=graph, groups=groups, members=data.members, kinds=[d["kind"] for d in data.nodes],
                     params=j.params, inputs=j.inputs, tangents=j.tangents, tangent_of=j.tangent_of(), outputs=j.outputs,
-                    param_grads=j.param_grads, fixed=fixed, out_spec=out_spec, in_spec=in_spec, loss=cid[LOSS])
+                    param_grads=j.param_grads, fixed=fixed, out_spec=out_spec, in_spec=in_spec, loss=cid[LOSS],
+                    mutations=j.mutations)

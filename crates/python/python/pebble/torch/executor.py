@@ -5,7 +5,8 @@ backward receives the outputs' gradients (pebble's loss node produces them) and 
 rest, recomputations included. `Compute` runs the compute node's FX nodes on an
 environment (FX node -> value) and drops what the node does not keep; `Free` deletes every
 value in that storage; `Offload`/`Prefetch` move the storage to a host copy and back
-(on the CPU a separate tensor; no throttling yet; a partial fraction moves the whole).
+(on the CPU a NumPy buffer outside torch's allocator, so that MemTracker measures device
+memory alone; no throttling yet; a partial fraction moves the whole).
 
 Parameter gradients follow pebble's memory model (a `param_grad` is resident for the whole
 step): each `.grad` is allocated (zeros) when the forward starts if it is None, and the
@@ -13,6 +14,11 @@ gradient is written into it as soon as its compute node produces it (copied if a
 this step, which equals eager's first accumulation bit for bit; added otherwise, as eager
 accumulates). The Function returns None for the parameters, so autograd's own
 accumulation (and its hooks on parameters) does not run.
+
+Buffers the model updates in place (BatchNorm's running statistics) are written once per
+step, in place, when the forward first computes their new values (a temporary of that
+compute node); the capture makes sure nothing else depends on their old values, so a
+recomputation, which reads the updated buffer, gives the same results.
 
 Recomputation gives the same values because the capture refuses random ops in training
 mode (dropout must be off: p=0 or eval()); RNG is not replayed.
@@ -63,7 +69,8 @@ class Run:
         self.p, self.cap = program, program.cap
         self.params, self.fresh = params, fresh
         self.env: dict[fx.Node, Any] = {}
-        self.host: dict[int, torch.Tensor] = {}
+        self.host: dict[int, Any] = {}
+        self.pending = {node: name for node, name in program.cap.mutations}  # buffers not updated yet
 
     def forward(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         cap, env = self.cap, self.env
@@ -77,6 +84,9 @@ class Run:
             env[n] = run_node(n, env.__getitem__)
         self._allocate_grads()
         self._steps(0, self.p.loss_at)
+        if self.pending:
+            names = ", ".join(sorted(self.pending.values()))
+            raise PlanError(f"the plan's forward never makes the new values of buffers {names}")
         return [env[o] for o in cap.outputs]
 
     def backward(self, grads: Sequence[torch.Tensor | None]) -> None:
@@ -124,6 +134,8 @@ class Run:
                     raise PlanError(self._missing(node, e.args[0])) from None
                 if n in grads:
                     self._accumulate(grads[n], env[n])
+                elif n in self.pending:  # BatchNorm's running statistics: in place, once, as eager
+                    self.params[self.pending.pop(n)].copy_(env[n])
             for m in after:
                 if m not in resident:
                     del env[m]
@@ -148,18 +160,37 @@ class Run:
 
     def _offload(self, d: int) -> None:
         root = self.cap.members[d][0]
-        self.host[d] = self.env[root].to("cpu", copy=True)
+        t = self.env[root]
+        if t.device.type == "cpu":
+            # The host copy lives outside torch's allocator (a NumPy buffer), as host memory
+            # is outside the device's: a CPU run then measures device memory alone.
+            raw = t.detach().contiguous().view(-1).view(torch.uint8).numpy().copy()
+            self.host[d] = (raw, t.dtype, t.shape, t.stride())
+        else:
+            self.host[d] = t.to("cpu", copy=True)
         self._free(d)
 
     def _prefetch(self, d: int) -> None:
         members = self.cap.members[d]
         root = members[0]
-        self.env[root] = self.host.pop(d).to(root.meta["val"].device, copy=True)
+        held = self.host.pop(d)
+        if isinstance(held, tuple):
+            raw, dtype, shape, stride = held  # back with its strides: its views expect them
+            back = torch.empty_strided(shape, stride, dtype=dtype)
+            self.env[root] = back.copy_(torch.from_numpy(raw).view(dtype).view(shape))
+        else:
+            self.env[root] = held.to(root.meta["val"].device, copy=True)
         wanted = set(members)
-        for n in self._producer_nodes(d):  # views of the storage, re-made on the copy
-            if n is not root and (n in wanted or any(u in wanted for u in n.users)):
+        made: list[fx.Node] = []
+        source = {root}
+        for n in self._producer_nodes(d):  # views of the storage (and their splits), re-made on the copy
+            if n is root or not any(m in source for m in n.all_input_nodes):
+                continue  # not derived from the storage (a multi-output op's other results)
+            if n in wanted or any(u in wanted for u in n.users):
                 self.env[n] = run_node(n, self.env.__getitem__)
-        for n in self._producer_nodes(d):
+                source.add(n)
+                made.append(n)
+        for n in made:  # (only what this prefetch made: the group's other outputs stay)
             if n not in wanted:
                 self.env.pop(n, None)
 
