@@ -2,32 +2,28 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
+
+import pebble
 
 from . import _planner, chain
 from .capture import Captured, capture
 from .errors import BudgetTooSmall, PebbleError
 from .executor import Program, execute
 
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
 
 def parse_size(text: str | int, reference: int) -> int:
-    """`6GiB`, `512MiB`, `1e9`, plain bytes, or `P%` of `reference`."""
+    """`6GiB`, `512MiB`, plain bytes, or `P%` of `reference`: a budget as the CLI reads it
+    (the core's one parser; a bad one raises `pebble.PebbleError` naming it)."""
     if isinstance(text, int):
         return text
-    s = text.strip().lower().replace(" ", "")
-    if s.endswith("%"):
-        return int(float(s[:-1]) / 100 * reference)
-    m = re.fullmatch(r"([0-9.e+]+)([kmgt]i?b|b)?", s)
-    if not m:
-        raise ValueError(f"a budget is a size (`6GiB`, `512MiB`, bytes) or a percentage (`50%`), not {text!r}")
-    return int(float(m.group(1)) * _UNITS[m.group(2) or ""])
+    parsed = pebble.parse_budget(text)
+    if "percent" in parsed:
+        return int(parsed["percent"] / 100 * reference)
+    return int(parsed["bytes"])
 
 
 def resolve_budget(cap: Captured, store_all: int, budget: str | int | None, activation_budget: str | int | None) -> int:
