@@ -50,7 +50,7 @@ grep -E '^ +(PASS|FAIL|SIGSEGV|SIGABRT|TIMEOUT|LEAK)[^[]*\[ *[0-9.]+s\]' "$log" 
     | sed -E 's/^ +([A-Z-]+)[^[]*\[ *([0-9.]+)s\] (\( *[0-9]+\/[0-9]+\) )?/\2 \1 /' \
     | sort -rn | head -10 | awk '{ printf "  %8.1f s  %s", $1, $2; for (i = 3; i <= NF; i++) printf " %s", $i; print "" }'
 
-count() { grep -oE "$1" "$2" | grep -oE '[0-9]+' | awk '{ s += $1 } END { print s + 0 }'; }
+count() { { grep -oE "$1" "$2" || true; } | { grep -oE '[0-9]+' || true; } | awk '{ s += $1 } END { print s + 0 }'; }
 summary=$(grep -E '^ +Summary \[' "$log" | tail -1)
 passed=$(echo "$summary" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
 failed=$(echo "$summary" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+' || echo 0)
@@ -58,7 +58,9 @@ doc_passed=$(count '[0-9]+ passed;' "$log.doc")
 doc_failed=$(count '[0-9]+ failed;' "$log.doc")
 py_summary=$(grep -E '^[=]* *[0-9]+ (passed|failed)|^[=]* *[0-9]+ [a-z]+.* in [0-9.]+s' "$log.py" | tail -1 || true)
 py_passed=$(echo "$py_summary" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
-py_failed=$(echo "$py_summary" | grep -oE '[0-9]+ (failed|error)' | grep -oE '[0-9]+' | awk '{ s += $1 } END { print s + 0 }')
+py_failed=$(echo "$py_summary" | { grep -oE '[0-9]+ (failed|error)' || true; } | grep -oE '[0-9]+' \
+    | awk '{ s += $1 } END { print s + 0 }' || true)
+py_failed=${py_failed:-0}
 [ "$py" = 0 ] || [ "$py_failed" -gt 0 ] || py_failed=1
 echo "$(( rust_end - start )) s for the Rust tests (building them included), $(( $(date +%s) - rust_end )) s for the Python tests, $(( $(date +%s) - start )) s in all"
 echo "tests: $(( passed + doc_passed + py_passed )) passed, $(( failed + doc_failed + py_failed )) failed"
