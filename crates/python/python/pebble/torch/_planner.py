@@ -1,13 +1,12 @@
-"""Every call `pebble.torch` makes to pebble's planner, in one place: the Rust extension
-`pebble._core` (a JSON-string API: `plan`, `least_budget`, `lower`, `to_chain`)."""
+"""Every call `pebble.torch` makes to pebble's planner, in one place: the `pebble`
+package's functions over the Rust extension (`plan`, `least_budget`, `lower`, `to_chain`)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from pebble import _core
+import pebble
 
 from .errors import BudgetTooSmall, PlanError
 
@@ -43,8 +42,8 @@ def plan(problem: dict[str, Any], solver: str, budget: int, *, time_limit: float
     bytes; BudgetTooSmall names the least budget. `solvers`: those `auto` may run."""
     opts = _options(time_limit, profile, solvers)
     try:
-        out = json.loads(_core.plan(json.dumps(problem), solver, int(budget), json.dumps(opts)))
-    except _core.InfeasibleError as e:
+        out = pebble.plan(problem, solver, budget, opts)
+    except pebble.InfeasibleError as e:
         least = getattr(e, "least_budget", None)
         raise BudgetTooSmall(_too_small(solver, budget, least), budget, least) from e
     except ValueError as e:
@@ -58,7 +57,7 @@ def plan(problem: dict[str, Any], solver: str, budget: int, *, time_limit: float
 def least_budget(problem: dict[str, Any], solver: str, *, time_limit: float | None = None,
                  profile: str | None = None) -> int | None:
     """The least budget in which `solver` has a plan, or None."""
-    least = _core.least_budget(json.dumps(problem), solver, json.dumps(_options(time_limit, profile)))
+    least = pebble.least_budget(problem, solver, _options(time_limit, profile))
     return None if least is None else int(least)
 
 
@@ -69,20 +68,19 @@ def store_all_peak(graph: dict[str, Any]) -> int:
 
 def solver_views() -> dict[str, list[str]]:
     """Each registered solver's views ("graph", "chain")."""
-    return {s["name"]: list(s["views"]) for s in json.loads(_core.solvers())}
+    return {s["name"]: list(s["views"]) for s in pebble.solvers()}
 
 
 def chain_view(graph: dict[str, Any]) -> dict[str, Any] | None:
     """The graph's chain view {"chain", "stages"} (a stage per compute node, the loss's
     the chain length), or None where the graph is not a sequence of blocks."""
-    out = _core.to_chain(json.dumps(graph))
-    return None if out is None else json.loads(out)
+    return pebble.to_chain(graph)
 
 
 def lower(problem: dict[str, Any], schedule: dict[str, Any]) -> dict[str, Any]:
     """The lowered program (`pebble_schedule::lower`) of a schedule of either view."""
     try:
-        return json.loads(_core.lower(json.dumps(problem), json.dumps(schedule)))
+        return pebble.lower(problem, schedule)
     except ValueError as e:
         raise PlanError(f"the schedule does not lower: {e}") from e
 
