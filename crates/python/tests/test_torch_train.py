@@ -150,3 +150,30 @@ def test_auto_reports_its_candidates(captured: Any) -> None:
     assert report["predicted_time"] <= min(c["predicted_time"] for c in planned) * (1 + 1e-12)
     assert all(c["predicted_peak_bytes"] <= report["budget_bytes"] for c in planned)
     assert all(c["predicted_time"] is None and c["error"] for c in cands if c not in planned)
+
+
+@pytest.mark.parametrize("name,solver,share", [
+    (m, solver, share) for m in ("mlp", "gpt2", "resnet50")
+    for solver, share in (("store-all", "100%"), ("hiremate", "80%"), ("dtr", "80%"))
+])
+def test_step_time_as_predicted(captured: Any, name: str, solver: str, share: str) -> None:
+    """On the times the capture profiled on this CPU, a step (the planned forward, the
+    user's `.sum()` and its backward) takes the predicted time within 15%: the median of 5
+    steps after a warm-up."""
+    import statistics
+    import time
+
+    model, args, cap = captured(name)
+    planned = plan_or_skip(model, args, cap, solver, share)
+
+    def step() -> float:
+        t0 = time.perf_counter()
+        tensor_of(planned(*args)).sum().backward()
+        return time.perf_counter() - t0
+
+    step()
+    measured = statistics.median(step() for _ in range(5))
+    predicted = planned.report["predicted_time"]
+    print(f"\n{name} {solver} {share}: measured {measured * 1e3:.2f} ms, predicted {predicted * 1e3:.2f} ms "
+          f"({measured / predicted:.3f}x)")
+    assert abs(measured - predicted) <= 0.15 * predicted, f"measured {measured:.4f} s, predicted {predicted:.4f} s"

@@ -37,7 +37,8 @@ import torch.fx as fx
 from torch.fx.node import map_arg
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
-from . import costs
+from . import _planner, costs, executor
+from ._fx import drops
 from ._grouping import FIXED, LOSS, Grouping, Key
 from .errors import UnsupportedModel
 
@@ -249,21 +250,6 @@ def _only_feeds(n: fx.Node, news: set[fx.Node]) -> bool:
     return True
 
 
-def drops(nodes: list[fx.Node], kept: set[fx.Node]) -> list[list[fx.Node]]:
-    """After each node of a compute node, the values of it no longer needed (not kept, and
-    not read by a later node of it)."""
-    last = {n: i for i, n in enumerate(nodes)}
-    for i, n in enumerate(nodes):
-        for m in n.all_input_nodes:
-            if m in last:
-                last[m] = i
-    out: list[list[fx.Node]] = [[] for _ in nodes]
-    for n in nodes:
-        if n not in kept:
-            out[last[n]].append(n)
-    return out
-
-
 class _Joint:
     """The joint graph run once on the sample inputs: its nodes' roles and storages."""
 
@@ -448,18 +434,13 @@ def _tangents(gm: fx.GraphModule) -> list[torch.Tensor]:
     return out
 
 
-def _device(flat: list[torch.Tensor], model: torch.nn.Module) -> torch.device:
-    for t in [*model.parameters(), *flat]:
-        return t.device
-    return torch.device("cpu")
-
-
 def capture(model: torch.nn.Module, args: tuple[Any, ...], *, times: str = "profile", repeats: int = 3,
             rates: tuple[float, float] = (1e11, 1e10), name: str | None = None) -> Captured:
     """Captures one training step of `model` on `args` as pebble's training graph.
 
-    `times`: "profile" (each compute node timed on the sample's device, median of
-    `repeats`) or "flops" (a roofline at `rates` = (FLOP/s, bytes/s)).
+    `times`: "profile" (each compute node timed on the sample's device as pebble's
+    executor runs plain autograd's schedule, median of `repeats` steps) or "flops" (a
+    roofline at `rates` = (FLOP/s, bytes/s)).
     """
     flat, in_spec = tree_flatten(args)
     bad = sorted({type(a).__name__ for a in flat if not isinstance(a, torch.Tensor)})
@@ -476,18 +457,24 @@ def capture(model: torch.nn.Module, args: tuple[Any, ...], *, times: str = "prof
     groups, cid = _groups(j, g)
     data = _Data(j, g, groups, cid)
     data.wire()
-    lists = [grp.nodes if grp.kind != "loss" else [] for grp in groups]
-    if times == "profile":
-        secs = costs.profile(lists, env, _device(flat, model), repeats)
-    elif times == "flops":
+    if times == "flops":
+        lists = [grp.nodes if grp.kind != "loss" else [] for grp in groups]
         secs = costs.roofline(lists, env, *rates)
+    elif times == "profile":
+        secs = [0.0] * len(groups)  # measured below, on the captured graph's store-all run
     else:
         raise ValueError(f"times must be 'profile' or 'flops', not {times!r}")
     compute = [_compute_json(grp, i, g, groups, secs[i], _tmp(j, grp.nodes, data.kept(i, False)))
                for i, grp in enumerate(groups)]
     graph = {"name": name or type(model).__name__, "compute": compute, "data": data.nodes}
     fixed = [n for n in nodes if n.op == "call_function" and g.group(n) == FIXED]
-    return Captured(gm=gm, graph=graph, groups=groups, members=data.members, kinds=[d["kind"] for d in data.nodes],
-                    params=j.params, inputs=j.inputs, tangents=j.tangents, tangent_of=j.tangent_of(), outputs=j.outputs,
-                    param_grads=j.param_grads, fixed=fixed, out_spec=out_spec, in_spec=in_spec, loss=cid[LOSS],
-                    mutations=j.mutations)
+    cap = Captured(gm=gm, graph=graph, groups=groups, members=data.members, kinds=[d["kind"] for d in data.nodes],
+                   params=j.params, inputs=j.inputs, tangents=j.tangents, tangent_of=j.tangent_of(), outputs=j.outputs,
+                   param_grads=j.param_grads, fixed=fixed, out_spec=out_spec, in_spec=in_spec, loss=cid[LOSS],
+                   mutations=j.mutations)
+    if times == "profile":
+        store_all = _planner.plan({"graph": graph}, "store-all", 1 << 62).schedule
+        program = executor.Program(cap, _planner.program(graph, store_all))
+        for node, secs_of in zip(graph["compute"], executor.profile(program, model, flat, repeats)):
+            node["time"] = secs_of
+    return cap

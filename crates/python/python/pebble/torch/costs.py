@@ -1,25 +1,14 @@
-"""Op times of a captured graph's compute nodes: profiled on the sample's device (the
-default), or a roofline from `torch.utils.flop_counter`."""
+"""Op times of a captured graph's compute nodes from `torch.utils.flop_counter`'s roofline
+(the profiled times, measured as the executor runs the steps, are `executor.profile`'s)."""
 
 from __future__ import annotations
 
-import statistics
-import time
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import torch
 import torch.fx as fx
-from torch.fx.node import map_arg
 
-
-def run_node(n: fx.Node, get: Callable[[fx.Node], Any]) -> Any:
-    """One call_function node on the values `get` gives for its inputs."""
-    return n.target(*map_arg(n.args, get), **map_arg(n.kwargs, get))
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+from ._fx import run_node
 
 
 def _run_group(nodes: list[fx.Node], env: Mapping[fx.Node, Any]) -> dict[fx.Node, Any]:
@@ -28,26 +17,6 @@ def _run_group(nodes: list[fx.Node], env: Mapping[fx.Node, Any]) -> dict[fx.Node
     for n in nodes:
         local[n] = run_node(n, get)
     return local
-
-
-def profile(groups: list[list[fx.Node]], env: Mapping[fx.Node, Any], device: torch.device, repeats: int = 3) -> list[float]:
-    """Median wall time (seconds) of each node list over `repeats` runs, after one warm-up."""
-    times = []
-    with torch.no_grad():
-        for nodes in groups:
-            if not nodes:
-                times.append(0.0)
-                continue
-            samples = []
-            for k in range(repeats + 1):
-                _sync(device)
-                t0 = time.perf_counter()
-                _run_group(nodes, env)
-                _sync(device)
-                if k:
-                    samples.append(time.perf_counter() - t0)
-            times.append(statistics.median(samples))
-    return times
 
 
 def roofline(groups: list[list[fx.Node]], env: Mapping[fx.Node, Any], flops_per_s: float, bytes_per_s: float) -> list[float]:

@@ -9,10 +9,12 @@ value in that storage; `Offload`/`Prefetch` move the storage to a host copy and 
 memory alone; no throttling yet; a partial fraction moves the whole).
 
 Parameter gradients follow pebble's memory model (a `param_grad` is resident for the whole
-step): each `.grad` is allocated (zeros) when the forward starts if it is None, and the
-gradient is written into it as soon as its compute node produces it (copied if allocated
-this step, which equals eager's first accumulation bit for bit; added otherwise, as eager
-accumulates). The Function returns None for the parameters, so autograd's own
+step): each `.grad` that is None is reserved (allocated, not filled) when the forward
+starts, and the gradient lands in it as soon as its compute node produces it: a reserved
+`.grad` is replaced by the produced tensor where that has the parameter's strides (as
+eager's first accumulation keeps the produced tensor; the reservation is freed at that
+moment) and filled by a copy otherwise; a `.grad` the user kept (`zero_grad(set_to_none=
+False)`, or accumulation over micro-batches) is added to, as eager accumulates. The Function returns None for the parameters, so autograd's own
 accumulation (and its hooks on parameters) does not run.
 
 Buffers the model updates in place (BatchNorm's running statistics) are written once per
@@ -26,14 +28,18 @@ mode (dropout must be off: p=0 or eval()); RNG is not replayed.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import statistics
+import time
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 import torch.fx as fx
 
-from .capture import Captured, drops
-from .costs import run_node
+from ._fx import drops, run_node
 from .errors import PlanError
+
+if TYPE_CHECKING:
+    from .capture import Captured
 
 
 class Program:
@@ -98,12 +104,16 @@ class Run:
         self._steps(self.p.loss_at + 1, len(self.p.steps))
         env.clear()
         self.host.clear()
+        for name in self.cap.param_grads.values():  # reserved, never produced: zero, not garbage
+            p = self.params[name]
+            if self.fresh.pop(p, False):
+                p.grad.zero_()
 
     def _allocate_grads(self) -> None:
         for name in self.cap.param_grads.values():
             p = self.params[name]
             if p.grad is None:
-                p.grad = torch.zeros_like(p)
+                p.grad = torch.empty_like(p)
                 self.fresh[p] = True
 
     def _steps(self, start: int, end: int) -> None:
@@ -149,10 +159,12 @@ class Run:
     def _accumulate(self, name: str, g: torch.Tensor) -> None:
         p = self.params[name]
         assert p.grad is not None
-        if self.fresh.pop(p, False):
-            p.grad.copy_(g)
-        else:
+        if not self.fresh.pop(p, False):
             p.grad.add_(g)
+        elif g._base is None and g.stride() == p.stride() and g.dtype == p.dtype:
+            p.grad = g.detach()  # the reservation's memory is released as the gradient takes its place
+        else:
+            p.grad.copy_(g)
 
     def _free(self, d: int) -> None:
         for m in self.cap.members[d]:
@@ -216,6 +228,54 @@ class _Step(torch.autograd.Function):
         with torch.no_grad():
             run.backward(grads)
         return (None,) * (2 + ctx.count)
+
+
+class _TimedRun(Run):
+    """A run that adds each compute step's wall time (device synchronized) to `times`."""
+
+    def __init__(self, program: Program, params: dict[str, torch.Tensor], times: list[float]) -> None:
+        super().__init__(program, params, {})
+        self.times = times
+        self.device = next((t.device for t in params.values()), torch.device("cpu"))
+
+    def _compute(self, node: int, no_grad: bool) -> None:
+        _sync(self.device)
+        t0 = time.perf_counter()
+        super()._compute(node, no_grad)
+        _sync(self.device)
+        self.times[node] += time.perf_counter() - t0
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def profile(program: Program, model: torch.nn.Module, inputs: Sequence[torch.Tensor], repeats: int = 3) -> list[float]:
+    """Each compute node's time as this executor runs `program` (store-all's: one run of
+    each node) in a step as the user runs it (`sum(outputs).backward()`): the median over
+    `repeats` steps after a warm-up, interpretation and the gradients' landing included.
+    What the step takes beyond its compute steps (the forward's set-up, the frees,
+    autograd's hand-over) is the loss node's, which every plan runs once. Runs on aliases
+    of the parameters (the model's `.grad` untouched) and copies of the buffers: the
+    model is left as it was."""
+    named = dict(model.named_parameters())
+    buffers = {n: b.detach().clone() for n, b in model.named_buffers()}
+    samples: list[list[float]] = []
+    for k in range(repeats + 1):
+        times = [0.0] * len(program.cap.groups)
+        params = {n: p.detach().requires_grad_(p.requires_grad) for n, p in named.items()} | buffers
+        run = _TimedRun(program, params, times)
+        trainable = [params[name] for name in program.cap.param_grads.values()]
+        _sync(run.device)
+        t0 = time.perf_counter()
+        outs = _Step.apply(run, len(inputs), *inputs, *trainable)
+        sum(o.sum() for o in outs if o.is_floating_point()).backward()
+        _sync(run.device)
+        times[program.cap.loss] += max(time.perf_counter() - t0 - sum(times), 0.0)
+        if k:
+            samples.append(times)
+    return [statistics.median(s) for s in zip(*samples)]
 
 
 def execute(program: Program, params: dict[str, torch.Tensor], fresh: dict[torch.Tensor, bool],
