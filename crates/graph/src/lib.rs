@@ -35,4 +35,5 @@ pub use chain::{Chain, MAX_SIZE, MAX_TIME};
 pub use error::GraphError;
 pub use hpartition::{h_partition, identical_clusters, Cluster, HPartitionConfig, Hierarchy, Part};
 pub use layers::Layers;
+pub use partition::Retention;
 pub use training::{ComputeId, ComputeKind, ComputeNode, DataId, DataKind, DataNode, TrainingGraph};

@@ -10,19 +10,44 @@
 
 use crate::{Chain, ComputeKind, DataKind, GraphError, TrainingGraph};
 
+/// How long the executor of a chain plan keeps what a block's nodes make, within a chain
+/// step: what `ftmp`, `btmp` and `xbar` must cover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Retention {
+    /// Each value is freed after its last reader in the step, unless the chain keeps it:
+    /// `F_all` keeps what a backward reads (autograd's saved tensors), as the runtime's
+    /// executor does.
+    #[default]
+    LastUse,
+    /// Each value a step makes stays until the step ends (then the step frees all it made
+    /// but what the chain keeps), and `F_all` keeps everything its block's forward makes,
+    /// read by a backward or not, until its `ā` is freed: a chain plan expanded to graph
+    /// ops stage by stage, the frees after each chain step (pebble.torch's `chain.py`).
+    Step,
+}
+
+/// Builds the chain of a graph whose forward and backward nodes carry a stage, for an
+/// executor that frees each value after its last use ([`Retention::LastUse`]).
+pub fn to_chain(g: &TrainingGraph) -> Result<Chain, GraphError> {
+    to_chain_with(g, Retention::LastUse)
+}
+
 /// Builds the chain of a graph whose forward and backward nodes carry a stage.
 ///
 /// * `ftime[i]`, `btime[i]`: sums over the nodes of block `i`; `btime[L]` is the loss.
 /// * `x[i]`: activations produced before block `i` (or inputs) and read by block `i` or later.
-/// * `xbar[i+1]`: what block `i`'s forward produces that a backward reads, plus `x[i+1]`.
+/// * `xbar[i+1]`: what block `i`'s forward produces that a backward reads (with
+///   [`Retention::Step`], all it produces), plus `x[i+1]`.
 /// * `ftmp`, `btmp`: the block's internal peak above the chain model's own accounting,
-///   found by replaying the block's nodes in order.
+///   found by replaying the block's nodes in order, freeing as `retention` says. `ftmp`
+///   covers the forward with grad (above `xbar[i+1]`) and, with [`Retention::Step`],
+///   without grad too (its `Saved` outputs not made, above `x[i+1]`).
 /// * `w[i]`, `g[i]`, `o[i]`: the parameters only block `i` reads, their gradients and
 ///   optimizer states. A parameter several blocks read (a tied embedding) is named by
 ///   none: it stays resident with its gradient and state, in `static_bytes`, so that
 ///   what the chain names is counted once. Inputs that no block reads (labels) and
 ///   static data go to `static_bytes`.
-pub fn to_chain(g: &TrainingGraph) -> Result<Chain, GraphError> {
+pub fn to_chain_with(g: &TrainingGraph, retention: Retention) -> Result<Chain, GraphError> {
     g.validate()?;
     let l = block_count(g)?;
     let loss = g.loss().expect("validated");
@@ -40,10 +65,10 @@ pub fn to_chain(g: &TrainingGraph) -> Result<Chain, GraphError> {
         o: Some(vec![0; l]),
         static_bytes: g.static_bytes(),
     };
-    activation_sizes(g, &uses, l, &mut chain);
+    activation_sizes(g, &uses, l, retention, &mut chain);
     block_times(g, l, &mut chain)?;
     param_sizes(g, &mut chain)?;
-    temporaries(g, &uses, l, &mut chain);
+    temporaries(g, &uses, l, retention, &mut chain);
     chain.btmp[l] = g.compute[loss].tmp;
     chain.validate()?;
     Ok(chain)
@@ -120,9 +145,9 @@ impl Uses {
 }
 
 /// `x` (the activations crossing each cut, inputs of the first block included; other
-/// inputs go to `static_bytes`) and `xbar` (what each block saves for its backward, plus
-/// `x`).
-fn activation_sizes(g: &TrainingGraph, uses: &Uses, l: usize, chain: &mut Chain) {
+/// inputs go to `static_bytes`) and `xbar` (what each block saves for its backward, or
+/// with [`Retention::Step`] all it makes, plus `x`).
+fn activation_sizes(g: &TrainingGraph, uses: &Uses, l: usize, retention: Retention, chain: &mut Chain) {
     let Uses { made_in, first_fwd_use, last_fwd_use, read_by_backward, .. } = uses;
     for (d, node) in g.data.iter().enumerate() {
         match node.kind {
@@ -151,7 +176,8 @@ fn activation_sizes(g: &TrainingGraph, uses: &Uses, l: usize, chain: &mut Chain)
     for (d, node) in g.data.iter().enumerate() {
         if let Some(p) = made_in[d] {
             let crosses_next = last_fwd_use[d].is_some_and(|u| u > p);
-            if read_by_backward[d] && !crosses_next {
+            let kept = read_by_backward[d] || retention == Retention::Step;
+            if kept && !crosses_next && !node.kind.is_static() {
                 chain.xbar[p + 1] += node.size;
             }
         }
@@ -215,24 +241,36 @@ fn param_sizes(g: &TrainingGraph, chain: &mut Chain) -> Result<(), GraphError> {
     Ok(())
 }
 
-/// `ftmp` and `btmp` of each block: replays the block's forward (with grad) and backward.
-fn temporaries(g: &TrainingGraph, uses: &Uses, l: usize, chain: &mut Chain) {
+/// `ftmp` and `btmp` of each block: replays the block's forward (with grad and without)
+/// and backward.
+fn temporaries(g: &TrainingGraph, uses: &Uses, l: usize, retention: Retention, chain: &mut Chain) {
     let Uses { producers, consumers, last_fwd_use, read_by_backward, .. } = uses;
+    let whole_step = retention == Retention::Step;
     let is_static = |d: usize| g.data[d].kind.is_static();
+    let not_made_without_grad = |d: usize| is_static(d) || g.data[d].kind == DataKind::Saved;
+    let nodes_of = |kind: ComputeKind, s: usize| -> Vec<usize> {
+        (0..g.compute.len()).filter(|&c| g.compute[c].kind == kind && g.compute[c].stage == Some(s)).collect()
+    };
     for s in 0..l {
-        let fwd: Vec<usize> = (0..g.compute.len())
-            .filter(|&c| g.compute[c].kind == ComputeKind::Forward && g.compute[c].stage == Some(s))
-            .collect();
-        let keep = |d: usize| read_by_backward[d] || last_fwd_use[d].is_some_and(|u| u > s);
-        let peak = replay(g, &fwd, consumers, &keep, &is_static);
-        // The chain charges F_all with x[s] + xbar[s+1] + ftmp; the replay counts above x[s].
-        chain.ftmp[s] = peak.saturating_sub(chain.xbar[s + 1]);
-        let bwd: Vec<usize> = (0..g.compute.len())
-            .filter(|&c| g.compute[c].kind == ComputeKind::Backward && g.compute[c].stage == Some(s))
-            .collect();
+        let fwd = nodes_of(ComputeKind::Forward, s);
+        let keep = |d: usize| whole_step || read_by_backward[d] || last_fwd_use[d].is_some_and(|u| u > s);
+        let with_grad = replay(g, &fwd, consumers, &keep, &is_static);
+        // The chain charges F_all with x[s] + xbar[s+1] + ftmp and F_none with x[s] +
+        // x[s+1] + ftmp; the replays count above x[s]. With `Step`, a forward without grad
+        // holds all it makes (but its `Saved` outputs) until it ends: above x[s+1], it
+        // can hold more than with grad above xbar[s+1]. (`LastUse` keeps its accounting:
+        // the forward with grad alone.)
+        let without_grad = if whole_step {
+            replay(g, &fwd, consumers, &|_| true, &not_made_without_grad).saturating_sub(chain.x[s + 1])
+        } else {
+            0
+        };
+        chain.ftmp[s] = with_grad.saturating_sub(chain.xbar[s + 1]).max(without_grad);
+        let bwd = nodes_of(ComputeKind::Backward, s);
         // Gradients that leave the block (inputs' gradients) are the chain's δ_s.
         let keep_b = |d: usize| {
-            g.data[d].kind == DataKind::Gradient && producers[d].iter().any(|&p| g.compute[p].stage != Some(s))
+            whole_step
+                || g.data[d].kind == DataKind::Gradient && producers[d].iter().any(|&p| g.compute[p].stage != Some(s))
         };
         let peak_b = replay(g, &bwd, consumers, &keep_b, &is_static);
         // The chain charges B with x[s] + xbar[s+1] + δ_{s+1} + δ_s + btmp; the replay
@@ -242,14 +280,15 @@ fn temporaries(g: &TrainingGraph, uses: &Uses, l: usize, chain: &mut Chain) {
 }
 
 /// Peak of the memory a list of nodes allocates, replayed in order, beyond what was
-/// resident before: outputs are allocated when first produced, and freed after their
-/// last reader in the list unless `keep` says they outlive it.
+/// resident before: outputs are allocated when first produced (but those `skip` names,
+/// which are not made), and freed after their last reader in the list unless `keep` says
+/// they outlive it.
 fn replay(
     g: &TrainingGraph,
     nodes: &[usize],
     consumers: &[Vec<usize>],
     keep: &dyn Fn(usize) -> bool,
-    is_static: &dyn Fn(usize) -> bool,
+    skip: &dyn Fn(usize) -> bool,
 ) -> u64 {
     let mut live: u64 = 0;
     let mut peak: u64 = 0;
@@ -258,7 +297,7 @@ fn replay(
         let node = &g.compute[c];
         let mut fresh = 0;
         for &d in &node.outputs {
-            if !is_static(d) && allocated.insert(d) {
+            if !skip(d) && allocated.insert(d) {
                 fresh += g.data[d].size;
             }
         }

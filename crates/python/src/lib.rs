@@ -12,6 +12,8 @@
 //! file wraps each function. `pebble-ilp` is linked so that its MILP solvers register.
 
 pub mod api;
+#[cfg(test)]
+mod chain_expand_tests;
 mod chain_view;
 pub mod error;
 mod options;
