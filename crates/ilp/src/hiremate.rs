@@ -57,6 +57,7 @@
 //! solved to [`SolveOptions::progress`].
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use pebble_graph::{
     h_partition, identical_clusters, Cluster, ComputeKind, DataKind, HPartitionConfig, Hierarchy, Part, TrainingGraph,
@@ -266,7 +267,11 @@ impl Solver for Hiremate {
             let reason = error.expect("a preparation failed").to_string();
             return Ok(Box::new(crate::Failed { solver: "hiremate", reason }));
         }
-        Ok(Box::new(crate::Ready { solver: "hiremate", prepared: Fastest { problem, plans }, options }))
+        // Rockmate's blocks larger than `M^l` (GPT-2's first layer and the next one's
+        // attention, where its mask crosses both): Rockmate is prepared only if HiRemate's
+        // own top H-ILP finds nothing in its time limit and no other incumbent fits.
+        let rockmate = (cfg.rockmate_incumbent && valid && !sequential).then(|| Lazy { g, prepared: OnceLock::new() });
+        Ok(Box::new(crate::Ready { solver: "hiremate", prepared: Fastest { problem, plans, rockmate }, options }))
     }
 }
 
@@ -279,10 +284,20 @@ impl crate::Schedules for Prepared<'_> {
 /// Several preparations of one graph (Rockmate's blocks first, H-Partition alone,
 /// Rockmate's own plan, PyTorch's min cut): at each budget, the schedule the simulator
 /// runs fastest. Each plan is named by the solver it comes from, `None` for HiRemate's
-/// own, and a schedule kept from another solver says so ([`Schedule::kept_from`]).
+/// own, and a schedule kept from another solver says so ([`Schedule::kept_from`]). Where
+/// HiRemate's own top H-ILP stops at its time limit with nothing and no incumbent fits,
+/// Rockmate's plan is the last resort (`rockmate`, prepared then, once).
 struct Fastest<'g> {
     problem: Problem<'g>,
     plans: Vec<(Option<&'static str>, Box<dyn crate::Schedules + 'g>)>,
+    rockmate: Option<Lazy<'g>>,
+}
+
+/// Rockmate's preparation, made the first time it is needed (`None` where Rockmate has
+/// nothing to offer: fewer than two blocks, or its preparation failed).
+struct Lazy<'g> {
+    g: &'g TrainingGraph,
+    prepared: OnceLock<Option<crate::rockmate::Prepared<'g>>>,
 }
 
 impl crate::Schedules for Fastest<'_> {
@@ -297,11 +312,36 @@ impl crate::Schedules for Fastest<'_> {
         }
         let first = candidates.first().cloned();
         match pebble_solve::fastest_within(self.problem, candidates, budget, options) {
-            Ok(s) => Ok(s),
+            Ok(s) => return Ok(s),
             // None passes the simulator: hand one on, for `plan` to report.
-            Err(Some(_)) => Ok(first.expect("a simulated candidate")),
-            Err(None) => Err(failure.expect("each plan answers")),
+            Err(Some(_)) => return Ok(first.expect("a simulated candidate")),
+            Err(None) => {}
         }
+        let failure = failure.expect("each plan answers");
+        let SolveError::TooLarge { why, .. } = &failure else { return Err(failure) };
+        // The top H-ILP stopped at its time limit without a plan.
+        if let Some(lazy) = &self.rockmate {
+            let prepared = lazy
+                .prepared
+                .get_or_init(|| crate::rockmate::incumbent(lazy.g, options.time_limit, &options.progress, 2));
+            if let Some(Ok(s)) = prepared.as_ref().map(|p| crate::Schedules::schedule(p, budget, options)) {
+                let s = Schedule { kept_from: Some("rockmate".into()), ..s };
+                if let Ok(s) = pebble_solve::fastest_within(self.problem, [s], budget, options) {
+                    return Ok(s);
+                }
+            }
+        }
+        let kept: Vec<&str> =
+            self.plans.iter().filter_map(|(from, _)| *from).chain(self.rockmate.as_ref().map(|_| "rockmate")).collect();
+        let none = if kept.is_empty() {
+            String::from("and it keeps no incumbent")
+        } else {
+            format!("and no incumbent ({}) fits in {budget} bytes", kept.join(", "))
+        };
+        Err(SolveError::TooLarge {
+            solver: "hiremate",
+            why: format!("its top H-ILP hit its time limit without a plan ({why}), {none}"),
+        })
     }
 }
 

@@ -217,3 +217,40 @@ fn hiremate_keeps_pytorchs_min_cut_plan_where_faster() {
     let gpt = ModelOptions { layers: Some(2), ..Default::default() };
     hurried_hiremate_keeps(&SmallCase::at_70_percent("gpt", gpt), "pytorch-mincut");
 }
+
+/// Where Rockmate's blocks are larger than `M^l` (the captured GPT-2's first block holds
+/// its first layer and the second's attention, the causal mask crossing both), Rockmate
+/// is not prepared up front; when HiRemate's own top H-ILP then finds nothing in its time
+/// limit, Rockmate's plan is still kept where it fits. Here on a small ResNet whose
+/// blocks (of 6 and more ops) exceed an `M^l` of 3, HiRemate's own ILPs get a
+/// microsecond each.
+#[test]
+fn hurried_hiremate_keeps_rockmates_plan_on_large_blocks() {
+    use pebble_ilp::hiremate::{Hiremate, HiremateConfig};
+    use pebble_solve::Solver;
+    let case = SmallCase::resnet();
+    let mut partition = HiremateConfig::DEFAULT.partition;
+    partition.max_sub = 3;
+    let alone = HiremateConfig {
+        time_limit: 1e-6,
+        rockmate_incumbent: false,
+        mincut_incumbent: false,
+        partition,
+        ..HiremateConfig::DEFAULT
+    };
+    let with = HiremateConfig { rockmate_incumbent: true, ..alone };
+    let problem = Problem::Graph(&case.g);
+    let own = Hiremate { config: alone }.solve(problem, case.budget, &SolveOptions::default()).unwrap_err();
+    assert!(own.to_string().contains("time limit") && own.to_string().contains("keeps no incumbent"), "{own}");
+    let theirs = case.time(pebble_solve::solver("rockmate").unwrap()).expect("Rockmate's plan fits");
+    let (time, from) = case.plan(&Hiremate { config: with }).expect("Rockmate's plan is kept");
+    assert_eq!(from.as_deref(), Some("rockmate"));
+    assert!(time <= theirs * (1.0 + 1e-12), "{time:e} against Rockmate's {theirs:e}");
+    // Below Rockmate's least budget, the error says both.
+    let least =
+        pebble_solve::min_feasible_budget(pebble_solve::solver("rockmate").unwrap(), problem, &SolveOptions::default())
+            .unwrap()
+            .expect("Rockmate plans somewhere");
+    let e = Hiremate { config: with }.solve(problem, least - 1, &SolveOptions::default()).unwrap_err().to_string();
+    assert!(e.contains("time limit") && e.contains("no incumbent (rockmate) fits"), "{e}");
+}
