@@ -148,9 +148,14 @@ pub fn solve_graph(g: &TrainingGraph, budget: u64, options: &SolveOptions) -> Re
                 "the Checkmate ILP ({} stages) has no solution ({} bytes are fixed: static memory and inputs)",
                 inst.n, inst.fixed
             ))),
-            Err(e @ IlpError::NoSolution { .. }) => {
-                Err(SolveError::TooLarge { solver: "checkmate", why: e.to_string() })
-            }
+            Err(e @ IlpError::NoSolution { .. }) => Err(SolveError::TooLarge {
+                solver: "checkmate",
+                why: format!(
+                    "its ILP ({} stages) hit its time limit without a plan ({e}), and Checkmate keeps no incumbent: \
+                     give it more time, or plan with hiremate, which keeps Rockmate's and PyTorch's plans",
+                    inst.n
+                ),
+            }),
             Err(e) => Err(infeasible(e.to_string())),
         }
     })

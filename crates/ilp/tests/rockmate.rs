@@ -254,3 +254,15 @@ fn hurried_hiremate_keeps_rockmates_plan_on_large_blocks() {
     let e = Hiremate { config: with }.solve(problem, least - 1, &SolveOptions::default()).unwrap_err().to_string();
     assert!(e.contains("time limit") && e.contains("no incumbent (rockmate) fits"), "{e}");
 }
+
+/// Checkmate keeps no incumbent: when its ILP finds nothing in its time limit, it says so
+/// and names what to do instead.
+#[test]
+fn hurried_checkmate_says_its_ilp_hit_the_time_limit() {
+    use pebble_solve::Solver;
+    let case = SmallCase::resnet();
+    let options = SolveOptions { time_limit: Some(1e-6), ..SolveOptions::default() };
+    let e = pebble_ilp::checkmate::Checkmate.solve(Problem::Graph(&case.g), case.budget, &options).unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("hit its time limit") && text.contains("keeps no incumbent"), "{text}");
+}
