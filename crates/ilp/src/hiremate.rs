@@ -270,7 +270,8 @@ impl Solver for Hiremate {
         // Rockmate's blocks larger than `M^l` (GPT-2's first layer and the next one's
         // attention, where its mask crosses both): Rockmate is prepared only if HiRemate's
         // own top H-ILP finds nothing in its time limit and no other incumbent fits.
-        let rockmate = (cfg.rockmate_incumbent && valid && !sequential).then(|| Lazy { g, prepared: OnceLock::new() });
+        let rockmate =
+            (cfg.rockmate_incumbent && valid && !sequential).then(|| LazyRockmate { g, prepared: OnceLock::new() });
         Ok(Box::new(crate::Ready { solver: "hiremate", prepared: Fastest { problem, plans, rockmate }, options }))
     }
 }
@@ -290,12 +291,12 @@ impl crate::Schedules for Prepared<'_> {
 struct Fastest<'g> {
     problem: Problem<'g>,
     plans: Vec<(Option<&'static str>, Box<dyn crate::Schedules + 'g>)>,
-    rockmate: Option<Lazy<'g>>,
+    rockmate: Option<LazyRockmate<'g>>,
 }
 
 /// Rockmate's preparation, made the first time it is needed (`None` where Rockmate has
 /// nothing to offer: fewer than two blocks, or its preparation failed).
-struct Lazy<'g> {
+struct LazyRockmate<'g> {
     g: &'g TrainingGraph,
     prepared: OnceLock<Option<crate::rockmate::Prepared<'g>>>,
 }

@@ -61,9 +61,14 @@ def least_budget(problem: dict[str, Any], solver: str, *, time_limit: float | No
     return None if least is None else int(least)
 
 
+def store_all(graph: dict[str, Any]) -> Plan:
+    """Plain autograd's plan (keep every saved tensor), in no budget."""
+    return plan({"graph": graph}, "store-all", 1 << 62)
+
+
 def store_all_peak(graph: dict[str, Any]) -> int:
-    """The simulated peak of plain autograd (keep every saved tensor): what 100% is."""
-    return plan({"graph": graph}, "store-all", 1 << 62).peak_bytes
+    """The simulated peak of plain autograd: what 100% is."""
+    return store_all(graph).peak_bytes
 
 
 def solver_views() -> dict[str, list[str]]:

@@ -473,8 +473,7 @@ def capture(model: torch.nn.Module, args: tuple[Any, ...], *, times: str = "prof
                    param_grads=j.param_grads, fixed=fixed, out_spec=out_spec, in_spec=in_spec, loss=cid[LOSS],
                    mutations=j.mutations)
     if times == "profile":
-        store_all = _planner.plan({"graph": graph}, "store-all", 1 << 62).schedule
-        program = executor.Program(cap, _planner.program(graph, store_all))
+        program = executor.Program(cap, _planner.program(graph, _planner.store_all(graph).schedule))
         for node, secs_of in zip(graph["compute"], executor.profile(program, model, flat, repeats)):
             node["time"] = secs_of
     return cap

@@ -14,8 +14,9 @@ starts, and the gradient lands in it as soon as its compute node produces it: a 
 `.grad` is replaced by the produced tensor where that has the parameter's strides (as
 eager's first accumulation keeps the produced tensor; the reservation is freed at that
 moment) and filled by a copy otherwise; a `.grad` the user kept (`zero_grad(set_to_none=
-False)`, or accumulation over micro-batches) is added to, as eager accumulates. The Function returns None for the parameters, so autograd's own
-accumulation (and its hooks on parameters) does not run.
+False)`, or accumulation over micro-batches) is added to, as eager accumulates. The
+Function returns None for the parameters, so autograd's own accumulation (and its hooks on
+parameters) does not run.
 
 Buffers the model updates in place (BatchNorm's running statistics) are written once per
 step, in place, when the forward first computes their new values (a temporary of that
@@ -266,10 +267,9 @@ def profile(program: Program, model: torch.nn.Module, inputs: Sequence[torch.Ten
         times = [0.0] * len(program.cap.groups)
         params = {n: p.detach().requires_grad_(p.requires_grad) for n, p in named.items()} | buffers
         run = _TimedRun(program, params, times)
-        trainable = [params[name] for name in program.cap.param_grads.values()]
         _sync(run.device)
         t0 = time.perf_counter()
-        outs = _Step.apply(run, len(inputs), *inputs, *trainable)
+        outs = _launch(run, inputs)
         sum(o.sum() for o in outs if o.is_floating_point()).backward()
         _sync(run.device)
         times[program.cap.loss] += max(time.perf_counter() - t0 - sum(times), 0.0)
@@ -281,6 +281,10 @@ def profile(program: Program, model: torch.nn.Module, inputs: Sequence[torch.Ten
 def execute(program: Program, params: dict[str, torch.Tensor], fresh: dict[torch.Tensor, bool],
             inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
     """One step's forward; its backward runs when autograd reaches the outputs."""
-    run = Run(program, params, fresh)
-    trainable = [params[name] for name in program.cap.param_grads.values()]
+    return _launch(Run(program, params, fresh), inputs)
+
+
+def _launch(run: Run, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """`run`'s forward inside the autograd Function, whose backward runs the rest."""
+    trainable = [run.params[name] for name in run.cap.param_grads.values()]
     return _Step.apply(run, len(inputs), *inputs, *trainable)
