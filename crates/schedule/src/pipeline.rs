@@ -123,7 +123,36 @@ pub struct Unrolled {
     pub period: i64,
 }
 
+/// How many periods an op of a periodic schedule may reach back or ahead of the period
+/// that runs it (its micro-batch shift over `k`): far beyond any pipeline's depth (the
+/// solvers' shifts grow with the stage count), and small enough that unrolling the
+/// schedule over its span (the simulator, the executor) stays within memory.
+pub const MAX_SHIFT_PERIODS: i64 = 4096;
+
 impl Schedule {
+    /// Why an op's micro-batch index `micro` is out of range, if it is: in a flushed
+    /// schedule it is the micro-batch itself, in `0..k`; in a periodic one a shift of at
+    /// most [`MAX_SHIFT_PERIODS`] periods either way, `-4096·k..=4096·k`.
+    pub fn micro_out_of_range(&self, micro: i64) -> Option<String> {
+        let k = i64::try_from(self.microbatches.unwrap_or(1).max(1)).unwrap_or(i64::MAX);
+        if !self.periodic {
+            return (!(0..k).contains(&micro)).then(|| {
+                format!(
+                    "micro-batch {micro} is out of range: a flushed schedule runs 0..={} (`microbatches` = {k})",
+                    k - 1
+                )
+            });
+        }
+        let most = k.saturating_mul(MAX_SHIFT_PERIODS);
+        (!(-most..=most).contains(&micro)).then(|| {
+            format!(
+                "micro-batch shift {micro} is out of range: a periodic schedule's ops reach at most \
+                 {MAX_SHIFT_PERIODS} periods back or ahead, shifts {}..={most} (`microbatches` = {k})",
+                -most
+            )
+        })
+    }
+
     /// The least and the greatest period offset of the ops' micro-batches (`⌊micro / k⌋`,
     /// 0 included): how many periods an op reaches back or ahead of the one it runs in.
     pub fn shift_span(&self) -> (i64, i64) {
@@ -178,8 +207,9 @@ impl Schedule {
 }
 
 /// Checks that a pipeline schedule's ops agree with its stages: stages cut the chain in
-/// order, devices exist, each run is on its stage's device, each send goes between the
-/// right devices.
+/// order, devices exist, each op's micro-batch is in range
+/// ([`Schedule::micro_out_of_range`]), each run is on its stage's device, each send goes
+/// between the right devices.
 pub(crate) fn check(s: &Schedule) -> Result<(), ScheduleError> {
     let bad = |field: String, why: String| Err(ScheduleError::Pipeline { field, why });
     let Some(devices) = s.devices else {
@@ -214,6 +244,11 @@ pub(crate) fn check(s: &Schedule) -> Result<(), ScheduleError> {
     }
     let n = s.stages.len();
     for (i, op) in s.ops.iter().enumerate() {
+        if let Op::Run { micro, .. } | Op::Send { micro, .. } = *op {
+            if let Some(why) = s.micro_out_of_range(micro) {
+                return bad(format!("ops[{i}].micro"), why);
+            }
+        }
         match *op {
             Op::Run { device, stage, .. } => {
                 if stage >= n {
@@ -306,5 +341,28 @@ mod tests {
         let mut s = two_stage();
         s.devices = None;
         assert!(Schedule::from_json(&s.to_json()).unwrap_err().to_string().starts_with("field `devices`"));
+    }
+
+    #[test]
+    fn micro_batches_out_of_range_name_the_field() {
+        // A shift of 10^9 periods once unrolled the simulator over 4·10^9 periods.
+        let mut s = two_stage();
+        s.periodic = true;
+        s.ops[1] = Op::Run { device: 1, stage: 1, micro: 1_000_000_000, pass: Pass::F };
+        let e = Schedule::from_json(&s.to_json()).unwrap_err().to_string();
+        assert!(e.starts_with("field `ops[1].micro`: micro-batch shift 1000000000 is out of range"), "{e}");
+        assert!(e.contains("-4096..=4096"), "{e}");
+        s.ops[1] = Op::Run { device: 1, stage: 1, micro: i64::MIN, pass: Pass::F };
+        assert!(Schedule::from_json(&s.to_json()).unwrap_err().to_string().starts_with("field `ops[1].micro`"));
+        s.ops[1] = Op::Run { device: 1, stage: 1, micro: -MAX_SHIFT_PERIODS, pass: Pass::F };
+        Schedule::from_json(&s.to_json()).expect("the farthest shift allowed");
+        // A flushed step runs micro-batches 0..k only.
+        let mut s = two_stage();
+        s.ops[0] = Op::Run { device: 0, stage: 0, micro: 1, pass: Pass::F };
+        let e = Schedule::from_json(&s.to_json()).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "field `ops[0].micro`: micro-batch 1 is out of range: a flushed schedule runs 0..=0 (`microbatches` = 1)"
+        );
     }
 }

@@ -185,9 +185,9 @@ pub fn simulate_pipeline(layers: &Layers, schedule: &Schedule, config: &PipeConf
     Ok(run.report(peak))
 }
 
-/// Checks that `schedule` runs each pass once per micro-batch residue and sends each tensor
-/// once, and says which pass each stage's backward uses: `B` (`Some(false)`), or `I` and
-/// `W` (`Some(true)`).
+/// Checks that `schedule`'s micro-batches are in range, that it runs each pass once per
+/// micro-batch residue and sends each tensor once, and says which pass each stage's
+/// backward uses: `B` (`Some(false)`), or `I` and `W` (`Some(true)`).
 fn backward_split(schedule: &Schedule) -> Result<Vec<Option<bool>>, SimError> {
     let n = schedule.stages.len();
     let k = schedule.microbatches.unwrap_or(1).max(1) as i64;
@@ -196,6 +196,12 @@ fn backward_split(schedule: &Schedule) -> Result<Vec<Option<bool>>, SimError> {
     let mut seen = std::collections::HashSet::new();
     let mut sends = std::collections::HashSet::new();
     for (i, op) in schedule.ops.iter().enumerate() {
+        // Before anything is unrolled: the shifts' span sets how many periods are unrolled.
+        if let Op::Run { micro, .. } | Op::Send { micro, .. } = *op {
+            if let Some(why) = schedule.micro_out_of_range(micro) {
+                return Err(invalid(i, why));
+            }
+        }
         match *op {
             Op::Run { stage, micro, pass, .. } => {
                 if stage >= n {
@@ -651,6 +657,28 @@ impl<'a> Run<'a> {
             link_busy: links.values().copied().fold(0.0, f64::max) / per,
             devices_used: used,
             spans,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shift_beyond_the_range_is_refused_before_anything_is_unrolled() {
+        // 10^9 periods of shift once unrolled 4·10^9 periods (and `hi - lo` could overflow).
+        let layers = Layers::from_costs(&[1.0, 1.0]);
+        let stages = vec![PipeStage { first: 0, last: 0, device: 0 }, PipeStage { first: 1, last: 1, device: 1 }];
+        let run = |device, stage, micro, pass| Op::Run { device, stage, micro, pass };
+        let ops = vec![run(0, 0, 0, Pass::F), run(1, 1, 0, Pass::F), run(1, 1, 0, Pass::B), run(0, 0, 0, Pass::B)];
+        let mut s = Schedule::pipeline(2, 1, stages, ops).with_sends().repeated();
+        simulate_pipeline(&layers, &s, &PipeConfig::new(f64::INFINITY, None)).expect("valid as planned");
+        for micro in [1_000_000_000, i64::MIN] {
+            s.ops[0] = run(0, 0, micro, Pass::F);
+            let e = simulate_pipeline(&layers, &s, &PipeConfig::new(f64::INFINITY, None)).unwrap_err();
+            assert!(matches!(e, SimError::InvalidOp { op: 0, .. }), "{e}");
+            assert!(e.to_string().contains(&format!("micro-batch shift {micro} is out of range")), "{e}");
         }
     }
 }
