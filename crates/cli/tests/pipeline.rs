@@ -163,3 +163,49 @@ fn run_executes_a_plan_with_one_devices_losses_within_the_memory() {
     let tight: Vec<&str> = args.iter().map(|a| if *a == "1MiB" { "0.5MiB" } else { a }).collect();
     assert_eq!(pebble(&tight).code, 1);
 }
+
+#[test]
+fn a_shift_of_a_billion_periods_is_bad_input_not_an_abort() {
+    // Once unrolled over 4·10^9 periods: 3 GiB allocated, then an abort.
+    let dir = tempdir("shift");
+    let chain = t1_chain(&dir, [0, 0, 0]);
+    let run = |micro: i64, pass: &str| serde_json::json!({ "op": "run", "device": 0, "stage": 0, "micro": micro, "pass": pass });
+    let schedule = serde_json::json!({
+        "version": 2, "view": "pipeline", "periodic": true, "devices": 1, "microbatches": 1,
+        "stages": [{ "first": 0, "last": 2, "device": 0 }],
+        "ops": [run(1_000_000_000, "F"), run(0, "B")],
+    });
+    let path = dir.join("shifted.json");
+    std::fs::write(&path, schedule.to_string()).unwrap();
+    let out = pebble(&["simulate", "--schedule", path.to_str().unwrap(), "--chain", chain.to_str().unwrap()]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert_eq!(out.stderr.trim_end().lines().count(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("field `ops[0].micro`: micro-batch shift 1000000000 is out of range"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn run_checks_the_same_limits_and_refuses_what_it_cannot_honour() {
+    // Each refused before the model is built or a worker spawned (5000 devices panicked).
+    let gpt = ["--model", "gpt", "--batch", "2", "--seq", "16", "--layers", "3", "--width", "32", "--heads", "4"];
+    for (extra, needle) in [
+        (vec!["--microbatches", "5000"], "--microbatches: 5000 is more than any pipeline uses (at most 4096)"),
+        (vec!["--devices", "5000"], "--devices 5000: at most 1024"),
+        (vec!["--devices", "0"], "--devices: must be at least 1"),
+        (vec!["--bandwidth", "1e9"], "--bandwidth: --run plans on the profile's interconnect"),
+        (vec!["--virtual-stages", "3"], "--virtual-stages: --run plans with 2"),
+        (vec!["--weight-versions", "2"], "--weight-versions: --run keeps one weight version"),
+        (vec!["--time-limit", "5"], "--time-limit: --run gives the ILPs 60 s"),
+    ] {
+        let mut args = vec!["pipeline"];
+        args.extend(gpt);
+        args.extend(["--solver", "1f1b", "--run"]);
+        args.extend(&extra);
+        let out = pebble(&args);
+        assert_eq!(out.code, 2, "{extra:?}: {}", out.stderr);
+        assert!(out.stderr.contains(needle), "{extra:?}: {}", out.stderr);
+    }
+}

@@ -18,6 +18,8 @@ use crate::source::{check_new_file, significant, write_new_file, Source, Subject
 const MAX_MICROBATCHES: usize = 4096;
 /// The most virtual stages per device of interleaved-1f1b.
 const MAX_VIRTUAL_STAGES: usize = 64;
+/// The most devices a pipeline is planned (or run) on.
+const MAX_DEVICES: usize = 1024;
 
 /// A source seen as pipeline layers, with the defaults of the pipeline flags: a model's
 /// profile gives them; a chain or graph file has none (one device, unlimited memory,
@@ -83,39 +85,14 @@ impl PipelineSetup {
     pub fn load(args: &PipelineArgs) -> anyhow::Result<PipelineSetup> {
         let source = PipelineSource::load(&args.source, &args.opts)?;
         let devices = source.devices(args.devices);
-        if devices == 0 {
-            return Err(bad("--devices: must be at least 1"));
-        }
-        if devices > 1024 {
-            return Err(bad(format!("--devices {devices}: at most 1024")));
-        }
+        check_devices(devices)?;
         let (memory, bandwidth) = (source.memory(args.memory), source.bandwidth(args.bandwidth));
         let PipelineSource { layers, label, units, .. } = source;
         Ok(PipelineSetup { layers, devices, memory, bandwidth, label, units })
     }
 
-    /// The problem, with the command's solver options.
+    /// The problem, with the command's solver options (checked by [`check_flags`]).
     pub fn problem(&self, args: &PipelineArgs) -> anyhow::Result<PipeProblem<'_>> {
-        if args.microbatches == Some(0) {
-            return Err(bad("--microbatches: must be at least 1"));
-        }
-        if args.virtual_stages == 0 {
-            return Err(bad("--virtual-stages: must be at least 1"));
-        }
-        if args.weight_versions == Some(0) {
-            return Err(bad("--weight-versions: must be at least 1"));
-        }
-        // A step's schedule lists every micro-batch's ops on every device: beyond these
-        // it no longer fits in memory, and no pipeline runs so many.
-        for (flag, value, most) in [
-            ("--microbatches", args.microbatches, MAX_MICROBATCHES),
-            ("--virtual-stages", Some(args.virtual_stages), MAX_VIRTUAL_STAGES),
-            ("--weight-versions", args.weight_versions.map(|v| v as usize), MAX_MICROBATCHES),
-        ] {
-            if let Some(v) = value.filter(|&v| v > most) {
-                return Err(bad(format!("{flag}: {v} is more than any pipeline uses (at most {most})")));
-            }
-        }
         let mut p = PipeProblem::new(&self.layers, self.devices, self.memory, self.bandwidth);
         p.microbatches = args.microbatches;
         p.virtual_stages = args.virtual_stages;
@@ -130,6 +107,77 @@ impl PipelineSetup {
             Units::Bytes => format!("{} GiB", significant(bytes as f64 / (1u64 << 30) as f64)),
             Units::Plain => bytes.to_string(),
         }
+    }
+}
+
+/// The limits of the flags, checked before anything is loaded, planned or spawned: the one
+/// validation of `pipeline`, with and without `--run`.
+fn check_flags(args: &PipelineArgs) -> anyhow::Result<()> {
+    // `--devices` as given; the profile's count is checked where it is read (`PipelineSetup::load`).
+    if let Some(devices) = args.devices {
+        check_devices(devices)?;
+    }
+    if args.microbatches == Some(0) {
+        return Err(bad("--microbatches: must be at least 1"));
+    }
+    if args.virtual_stages == 0 {
+        return Err(bad("--virtual-stages: must be at least 1"));
+    }
+    if args.weight_versions == Some(0) {
+        return Err(bad("--weight-versions: must be at least 1"));
+    }
+    // A step's schedule lists every micro-batch's ops on every device: beyond these
+    // it no longer fits in memory, and no pipeline runs so many.
+    for (flag, value, most) in [
+        ("--microbatches", args.microbatches, MAX_MICROBATCHES),
+        ("--virtual-stages", Some(args.virtual_stages), MAX_VIRTUAL_STAGES),
+        ("--weight-versions", args.weight_versions.map(|v| v as usize), MAX_MICROBATCHES),
+    ] {
+        if let Some(v) = value.filter(|&v| v > most) {
+            return Err(bad(format!("{flag}: {v} is more than any pipeline uses (at most {most})")));
+        }
+    }
+    if args.run {
+        check_run_flags(args)?;
+    }
+    Ok(())
+}
+
+/// `--devices` (or the profile's count): at least 1, at most [`MAX_DEVICES`].
+fn check_devices(devices: usize) -> anyhow::Result<()> {
+    if devices == 0 {
+        return Err(bad("--devices: must be at least 1"));
+    }
+    if devices > MAX_DEVICES {
+        return Err(bad(format!("--devices {devices}: at most {MAX_DEVICES}")));
+    }
+    Ok(())
+}
+
+/// What `--run` cannot honour: it plans on the profile's interconnect with the solvers'
+/// own settings and one weight version (the step ends with a flush; see
+/// `pebble_train::pipeline`), and draws or exports nothing. A flag asking otherwise is
+/// refused, not ignored.
+fn check_run_flags(args: &PipelineArgs) -> anyhow::Result<()> {
+    if args.gantt.is_some() || args.export.is_some() {
+        return Err(bad("--run: plans and runs one step; draw or export the plan without --run"));
+    }
+    let layers = Layers::from_costs(&[0.0]);
+    let planned = PipeProblem::new(&layers, 1, None, f64::INFINITY);
+    let refused = if args.bandwidth.is_some() {
+        Some("--bandwidth: --run plans on the profile's interconnect and its workers' transfers are not timed".into())
+    } else if args.virtual_stages != planned.virtual_stages {
+        Some(format!("--virtual-stages: --run plans with {} virtual stages per device", planned.virtual_stages))
+    } else if args.weight_versions.is_some_and(|v| v != 1) {
+        Some("--weight-versions: --run keeps one weight version per device (its step ends with a flush)".into())
+    } else if args.time_limit != planned.time_limit {
+        Some(format!("--time-limit: --run gives the ILPs {} s", planned.time_limit))
+    } else {
+        None
+    };
+    match refused {
+        Some(why) => Err(bad(format!("{why}; plan without --run to use it"))),
+        None => Ok(()),
     }
 }
 
@@ -150,6 +198,7 @@ fn ranges(layers: &[usize]) -> String {
 
 pub fn run(args: &PipelineArgs) -> anyhow::Result<ExitCode> {
     let solver = pipe_solver(&args.solver).map_err(|e| bad(format!("--solver: {e}")))?;
+    check_flags(args)?;
     if args.run {
         return run_for_real(args);
     }
@@ -306,18 +355,10 @@ fn run_for_real(args: &PipelineArgs) -> anyhow::Result<ExitCode> {
     let Some(model) = &args.source.model else {
         return Err(bad("--run: runs a zoo model (--model); a chain or graph file has no tensors"));
     };
-    if args.gantt.is_some() || args.export.is_some() {
-        return Err(bad("--run: plans and runs one step; draw or export the plan without --run"));
-    }
     let options = crate::source::model_options(&args.opts)?;
+    // `check_flags` has checked the flags given; these defaults are within its limits.
     let devices = args.devices.unwrap_or(2);
-    if devices == 0 {
-        return Err(bad("--devices: must be at least 1"));
-    }
     let microbatches = args.microbatches.unwrap_or(2 * devices);
-    if microbatches == 0 {
-        return Err(bad("--microbatches: must be at least 1"));
-    }
     let flushed = pebble_solve::pipeline::flush::NAMES.contains(&args.solver.as_str())
         || (args.solver == "1f1b" && args.microbatches.is_some());
     let config = PipelineConfig {
