@@ -229,7 +229,8 @@ pub struct Schedule {
     pub optimal: Option<bool>,
     /// The solver whose plan this one is, where a solver returns another's plan as its
     /// own because the simulator runs it faster (HiRemate keeps Rockmate's or PyTorch's
-    /// min-cut plan so, OffMate Rotor's or a practice baseline's). Absent where the plan
+    /// min-cut plan so, OffMate Rotor's or a practice baseline's, pofo Rotor's or
+    /// offload-dp's, as where its DP's tables are too large). Absent where the plan
     /// is the solver's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_from: Option<String>,

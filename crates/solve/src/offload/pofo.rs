@@ -701,6 +701,10 @@ impl Solver for PofoSolver {
         let chain = problem.chain_for(self.name())?;
         let m = &options.machine;
         let config = options.sim_config();
+        // The DP's own plan, and the special cases' plans saying whose they are
+        // ([`Schedule::kept_from`]): where the DP's tables are too large
+        // (`Slots::Exact` on sizes in bytes) or its plan is slower, pofo returns one of
+        // theirs, never under its own name alone.
         let mut candidates: Vec<Schedule> = Vec::new();
         if let Some(found) = dp(chain, budget, grid(options.slots), m.d2h.bandwidth, m.h2d.bandwidth) {
             if let Ok(s) = transfer_schedule(chain, &found.compute, &found.offloads, budget, &config) {
@@ -708,10 +712,12 @@ impl Solver for PofoSolver {
             }
         }
         if let Ok((_, ops)) = crate::remat::rotor::persistent(chain, budget, options.slots) {
-            candidates.push(Schedule::new(pebble_schedule::View::Chain, ops));
+            let kept_from = Some(crate::remat::rotor::Rotor.name().to_string());
+            candidates.push(Schedule { kept_from, ..Schedule::new(pebble_schedule::View::Chain, ops) });
         }
         if let Ok(s) = super::OffloadDp.solve(problem, budget, options) {
-            candidates.push(s);
+            let kept_from = s.kept_from.clone().or_else(|| Some(super::OffloadDp.name().to_string()));
+            candidates.push(Schedule { kept_from, ..s });
         }
         crate::fastest_within(crate::Problem::Chain(chain), candidates, budget, options)
             .map_err(|_| SolveError::Infeasible { budget, reason: "pofo finds no schedule within the budget".into() })

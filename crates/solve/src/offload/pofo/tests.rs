@@ -442,3 +442,29 @@ fn the_dps_schedule_passes_the_simulator() {
     assert!(checked > 50, "{checked}");
     assert!(total_gap / (checked as f64) < 0.15, "mean gap {}", total_gap / checked as f64);
 }
+
+/// Above 2¹⁵ slots (exact sizes in bytes) the DP's tables do not fit and it finds nothing:
+/// pofo returns a special case's plan saying whose it is (issue 47), and its own plan
+/// (the hand chain at its own scale) says nothing.
+#[test]
+fn a_plan_kept_from_a_special_case_says_whose() {
+    let small = pebble_testkit::hand_chain();
+    let budget = small.static_bytes + 30;
+    let o = opts(4.0, Slots::Exact);
+    assert!(dp(&small, budget, Slots::Exact, 4.0, 4.0).is_some());
+    let own = plan(&PofoSolver, Problem::Chain(&small), budget, &o).expect("a plan");
+    assert_eq!(own.schedule.kept_from, None, "the DP's plan wins on the hand chain");
+    let scale = 10_000;
+    let mut big = small.clone();
+    for v in [&mut big.x, &mut big.xbar, &mut big.ftmp, &mut big.btmp] {
+        v.iter_mut().for_each(|b| *b *= scale);
+    }
+    big.static_bytes *= scale;
+    let budget = budget * scale;
+    assert!(dp(&big, budget, Slots::Exact, 4.0 * scale as f64, 4.0 * scale as f64).is_none(), "over 2^15 slots");
+    let o = opts(4.0 * scale as f64, Slots::Exact);
+    let kept = plan(&PofoSolver, Problem::Chain(&big), budget, &o).expect("a special case's plan");
+    let from = kept.schedule.kept_from.as_deref();
+    assert!(matches!(from, Some("rotor" | "offload-dp")), "{from:?}");
+    assert_eq!(kept.schedule.solver.as_deref(), Some("pofo"));
+}
