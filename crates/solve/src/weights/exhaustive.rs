@@ -3,6 +3,9 @@
 //! with and without reusing host copies, judged by the simulator. The best period found
 //! bounds the optimum from above (among the schedules Algorithm 2 builds); the MILP
 //! bounds it from below, so where the two meet, both are the optimum.
+//!
+//! It schedules with Algorithm 2 itself, so it cannot judge Algorithm 2; the oracle
+//! independent of it is [`super::brute`].
 
 use pebble_graph::Chain;
 use pebble_schedule::Schedule;

@@ -9,6 +9,7 @@
 //! that the selection ([`selection`]), the scheduler and the MILP bound share, with the
 //! digest's fix of the paper's double count as the default ([`Accounting`]).
 
+pub mod brute;
 pub mod exhaustive;
 pub mod schedule;
 pub mod selection;
