@@ -96,7 +96,7 @@ impl Layout {
 
 /// The optimal time and schedule for `chain` within `budget` (chain units), for chains of
 /// at most `max_stages` stages.
-pub(crate) fn brute_force(chain: &Chain, budget: u64, max_stages: usize) -> Result<(f64, Vec<Op>), SolveError> {
+pub fn brute_force(chain: &Chain, budget: u64, max_stages: usize) -> Result<(f64, Vec<Op>), SolveError> {
     let l = chain.len();
     if l > max_stages || l > 28 {
         return Err(SolveError::TooLarge {

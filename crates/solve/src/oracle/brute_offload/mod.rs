@@ -78,7 +78,7 @@
 //! Exact, hence exponential: milliseconds on chains of 2 or 3 stages; on 4 stages up to a
 //! few seconds, and up to a minute where no schedule of Table 2.1 alone fits (offloading
 //! is needed, and the optimum is well above the compute time). [`Search::max_simulations`]
-//! and a limit on the partial compute sequences bound it (`TooLarge`).
+//! and [`Search::max_nodes`] bound it (`TooLarge`).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -98,15 +98,14 @@ mod future;
 mod layout;
 mod scoring;
 mod sequences;
-#[cfg(test)]
-mod tests;
 mod transfers;
 
 /// The largest chain [`brute_offload`] accepts.
 pub const MAX_STAGES: usize = 4;
 
-/// Partial compute sequences the enumeration may hold before it gives up (`TooLarge`).
-const MAX_NODES: usize = 4_000_000;
+/// Partial compute sequences the enumeration may hold before it gives up (`TooLarge`),
+/// unless [`Search::max_nodes`] says fewer.
+pub const MAX_NODES: usize = 4_000_000;
 
 /// What the search did, beside its answer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -146,11 +145,14 @@ pub struct Search {
     pub cuts: bool,
     /// The most schedules and prefixes to simulate before giving up (`TooLarge`).
     pub max_simulations: usize,
+    /// The most partial compute sequences to enumerate before giving up (`TooLarge`);
+    /// at most [`MAX_NODES`].
+    pub max_nodes: usize,
 }
 
 impl Default for Search {
     fn default() -> Self {
-        Search { recompute: true, cuts: true, max_simulations: 50_000_000 }
+        Search { recompute: true, cuts: true, max_simulations: 50_000_000, max_nodes: MAX_NODES }
     }
 }
 
@@ -163,6 +165,7 @@ pub fn brute_offload(chain: &Chain, budget: u64, machine: &Machine) -> Result<(f
 /// [`brute_offload`] as `how` says, with its statistics.
 pub fn search(chain: &Chain, budget: u64, machine: &Machine, how: Search) -> Result<Found, SolveError> {
     let cuts = how.cuts;
+    let max_nodes = how.max_nodes.min(MAX_NODES);
     let l = chain.len();
     if l > MAX_STAGES {
         return Err(SolveError::TooLarge {
@@ -218,10 +221,10 @@ pub fn search(chain: &Chain, budget: u64, machine: &Machine, how: Search) -> Res
         moves.clear();
         ctx.moves(&node, &mut moves);
         for &(op, next, _) in &moves {
-            if arena.len() >= MAX_NODES {
+            if arena.len() >= max_nodes {
                 return Err(SolveError::TooLarge {
                     solver: "brute-offload",
-                    why: format!("more than {MAX_NODES} partial compute sequences"),
+                    why: format!("more than {max_nodes} partial compute sequences"),
                 });
             }
             let next = Node { parent: id, op, ..next };

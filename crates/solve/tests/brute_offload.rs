@@ -1,16 +1,20 @@
-//! Tests of the exhaustive search: it bounds the offloading solvers, equals `brute`
-//! without bandwidth, keeps its optimum without the cuts, and checks its space.
+//! Tests of the exhaustive search (`pebble_solve::oracle::brute_offload`): it bounds the
+//! offloading solvers, equals `brute` without bandwidth, keeps its optimum without the
+//! cuts, and checks its space. The example `brute_offload_everywhere` runs the first and
+//! third checks on every case, unbounded, with this file's code.
 
-use pebble_schedule::Tensor;
+use pebble_graph::Chain;
+use pebble_machine::Machine;
+use pebble_schedule::{Op, Schedule, Tensor, View};
 use pebble_sim::{simulate_chain, SimConfig};
+use pebble_solve::offload::{lower_bound, OffChain};
+use pebble_solve::oracle::brute::brute_force;
+pub use pebble_solve::oracle::brute_offload::Search;
+use pebble_solve::oracle::brute_offload::{brute_offload, in_space, search};
+use pebble_solve::{plan, solver, PlanError, Problem, Slots, SolveError, SolveOptions};
 use pebble_testkit::{random_chain, Rng};
 
-use super::*;
-use crate::offload::{lower_bound, OffChain};
-use crate::oracle::brute::brute_force;
-use crate::{plan, solver, Problem, Slots, SolveOptions};
-
-fn machine(beta: f64) -> Machine {
+pub fn machine(beta: f64) -> Machine {
     Machine::default().with_bandwidth(beta)
 }
 
@@ -31,7 +35,7 @@ fn solve(name: &str, chain: &Chain, budget: u64, beta: f64) -> Option<(f64, Sche
     let options = SolveOptions { slots: Slots::Exact, machine: machine(beta), ..SolveOptions::default() };
     match plan(solver(name).unwrap(), Problem::Chain(chain), budget, &options) {
         Ok(p) => Some((p.report.makespan, p.schedule)),
-        Err(crate::PlanError::Solve(SolveError::Infeasible { .. })) => None,
+        Err(PlanError::Solve(SolveError::Infeasible { .. })) => None,
         Err(e) => panic!("{name} at {budget}: {e}"),
     }
 }
@@ -39,7 +43,7 @@ fn solve(name: &str, chain: &Chain, budget: u64, beta: f64) -> Option<(f64, Sche
 /// `count` random chains of 2, 3, 4, 2, … stages, each at budgets from the least any
 /// offloading schedule needs (each layer alone with its input, (3.8)–(3.9)) to
 /// keep-all's peak: the `k`-th chain, its budget.
-fn instances(seed: u64, count: usize, fractions: &[f64]) -> Vec<(usize, Chain, u64)> {
+pub fn instances(seed: u64, count: usize, fractions: &[f64]) -> Vec<(usize, Chain, u64)> {
     let mut rng = Rng::new(seed);
     let mut out = Vec::new();
     for k in 0..count {
@@ -56,7 +60,7 @@ fn instances(seed: u64, count: usize, fractions: &[f64]) -> Vec<(usize, Chain, u
 
 /// Links slow, medium and fast for these chains: a typical tensor (10 to 35 bytes)
 /// takes 20 to 70, 5 to 18, 1 to 4 time units to move; a stage computes in 1 to 9.
-const BETAS: [f64; 3] = [0.5, 2.0, 8.0];
+pub const BETAS: [f64; 3] = [0.5, 2.0, 8.0];
 
 /// How far above the optimum pofo's simulated makespan may be. No theorem bounds it:
 /// with exact sizes pofo's DP is exact for its own model, but that model is narrower
@@ -78,140 +82,210 @@ const POFO_TOL: f64 = 0.30;
 /// prefetch, so it offloads `a_1` as well, at a slow link.
 const KNOWN_GAPS: &[(usize, u64, f64)] = &[(22, 76, 0.5)];
 
-/// Which instances [`check_solvers`] leaves out.
-#[derive(Clone, Copy, PartialEq)]
-enum Skip {
-    /// None.
-    Nothing,
+/// One instance of [`check_solvers`]: the `k`-th chain, a budget, a link.
+#[derive(Clone)]
+pub struct Case {
+    /// The chain's index in [`instances`].
+    pub k: usize,
+    /// The chain.
+    pub chain: Chain,
+    /// The budget.
+    pub budget: u64,
+    /// The link's bandwidth.
+    pub beta: f64,
+    /// Table 2.1's optimum (`brute`), if a schedule without transfers fits.
+    pub remat: Option<f64>,
+}
+
+impl Case {
     /// 4 stages where no Table 2.1 schedule fits: offloading is needed, the optimum is
-    /// well above the compute time, and the search takes seconds (up to a minute).
-    NeededOffloadingOnFourStages,
+    /// well above the compute time, and the search takes from milliseconds to minutes.
+    pub fn needs_offloading_on_four_stages(&self) -> bool {
+        self.chain.len() == 4 && self.remat.is_none()
+    }
+}
+
+/// [`instances`]`(seed, 30, [0, 0.3, 0.6])` on each of [`BETAS`]: 270 cases for seed 11,
+/// 27 of which [need offloading on four stages](Case::needs_offloading_on_four_stages).
+pub fn cases(seed: u64) -> Vec<Case> {
+    let mut out = Vec::new();
+    for (k, chain, budget) in instances(seed, 30, &[0.0, 0.3, 0.6]) {
+        let remat = brute_force(&chain, budget, 8).ok().map(|r| r.0);
+        for beta in BETAS {
+            out.push(Case { k, chain: chain.clone(), budget, beta, remat });
+        }
+    }
+    out
+}
+
+/// What [`check_solvers`] checked.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Cases brute-offload solved.
+    pub solved: usize,
+    /// Cases it proved infeasible.
+    pub infeasible: usize,
+    /// Cases its limits left out (`TooLarge`).
+    pub too_large: usize,
+    /// Solver schedules compared with its optimum.
+    pub compared: usize,
+    /// pofo's gaps to the optimum (`pofo / optimum − 1`).
+    pub gaps: Vec<f64>,
+    /// Where pofo is further than [`POFO_TOL`] from the optimum: (chain, budget, β).
+    pub over: Vec<(usize, u64, f64)>,
+}
+
+impl Tally {
+    /// pofo's mean gap.
+    pub fn mean_gap(&self) -> f64 {
+        self.gaps.iter().sum::<f64>() / self.gaps.len().max(1) as f64
+    }
 }
 
 /// The optimum of the space is at most what pofo, rotor and offload-dp achieve
 /// (their schedules lie in it), pofo is close to it, and the offloading-only optimum
-/// respects Proposition 3.
+/// respects Proposition 3: on the 243 cases of seed 11 that do not need offloading on
+/// four stages (those are [`brute_offload_where_four_stages_need_offloading`]'s).
 #[test]
 fn brute_offload_bounds_the_offloading_solvers() {
-    check_solvers(11, Skip::NeededOffloadingOnFourStages);
+    let cases: Vec<Case> = cases(11).into_iter().filter(|c| !c.needs_offloading_on_four_stages()).collect();
+    let t = check_solvers(&cases, Search::default());
+    assert!(t.solved > 200 && t.gaps.len() > 200 && t.too_large == 0, "{t:?}");
+    for o in &t.over {
+        assert!(KNOWN_GAPS.contains(o), "pofo further than {POFO_TOL} from the optimum: {o:?}");
+    }
+    assert!(t.mean_gap() < 0.03, "pofo's mean gap {}", t.mean_gap());
 }
 
-/// [`brute_offload_bounds_the_offloading_solvers`] on every instance (a few minutes).
+/// How many of the 27 cases of seed 11 that need offloading on four stages
+/// [`brute_offload_where_four_stages_need_offloading`] draws.
+const FOUR_STAGE_SAMPLE: usize = 8;
+
+/// [`brute_offload_bounds_the_offloading_solvers`]'s checks on the cases it leaves out,
+/// 4 stages where offloading is needed: a sample of [`FOUR_STAGE_SAMPLE`] (8) of the 27,
+/// drawn with seed 47, each search held to 20,000 simulations and 500,000 partial
+/// compute sequences (a bound on work, not on time: the same cases pass or are left out
+/// on every machine; about 2 s in a debug build). At least 6 of the 8 must be solved
+/// within it. The whole 27, unbounded (one of them takes minutes), is the example
+/// `brute_offload_everywhere` (docs/benchmarks.md).
 #[test]
-#[ignore]
-fn brute_offload_bounds_the_offloading_solvers_everywhere() {
-    check_solvers(11, Skip::Nothing);
+fn brute_offload_where_four_stages_need_offloading() {
+    let mut all: Vec<Case> = cases(11).into_iter().filter(Case::needs_offloading_on_four_stages).collect();
+    assert_eq!(all.len(), 27);
+    let mut rng = Rng::new(47);
+    let sample: Vec<Case> = (0..FOUR_STAGE_SAMPLE).map(|_| all.remove(rng.below(all.len() as u64) as usize)).collect();
+    let bounded = Search { max_simulations: 60_000, max_nodes: 500_000, ..Search::default() };
+    let t = check_solvers(&sample, bounded);
+    assert!(t.solved >= 6 && t.solved + t.too_large == FOUR_STAGE_SAMPLE, "{t:?}");
+    assert!(t.compared >= 3 * t.solved, "{t:?}");
+    for o in &t.over {
+        assert!(KNOWN_GAPS.contains(o), "pofo further than {POFO_TOL} from the optimum: {o:?}");
+    }
 }
 
-fn check_solvers(seed: u64, skip: Skip) {
+/// Checks brute-offload (searching as `how` says) against the offloading solvers on
+/// `cases`; panics on a violation, and says what it checked.
+pub fn check_solvers(cases: &[Case], how: Search) -> Tally {
     let start = std::time::Instant::now();
-    let (mut solved, mut compared, mut outside, mut infeasible) = (0, 0, 0, 0);
-    let (mut gaps, mut rotor_gaps, mut below_bound) = (Vec::new(), Vec::new(), 0);
-    let mut over = Vec::new();
-    let mut skipped = 0;
-    for (k, chain, budget) in instances(seed, 30, &[0.0, 0.3, 0.6]) {
-        let remat = brute_force(&chain, budget, 8).ok().map(|r| r.0);
-        if skip == Skip::NeededOffloadingOnFourStages && chain.len() == 4 && remat.is_none() {
-            skipped += BETAS.len();
-            continue;
+    let mut t = Tally::default();
+    let (mut rotor_gaps, mut below_bound) = (Vec::new(), 0);
+    for case in cases {
+        let Case { k, ref chain, budget, beta, remat } = *case;
+        let who = format!("chain {k} ({}) at {budget}, β = {beta}", chain.to_json());
+        let found = match search(chain, budget, &machine(beta), how) {
+            Ok(f) => Some((f.makespan, f.schedule)),
+            Err(SolveError::Infeasible { .. }) => None,
+            Err(SolveError::TooLarge { why, .. }) => {
+                eprintln!("too large ({why}): {who}");
+                t.too_large += 1;
+                continue;
+            }
+            Err(e) => panic!("{e}: {who}"),
+        };
+        if let Some((time, s)) = &found {
+            t.solved += 1;
+            in_space(chain, s).unwrap_or_else(|e| panic!("{e}: {who}"));
+            assert!(close(simulated(chain, budget, beta, s), *time), "{who}");
+            let sum = OffChain::new(chain, budget).unwrap().compute_time();
+            assert!(*time >= sum * (1.0 - 1e-12), "{time} below the compute time {sum}: {who}");
+        } else {
+            t.infeasible += 1;
         }
-        for beta in BETAS {
-            let who = format!("chain {k} ({}) at {budget}, β = {beta}", chain.to_json());
-            let found = match brute_offload(&chain, budget, &machine(beta)) {
-                Ok(f) => Some(f),
-                Err(SolveError::Infeasible { .. }) => None,
-                Err(SolveError::TooLarge { why, .. }) if skip == Skip::Nothing => {
-                    eprintln!("too large ({why}): {who}");
-                    skipped += 1;
-                    continue;
-                }
-                Err(e) => panic!("{e}: {who}"),
-            };
-            if let Some((t, s)) = &found {
-                solved += 1;
-                in_space(&chain, s).unwrap_or_else(|e| panic!("{e}: {who}"));
-                assert!(close(simulated(&chain, budget, beta, s), *t), "{who}");
-                let sum = OffChain::new(&chain, budget).unwrap().compute_time();
-                assert!(*t >= sum * (1.0 - 1e-12), "{t} below the compute time {sum}: {who}");
-            } else {
-                infeasible += 1;
-            }
-            let brute = found.as_ref().map(|f| f.0);
-            // The special cases, and pofo, which takes the best of them and its DP.
-            for name in ["rotor", "offload-greedy", "offload-dp", "pofo"] {
-                let Some((time, schedule)) = solve(name, &chain, budget, beta) else { continue };
-                if let Err(why) = in_space(&chain, &schedule) {
-                    outside += 1;
-                    eprintln!("{name}'s schedule is outside the space ({why}): {who}");
-                    continue;
-                }
-                compared += 1;
-                let b = brute.unwrap_or_else(|| panic!("{name} fits where brute-offload does not: {who}"));
-                assert!(b <= time * (1.0 + 1e-9), "brute-offload {b} > {name} {time}: {who}");
-                if name == "pofo" {
-                    let gap = time / b - 1.0;
-                    gaps.push(gap);
-                    if gap > POFO_TOL {
-                        over.push((k, budget, beta));
-                        eprintln!(
-                            "pofo {time} vs brute-offload {b} (+{:.0}%): {who}\n  pofo  {}\n  brute {}",
-                            100.0 * gap,
-                            schedule.to_notation(),
-                            found.as_ref().unwrap().1.to_notation()
-                        );
-                    }
-                }
-                if let (Some(opt), "rotor") = (remat, name) {
-                    // Persistence alone, without transfers: rotor against Table 2.1's optimum.
-                    rotor_gaps.push(time / opt - 1.0);
+        let brute = found.as_ref().map(|f| f.0);
+        // The special cases, and pofo, which takes the best of them and its DP.
+        for name in ["rotor", "offload-greedy", "offload-dp", "pofo"] {
+            let Some((time, schedule)) = solve(name, chain, budget, beta) else { continue };
+            in_space(chain, &schedule)
+                .unwrap_or_else(|why| panic!("{name}'s schedule is outside the space ({why}): {who}"));
+            t.compared += 1;
+            let b = brute.unwrap_or_else(|| panic!("{name} fits where brute-offload does not: {who}"));
+            assert!(b <= time * (1.0 + 1e-9), "brute-offload {b} > {name} {time}: {who}");
+            if name == "pofo" {
+                let gap = time / b - 1.0;
+                t.gaps.push(gap);
+                if gap > POFO_TOL {
+                    t.over.push((k, budget, beta));
+                    eprintln!(
+                        "pofo {time} vs brute-offload {b} (+{:.0}%): {who}\n  pofo  {}\n  brute {}",
+                        100.0 * gap,
+                        schedule.to_notation(),
+                        found.as_ref().unwrap().1.to_notation()
+                    );
                 }
             }
-            // Offloading alone (keep-all's compute sequence): Proposition 3 bounds it,
-            // and it bounds offload-dp's (whose schedules are keep-all's with offloads).
-            let alone = search(&chain, budget, &machine(beta), Search { recompute: false, ..Search::default() });
-            let bound = lower_bound(&chain, budget, &machine(beta)).unwrap();
-            match alone {
-                Ok(f) => {
-                    assert!(f.makespan >= bound * (1.0 - 1e-12), "{} below Prop. 3's {bound}: {who}", f.makespan);
-                    assert!(brute.is_some_and(|b| b <= f.makespan * (1.0 + 1e-12)), "{who}");
-                    if let Some((dp, _)) = solve("offload-dp", &chain, budget, beta) {
-                        assert!(
-                            f.makespan <= dp * (1.0 + 1e-9),
-                            "offloading alone {} > offload-dp {dp}: {who}",
-                            f.makespan
-                        );
-                    }
-                }
-                Err(SolveError::Infeasible { .. }) => {
-                    assert!(solve("offload-dp", &chain, budget, beta).is_none(), "{who}");
-                }
-                Err(e) => panic!("{e}: {who}"),
+            if let (Some(opt), "rotor") = (remat, name) {
+                // Persistence alone, without transfers: rotor against Table 2.1's optimum.
+                rotor_gaps.push(time / opt - 1.0);
             }
-            if brute.is_some_and(|b| b < bound * (1.0 - 1e-12)) {
-                // Recomputation beats any offloading-only schedule.
-                below_bound += 1;
+        }
+        // Offloading alone (keep-all's compute sequence): Proposition 3 bounds it,
+        // and it bounds offload-dp's (whose schedules are keep-all's with offloads).
+        let alone = search(chain, budget, &machine(beta), Search { recompute: false, ..how });
+        let bound = lower_bound(chain, budget, &machine(beta)).unwrap();
+        match alone {
+            Ok(f) => {
+                assert!(f.makespan >= bound * (1.0 - 1e-12), "{} below Prop. 3's {bound}: {who}", f.makespan);
+                assert!(brute.is_some_and(|b| b <= f.makespan * (1.0 + 1e-12)), "{who}");
+                if let Some((dp, _)) = solve("offload-dp", chain, budget, beta) {
+                    assert!(
+                        f.makespan <= dp * (1.0 + 1e-9),
+                        "offloading alone {} > offload-dp {dp}: {who}",
+                        f.makespan
+                    );
+                }
             }
+            Err(SolveError::Infeasible { .. }) => {
+                assert!(solve("offload-dp", chain, budget, beta).is_none(), "{who}");
+            }
+            Err(e) => panic!("{e}: {who}"),
+        }
+        if brute.is_some_and(|b| b < bound * (1.0 - 1e-12)) {
+            // Recomputation beats any offloading-only schedule.
+            below_bound += 1;
         }
     }
     let stats = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
-        (v.last().copied().unwrap_or(0.0), v.iter().sum::<f64>() / v.len().max(1) as f64, v[v.len() / 2])
+        (
+            v.last().copied().unwrap_or(0.0),
+            v.iter().sum::<f64>() / v.len().max(1) as f64,
+            v.get(v.len() / 2).copied().unwrap_or(0.0),
+        )
     };
-    let (max, mean, median) = stats(&mut gaps);
+    let (max, mean, median) = stats(&mut t.gaps.clone());
     let (rmax, rmean, _) = stats(&mut rotor_gaps);
     eprintln!(
-        "{solved} solved, {infeasible} infeasible, {skipped} skipped; {compared} solver schedules compared, {outside} outside the space; \
-         pofo over {}: gap max {max:.4}, mean {mean:.4}, median {median:.4}; rotor over Table 2.1's optimum: max \
-         {rmax:.4}, mean {rmean:.4}; brute-offload below Prop. 3 (recomputation pays) {below_bound}; {:.1}s",
-        gaps.len(),
+        "{} solved, {} infeasible, {} too large; {} solver schedules compared; pofo over {}: gap max {max:.4}, \
+         mean {mean:.4}, median {median:.4}; rotor over Table 2.1's optimum: max {rmax:.4}, mean {rmean:.4}; \
+         brute-offload below Prop. 3 (recomputation pays) {below_bound}; {:.1}s",
+        t.solved,
+        t.infeasible,
+        t.too_large,
+        t.compared,
+        t.gaps.len(),
         start.elapsed().as_secs_f64()
     );
-    assert!(solved > 200 && gaps.len() > 200 && outside == 0, "{solved} {} {outside}", gaps.len());
-    assert!(skipped < 40, "{skipped} skipped");
-    for o in &over {
-        assert!(KNOWN_GAPS.contains(o), "pofo further than {POFO_TOL} from the optimum: {o:?}");
-    }
-    assert!(mean < 0.03, "pofo's mean gap {mean}");
+    t
 }
 
 /// Without transfers worth making (β → 0), the space's optimum is `brute`'s, Table
@@ -240,7 +314,7 @@ fn without_bandwidth_brute_offload_is_brute() {
 /// candidate whose compute time is below the best simulated), the same optimum, on
 /// `count` chains of 2 and 3 stages; the searches without cuts that simulate more
 /// than `limit` candidates are left out.
-fn check_cuts(seed: u64, count: usize, limit: usize) -> (usize, usize) {
+pub fn check_cuts(seed: u64, count: usize, limit: usize) -> (usize, usize) {
     let (mut compared, mut left_out) = (0, 0);
     let mut rng = Rng::new(seed);
     for k in 0..count {
@@ -267,18 +341,12 @@ fn check_cuts(seed: u64, count: usize, limit: usize) -> (usize, usize) {
     (compared, left_out)
 }
 
+/// On 10 chains (seed 31), searches without cuts of at most 30,000 simulations. More and
+/// larger ones (60 chains, 5,000,000) are the example `brute_offload_everywhere`.
 #[test]
 fn the_cuts_keep_the_optimum() {
     let (compared, left_out) = check_cuts(31, 10, 30_000);
     assert!(compared > 50, "{compared} compared, {left_out} left out");
-}
-
-/// [`the_cuts_keep_the_optimum`] on more and larger searches (several minutes).
-#[test]
-#[ignore]
-fn the_cuts_keep_the_optimum_everywhere() {
-    let (compared, left_out) = check_cuts(9, 60, 5_000_000);
-    eprintln!("{compared} compared, {left_out} left out");
 }
 
 /// A 2-stage chain whose loss needs a lot of temporary memory (the simulator's own
