@@ -1,10 +1,12 @@
 //! Exhaustive searches over allocations, the oracles of the pipeline solvers' tests.
 //!
-//! Both find the best *load-only* period (Shilova §7: the load of the most loaded device
-//! or link), which is the best 1-periodic period whenever memory cannot bind the
-//! schedule: when nothing is stored between forward and backward (every `stored` is 0:
-//! only the weights count, and they do not depend on the schedule), or when memory is
-//! unlimited.
+//! Each finds the best *load-only* period (Shilova §7: the load of the most loaded device
+//! or link) over its class of allocations ([`contiguous`], [`madpipe_class`], [`general`]),
+//! which is the best 1-periodic period whenever memory cannot bind the schedule: when
+//! nothing is stored between forward and backward (every `stored` is 0: only the weights
+//! count, and they do not depend on the schedule), or when memory is unlimited. Whatever
+//! the memory, a schedule that fits runs each task once a period, so its period is never
+//! below [`general`]'s (nor below its own allocation's [`load_period`]).
 //!
 //! The loads, links and memory are counted here on their own, not through the solvers'
 //! [`super::onef1b::load_period`], so that the oracle checks that code rather than
@@ -68,22 +70,52 @@ pub fn contiguous(problem: &PipeProblem<'_>) -> (f64, Vec<usize>) {
 /// allocation. Devices are numbered in order of first use, which visits each
 /// allocation once up to renaming.
 pub fn general(problem: &PipeProblem<'_>) -> (f64, Vec<usize>) {
-    let n = problem.layers.len();
-    let mut best = (f64::INFINITY, Vec::new());
-    let mut device = vec![0usize; n];
-    fn walk(problem: &PipeProblem<'_>, device: &mut Vec<usize>, i: usize, used: usize, best: &mut (f64, Vec<usize>)) {
-        if i == device.len() {
-            let t = load_period(problem, device);
-            if t < best.0 {
-                *best = (t, device.clone());
+    best_where(problem, |_| true)
+}
+
+/// The best load-only period over MadPipe's class of allocations (Shilova §7.1): `P − 1`
+/// devices hold one interval of layers each, one device (the special one) any set; that
+/// is, at most one device holds layers that are not contiguous.
+pub fn madpipe_class(problem: &PipeProblem<'_>) -> (f64, Vec<usize>) {
+    best_where(problem, |device| {
+        // The runs of consecutive layers each device holds: more than one is a split.
+        let mut runs = vec![0usize; problem.devices];
+        for (i, &d) in device.iter().enumerate() {
+            if i == 0 || device[i - 1] != d {
+                runs[d] += 1;
             }
-            return;
         }
-        for d in 0..=used.min(problem.devices - 1) {
-            device[i] = d;
-            walk(problem, device, i + 1, used.max(d + 1), best);
+        runs.iter().filter(|&&r| r > 1).count() <= 1
+    })
+}
+
+/// The best load-only period over the allocations `keep` accepts, and the allocation.
+fn best_where(problem: &PipeProblem<'_>, keep: impl Fn(&[usize]) -> bool) -> (f64, Vec<usize>) {
+    struct Walk<'p, 'a, K> {
+        problem: &'p PipeProblem<'a>,
+        keep: K,
+        device: Vec<usize>,
+        best: (f64, Vec<usize>),
+    }
+    impl<K: Fn(&[usize]) -> bool> Walk<'_, '_, K> {
+        fn walk(&mut self, i: usize, used: usize) {
+            if i == self.device.len() {
+                if (self.keep)(&self.device) {
+                    let t = load_period(self.problem, &self.device);
+                    if t < self.best.0 {
+                        self.best = (t, self.device.clone());
+                    }
+                }
+                return;
+            }
+            for d in 0..=used.min(self.problem.devices - 1) {
+                self.device[i] = d;
+                self.walk(i + 1, used.max(d + 1));
+            }
         }
     }
-    walk(problem, &mut device, 0, 0, &mut best);
-    best
+    let n = problem.layers.len();
+    let mut w = Walk { problem, keep, device: vec![0; n], best: (f64::INFINITY, Vec::new()) };
+    w.walk(0, 0);
+    w.best
 }
