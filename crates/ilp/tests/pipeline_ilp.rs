@@ -166,10 +166,12 @@ fn oracle_matches_exhaustive_search() {
 }
 
 /// With activations stored, 1F1B* on the balanced contiguous partition is one
-/// 1-periodic pattern among those the ILP searches: the ILP's optimum is no slower.
+/// 1-periodic pattern among those the ILP searches: the ILP's optimum is no slower. Of
+/// the 6 cases, at least 5 are compared (1F1B* fits and HiGHS proves optimality; 6 today).
 #[test]
 fn never_slower_than_one_f_one_b_star() {
     let mut rng = Rng::new(0x5eed_0002);
+    let mut compared = 0;
     for case in 0..6 {
         let n = rng.range(2, 4) as usize;
         let devices = rng.range(2, 3) as usize;
@@ -184,8 +186,11 @@ fn never_slower_than_one_f_one_b_star() {
         if ilp(&plan).optimal {
             assert!(ilp(&plan).period <= star * (1.0 + 1e-6), "case {case}: ILP {} > 1F1B* {star}", ilp(&plan).period);
             assert!(period <= star * (1.0 + 1e-6));
+            compared += 1;
         }
     }
+    eprintln!("{compared} of 6 compared");
+    assert!(compared >= 5, "only {compared} of 6 compared");
 }
 
 /// Finite bandwidth: the links are resources too; the ILP's period is the load-only
@@ -259,9 +264,8 @@ fn free_backwards() {
     let p = problem(&l, 3, Some(11));
     let plan = pipeline::solve(&p).unwrap();
     let period = checked(&p, &plan);
-    if let Some((_, star)) = onef1b::best_schedule(&p, &onef1b::balanced_bounds(&p)) {
-        assert!(period <= star * (1.0 + 1e-6), "{period} > 1F1B* {star}");
-    }
+    let (_, star) = onef1b::best_schedule(&p, &onef1b::balanced_bounds(&p)).expect("1F1B* fits");
+    assert!(period <= star * (1.0 + 1e-6), "{period} > 1F1B* {star}");
 }
 
 #[test]

@@ -630,15 +630,20 @@ mod tests {
         assert!(opp >= 20, "opportunist solved only {opp}");
     }
 
-    /// capper(M) is Rotor's schedule for M, offloading nothing.
+    /// capper(M) is Rotor's schedule for M, offloading nothing: on the 30 instances of
+    /// seed 22, every one where Rotor has a schedule, at least 20 of them (25 today).
     #[test]
     fn capper_at_the_budget_is_rotor() {
+        let mut checked = 0;
         for (chain, budget, beta) in instances(22, 30) {
             let Ok((_, ops)) = crate::remat::rotor::persistent(&chain, budget, Slots::Count(500)) else { continue };
             let (s, offloads) = capper_plan(&chain, budget, budget, &options(beta)).unwrap();
             assert!(offloads.is_empty());
             assert_eq!(s.ops, ops);
+            checked += 1;
         }
+        eprintln!("capper(M) = rotor on {checked} instances");
+        assert!(checked >= 20, "only {checked} instances where rotor has a schedule");
     }
 
     /// At M^high Rotor keeps everything, and capper offloads a prefix of `ā_0, ā_1, …`
