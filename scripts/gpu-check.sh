@@ -6,6 +6,14 @@
 #   scripts/gpu-check.sh run [BIN]    # on the GPU machine: `pebble train` under the solvers and
 #                                     # policies of issues 11-13 on GPT-2 small, then `pebble bench`; JSON
 #                                     # to ${OUT:-gpu-out}/ and a summary on stdout
+#   scripts/gpu-check.sh torch [WHEEL] # on the GPU machine: pebble.torch's acceptance models
+#                                     # (GPT-2, ResNet-50, U-Net) under every solver at 40/60/80%
+#                                     # on CUDA (crates/python/bench/gpu_check.py: peak by
+#                                     # torch.cuda.max_memory_allocated), then the head-to-head
+#                                     # benchmark (compile included); WHEEL: the abi3 wheel built
+#                                     # here by `target/py-venv/bin/maturin build --release -m
+#                                     # crates/python/Cargo.toml` (to target/wheels), installed
+#                                     # into /tmp/site beside the machine's own torch
 #   scripts/gpu-check.sh overlap [BIN] # on the GPU machine: the offloading runs on a 4-layer GPT,
 #                                     # each as shipped, without the device sync before a transfer
 #                                     # (PEBBLE_TRANSFER_SYNC=0) and with reads queued on a copy
@@ -25,6 +33,22 @@ build)
     cp "${CARGO_TARGET_DIR:-target}/release/pebble" dist/pebble-cuda
     strip dist/pebble-cuda
     ls -l dist/pebble-cuda
+    ;;
+torch)
+    wheel="${2:-$(ls -t target/wheels/pebble-*abi3*.whl 2>/dev/null | head -1)}"
+    [ -f "$wheel" ] || { echo "gpu-check: no pebble wheel in target/wheels (build one with maturin build --release -m crates/python/Cargo.toml)" >&2; exit 2; }
+    out="${OUT:-gpu-out}"
+    mkdir -p "$out"
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site "$wheel"
+    export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+    command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.csv"
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
+    timeout "${RUN_TIMEOUT:-300}" python3 crates/python/bench/gpu_check.py --device "${DEVICE:-cuda}" \
+        --out "$out/torch-acceptance.json" 2>"$out/torch-acceptance.err" | tee "$out/torch-acceptance.txt" || true
+    for model in gpt2 resnet50; do
+        timeout "${RUN_TIMEOUT:-300}" python3 crates/python/bench/head_to_head.py --model "$model" --device "${DEVICE:-cuda}" \
+            --out "$out/head_to_head_${model}.json" 2>"$out/head_to_head_${model}.err" | tail -30 || true
+    done
     ;;
 run | overlap)
     bin="${2:-dist/pebble-cuda}"

@@ -104,7 +104,9 @@ pub struct PipelineArgs {
     /// Also run one step of the plan for real on the CPU (a zoo model only): one worker
     /// thread per device, each capped at --memory, over --microbatches micro-batches (default
     /// 2P), beside the same micro-batches on one device; reports the losses and gradients
-    /// against one device's and each worker's measured peak.
+    /// against one device's and each worker's measured peak. It plans as it runs: it
+    /// refuses --bandwidth, and --virtual-stages, --weight-versions and --time-limit other
+    /// than its own (2, 1 and 60 s).
     #[arg(long)]
     pub run: bool,
     /// Print JSON instead of a summary.

@@ -23,6 +23,8 @@ pub enum Retention {
     /// but what the chain keeps), and `F_all` keeps everything its block's forward makes,
     /// read by a backward or not, until its `ā` is freed: a chain plan expanded to graph
     /// ops stage by stage, the frees after each chain step (pebble.torch's `chain.py`).
+    /// The step's inputs, which the caller holds (no plan can release them), stay out of
+    /// `x`, in `static_bytes`: a chain plan cannot count on offloading or freeing `a_0`.
     Step,
 }
 
@@ -144,13 +146,14 @@ impl Uses {
     }
 }
 
-/// `x` (the activations crossing each cut, inputs of the first block included; other
-/// inputs go to `static_bytes`) and `xbar` (what each block saves for its backward, or
+/// `x` (the activations crossing each cut, inputs of the first block included but with
+/// [`Retention::Step`]; other inputs go to `static_bytes`) and `xbar` (what each block saves for its backward, or
 /// with [`Retention::Step`] all it makes, plus `x`).
 fn activation_sizes(g: &TrainingGraph, uses: &Uses, l: usize, retention: Retention, chain: &mut Chain) {
     let Uses { made_in, first_fwd_use, last_fwd_use, read_by_backward, .. } = uses;
     for (d, node) in g.data.iter().enumerate() {
         match node.kind {
+            DataKind::Input if retention == Retention::Step => chain.static_bytes += node.size,
             DataKind::Input => {
                 if first_fwd_use[d] == Some(0) {
                     // An input of the first block crosses every cut up to its last reader.

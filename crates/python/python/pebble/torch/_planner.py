@@ -99,6 +99,19 @@ def program(graph: dict[str, Any], schedule: dict[str, Any]) -> list[dict[str, A
     return [s["action"] for s in steps]
 
 
+def timeline(graph: dict[str, Any], schedule: dict[str, Any], budget: int, *,
+             profile: str | None = None) -> list[dict[str, Any]]:
+    """When the simulator runs each op of a graph schedule within `budget` (its spans:
+    {"lane", "op", "start", "end"}), on the machine the plan was made for."""
+    opts: dict[str, Any] = {"timeline": True, "budget": budget}
+    if profile is not None:
+        opts["profile"] = profile
+    try:
+        return list(pebble.simulate({"graph": graph}, schedule, opts)["spans"])
+    except ValueError as e:
+        raise PlanError(f"the simulator rejects the plan: {e}") from e
+
+
 def _too_small(solver: str, budget: int, least: int | None) -> str:
     if least is None:
         return f"no plan of `{solver}` fits in {budget} bytes, nor in any budget"

@@ -379,20 +379,29 @@ class _Data:
 
 
 def _tmp(j: _Joint, nodes: list[fx.Node], kept: set[fx.Node]) -> int:
-    """The most bytes of a compute node's own temporaries alive at once."""
+    """A compute node's temporary bytes as the simulator counts them: beside all its outputs,
+    allocated at its start. So the most bytes alive at once (its own temporaries, and the
+    outputs made so far) less the outputs' bytes: an output made last, beside temporaries
+    already gone, costs no temporary memory."""
     live: dict[int, list[int]] = {}
+    made: dict[int, int] = {}  # output class -> the index that makes it
     for i, after in enumerate(drops(nodes, kept)):
         c = j.cls.get(nodes[i])
-        if c is not None and j.roots[c] is nodes[i] and nodes[i] not in kept:
-            live.setdefault(c, [i, i])
+        if c is not None and j.roots[c] is nodes[i]:
+            if nodes[i] in kept:
+                made.setdefault(c, i)
+            else:
+                live.setdefault(c, [i, i])
         for n in after:
             c = j.cls.get(n)
             if c in live:
                 live[c][1] = max(live[c][1], i)
+    outputs = sum(j.nbytes(c) for c in made)
     peak = 0
     for i in range(len(nodes)):
-        peak = max(peak, sum(j.nbytes(c) for c, (a, b) in live.items() if a <= i <= b))
-    return peak
+        alive = sum(j.nbytes(c) for c, (a, b) in live.items() if a <= i <= b)
+        peak = max(peak, alive + sum(j.nbytes(c) for c, a in made.items() if a <= i))
+    return max(peak - outputs, 0)
 
 
 def _op_name(n: fx.Node) -> str:

@@ -9,7 +9,9 @@ place. The graph's chain view (`_core.to_chain`) gives each compute node a stage
 * the loss is the loss node; `B_i` runs stage `i`'s backward nodes, then frees the
   gradients they made that no other stage reads;
 * a chain tensor freed, offloaded or prefetched by the lowered step is each of its data
-  nodes that no other resident chain tensor holds (`Activation(i)` lies inside `Saved(i)`).
+  nodes that no other resident chain tensor holds (`Activation(i)` lies inside `Saved(i)`);
+  the model's inputs are none (the caller holds them: the chain view counts them as
+  resident, `Retention::Step`), so moving `a_0` moves nothing.
 
 The expanded ops are a graph schedule, lowered by the core like any other (which checks
 that every read is resident), and run by the graph executor.
@@ -103,9 +105,6 @@ def expand(cap: Captured, stages: list[int], program: dict[str, Any]) -> list[di
             t = ids[int(a["tensor"])]
             if act == "free":
                 release(t)
-            elif act == "offload" and t == ("activation", 0):
-                raise PlanError("the chain plan offloads the model's input a_0, which the caller still holds "
-                                "(its memory cannot be released)")
             elif act == "offload":  # the device copy stays readable until step `hold_until` ends
                 held.discard(t)
                 later.setdefault(a.get("hold_until") or n, []).append(t)

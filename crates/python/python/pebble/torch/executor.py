@@ -37,6 +37,7 @@ import torch
 import torch.fx as fx
 
 from ._fx import drops, run_node
+from ._links import CpuLinks, CudaLinks, Held, Timing, links_for
 from .errors import PlanError
 
 if TYPE_CHECKING:
@@ -46,14 +47,24 @@ if TYPE_CHECKING:
 class Program:
     """A lowered program bound to a captured graph: what each step touches."""
 
-    def __init__(self, cap: Captured, steps: list[dict[str, Any]]) -> None:
+    def __init__(self, cap: Captured, steps: list[dict[str, Any]], spans: list[dict[str, Any]] | None = None) -> None:
+        """`spans`: the simulator's timeline of these steps, which orders the transfers
+        against the compute (`_links`); without it each transfer ends before the next
+        compute step."""
         self.cap, self.steps = cap, steps
+        self.timing = Timing.of(steps, spans) if spans is not None else Timing.in_order(steps)
+        self._links: dict[torch.device, CpuLinks | CudaLinks] = {}
         losses = [k for k, s in enumerate(steps) if s["action"] == "compute" and s["node"] == cap.loss]
         if len(losses) != 1:
             raise PlanError(f"the program runs the loss {len(losses)} times")
         self.loss_at = losses[0]
         self.param_of = cap.param_grads
         self._drops: dict[tuple[int, bool], list[list[fx.Node]]] = {}
+
+    def links(self, device: torch.device) -> CpuLinks | CudaLinks:
+        if device not in self._links:
+            self._links[device] = links_for(device)
+        return self._links[device]
 
     def drops(self, node: int, no_grad: bool) -> list[list[fx.Node]]:
         key = (node, no_grad)
@@ -76,7 +87,12 @@ class Run:
         self.p, self.cap = program, program.cap
         self.params, self.fresh = params, fresh
         self.env: dict[fx.Node, Any] = {}
-        self.host: dict[int, Any] = {}
+        self.timing = program.timing
+        self.k = 0  # the step running
+        self.host: dict[int, tuple[Held, torch.Size, tuple[int, ...], torch.dtype, torch.device]] = {}
+        self.gated: dict[int, list[tuple[int, int]]] = {}  # gate step -> (prefetch step, data)
+        self.inflight: dict[int, tuple[int, Held, torch.device]] = {}  # prefetch step -> (data, copy)
+        self.outbound: dict[int, tuple[Held, torch.device]] = {}  # offload step -> copy, not waited for
         self.pending = {node: name for node, name in program.cap.mutations}  # buffers not updated yet
 
     def forward(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -101,8 +117,8 @@ class Run:
         for t, k in zip(cap.tangents, cap.tangent_of):
             g = grads[k]
             env[t] = g.contiguous() if g is not None else torch.zeros_like(env[cap.outputs[k]])
-        self._compute(cap.loss, False)
-        self._steps(self.p.loss_at + 1, len(self.p.steps))
+        self._steps(self.p.loss_at, len(self.p.steps))  # the loss step first
+        self._drain()
         env.clear()
         self.host.clear()
         for name in self.cap.param_grads.values():  # reserved, never produced: zero, not garbage
@@ -118,9 +134,12 @@ class Run:
                 self.fresh[p] = True
 
     def _steps(self, start: int, end: int) -> None:
-        for s in self.p.steps[start:end]:
+        for self.k in range(start, end):
+            s = self.p.steps[self.k]
             act = s["action"]
             if act == "compute":
+                if self.timing.waits or self.gated or self.inflight:
+                    self._before_compute(self.k, s["node"])
                 self._compute(s["node"], bool(s.get("no_grad", False)))
             elif act == "free":
                 self._free(s["data"])
@@ -172,27 +191,34 @@ class Run:
             self.env.pop(m, None)
 
     def _offload(self, d: int) -> None:
-        root = self.cap.members[d][0]
-        t = self.env[root]
-        if t.device.type == "cpu":
-            # The host copy lives outside torch's allocator (a NumPy buffer), as host memory
-            # is outside the device's: a CPU run then measures device memory alone.
-            raw = t.detach().contiguous().view(-1).view(torch.uint8).numpy().copy()
-            self.host[d] = (raw, t.dtype, t.shape, t.stride())
-        else:
-            self.host[d] = t.to("cpu", copy=True)
+        t = self.env[self.cap.members[d][0]]
+        held = self.p.links(t.device).offload(t, self.timing.durations.get(self.k, 0.0))
+        self.host[d] = (held, t.shape, t.stride(), t.dtype, t.device)
+        self.outbound[self.k] = (held, t.device)
+        del t
         self._free(d)
 
     def _prefetch(self, d: int) -> None:
+        """Starts the copy back at its gate (now, or at a later step: see `_links`)."""
+        gate = self.timing.gates.get(self.k, self.k)
+        if gate <= self.k:
+            self._start_prefetch(self.k, d)
+        else:
+            self.gated.setdefault(gate, []).append((self.k, d))
+
+    def _start_prefetch(self, k: int, d: int) -> None:
+        host, shape, stride, dtype, device = self.host.pop(d)
+        host.source = None  # the simulator starts a prefetch after the offload's end
+        into = torch.empty_strided(shape, stride, dtype=dtype, device=device)
+        held = self.p.links(device).prefetch(host, into, self.timing.durations.get(k, 0.0))
+        self.inflight[k] = (d, held, device)
+
+    def _arrive(self, k: int) -> None:
+        """Prefetch step `k` has ended: its storage, and the views of it, are resident."""
+        d, held, device = self.inflight.pop(k)
         members = self.cap.members[d]
         root = members[0]
-        held = self.host.pop(d)
-        if isinstance(held, tuple):
-            raw, dtype, shape, stride = held  # back with its strides: its views expect them
-            back = torch.empty_strided(shape, stride, dtype=dtype)
-            self.env[root] = back.copy_(torch.from_numpy(raw).view(dtype).view(shape))
-        else:
-            self.env[root] = held.to(root.meta["val"].device, copy=True)
+        self.env[root] = self.p.links(device).wait(held)
         wanted = set(members)
         made: list[fx.Node] = []
         source = {root}
@@ -206,6 +232,41 @@ class Run:
         for n in made:  # (only what this prefetch made: the group's other outputs stay)
             if n not in wanted:
                 self.env.pop(n, None)
+
+    def _before_compute(self, k: int, node: int) -> None:
+        """Starts the prefetches gated at step `k`; waits for the transfers the simulator
+        ends before it, and for any prefetch of what it reads."""
+        for pk, d in self.gated.pop(k, []):
+            self._start_prefetch(pk, d)
+        for t in self.timing.waits.get(k, []):
+            if t in self.inflight:
+                self._arrive(t)
+            elif t in self.outbound:
+                held, device = self.outbound.pop(t)
+                self.p.links(device).wait(held)
+        reads = set(self.cap.graph["compute"][node]["inputs"])
+        for gate, moves in list(self.gated.items()):  # (the timeline's rounding aside: none)
+            for pk, d in [m for m in moves if m[1] in reads]:
+                moves.remove((pk, d))
+                self._start_prefetch(pk, d)
+            if not moves:
+                del self.gated[gate]
+        for t in [t for t, (d, _, _) in self.inflight.items() if d in reads]:
+            self._arrive(t)
+
+    def _drain(self) -> None:
+        """Every transfer of the step has ended (errors raised here)."""
+        for moves in self.gated.values():
+            for pk, d in moves:
+                self._start_prefetch(pk, d)
+        self.gated.clear()
+        for k in list(self.inflight):
+            self._arrive(k)
+        for held, device in self.outbound.values():
+            self.p.links(device).wait(held)
+            if held.event is not None:
+                held.event.synchronize()
+        self.outbound.clear()
 
     def _producer_nodes(self, d: int) -> list[fx.Node]:
         root = self.cap.members[d][0]

@@ -78,7 +78,8 @@ def wrap(model: torch.nn.Module, args: tuple[Any, ...], *, budget: str | int | N
     schedule = plan.schedule
     if plan.view == "chain":  # rotor, pofo, offload-dp: expanded to the graph's ops
         schedule = chain.graph_schedule(cap, schedule)
-    program = Program(cap, _planner.program(cap.graph, schedule))
+    spans = _planner.timeline(cap.graph, schedule, total, profile=profile)
+    program = Program(cap, _planner.program(cap.graph, schedule), spans)
     report = {"solver": plan.winner, "asked": plan.solver, "budget_bytes": total,
               "predicted_peak_bytes": plan.peak_bytes, "predicted_time": plan.makespan,
               "candidates": [_candidate(c) for c in plan.candidates], "solve_seconds": plan.solve_seconds,
