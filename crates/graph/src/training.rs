@@ -103,9 +103,23 @@ pub struct TrainingGraph {
     pub compute: Vec<ComputeNode>,
     /// Data nodes.
     pub data: Vec<DataNode>,
+    /// Parameter gradients are made by their backward nodes, as PyTorch's autograd makes
+    /// `.grad` (the first producer creates one, the others add to it), instead of being
+    /// resident from the step's start (pebble's executor on Burn, which keeps them
+    /// allocated). Either way they are never freed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub param_grads_from_backward: bool,
 }
 
 impl TrainingGraph {
+    /// Whether data node `d` is resident from the step's start whatever a schedule does:
+    /// the inputs and the static data (parameter gradients unless made by the backward).
+    pub fn resident_from_start(&self, d: usize) -> bool {
+        let kind = self.data[d].kind;
+        kind == DataKind::Input
+            || kind.is_static() && !(kind == DataKind::ParamGrad && self.param_grads_from_backward)
+    }
+
     /// For each data node, the compute nodes that produce it.
     pub fn producers(&self) -> Vec<Vec<ComputeId>> {
         let mut p = vec![Vec::new(); self.data.len()];
@@ -138,10 +152,12 @@ impl TrainingGraph {
         self.data.iter().filter(|d| d.kind.is_static()).map(|d| d.size).sum()
     }
 
-    /// Bytes resident from the step's start to its end whatever a schedule does: the
-    /// step's inputs and the static data (what no policy can release).
+    /// Bytes resident from the step's start whatever a schedule does: the step's inputs
+    /// and the static data (what no policy can release), but for parameter gradients made
+    /// by the backward, which come later (a solver that plans on this figure checks its
+    /// plans in the simulator, which counts them from then on).
     pub fn fixed_bytes(&self) -> u64 {
-        self.data.iter().filter(|d| d.kind.is_static() || d.kind == DataKind::Input).map(|d| d.size).sum()
+        (0..self.data.len()).filter(|&d| self.resident_from_start(d)).map(|d| self.data[d].size).sum()
     }
 
     /// Bytes of parameters alone.

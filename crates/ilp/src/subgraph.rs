@@ -147,7 +147,12 @@ impl SubGraph {
                 g.data[d].kind == DataKind::Gradient && made_inside(d) && read_outside(d)
             })
             .collect();
-        let graph = TrainingGraph { name: g.name.clone(), compute, data: nodes_data };
+        let graph = TrainingGraph {
+            name: g.name.clone(),
+            compute,
+            data: nodes_data,
+            param_grads_from_backward: g.param_grads_from_backward,
+        };
         graph.validate().map_err(|e| IlpError::InvalidGraph(format!("a piece of the graph: {e}")))?;
         Ok(SubGraph { graph, compute: map, data, inputs, outputs, grads_in, grads_out, loss })
     }

@@ -1,6 +1,6 @@
 //! The `options` argument: what the CLI's `--profile`, `--time-limit`, `--slots` and
-//! `--bandwidth` give `pebble plan` (see the CLI's `cmd::solve_options`), as one JSON
-//! object. Every field is optional; an unknown one is an error naming it.
+//! `--bandwidth` give `pebble plan` (see the CLI's `cmd::solve_options`), and a link
+//! `latency` (pebble.torch's measured links), as one JSON object. Every field is optional; an unknown one is an error naming it.
 
 use pebble_machine::{Machine, Profile, ProfileError};
 use pebble_solve::{Slots, SolveOptions};
@@ -23,6 +23,8 @@ struct Raw {
     slots: Option<Value>,
     /// Host↔device bandwidth, bytes per second, both directions.
     bandwidth: Option<f64>,
+    /// Host↔device latency, seconds, both directions (a transfer's fixed cost).
+    latency: Option<f64>,
     /// `auto`'s candidates.
     solvers: Option<Vec<String>>,
     /// `simulate`'s budget, bytes.
@@ -107,6 +109,15 @@ pub fn parse(text: &str, call: Call) -> Result<Options> {
         }
         None => machine,
     };
+    let machine = match raw.latency {
+        Some(l) if l.is_finite() && l >= 0.0 => Machine {
+            d2h: pebble_machine::Link { latency: l, ..machine.d2h },
+            h2d: pebble_machine::Link { latency: l, ..machine.h2d },
+            ..machine
+        },
+        Some(l) => return Err(ApiError::bad(format!("options.latency: {l} is not a number of seconds (0 or more)"))),
+        None => machine,
+    };
     if let Some(t) = raw.time_limit {
         if !(t.is_finite() && t > 0.0) {
             return Err(ApiError::bad(format!("options.time_limit: {t} is not a positive number of seconds")));
@@ -153,6 +164,8 @@ mod tests {
         assert_eq!(o.solve.machine, Machine::default());
         assert_eq!(o.solve.slots, Slots::Count(500));
         assert_eq!(parse(r#"{"slots": 40}"#, Call::Plan).unwrap().solve.slots, Slots::Count(40));
+        let m = parse(r#"{"bandwidth": 4e9, "latency": 2e-5}"#, Call::Simulate).unwrap().solve.machine;
+        assert_eq!((m.d2h.bandwidth, m.d2h.latency, m.h2d.bandwidth, m.h2d.latency), (4e9, 2e-5, 4e9, 2e-5));
     }
 
     #[test]
@@ -162,6 +175,7 @@ mod tests {
         assert!(e(r#"{"slots": 0}"#, Call::Plan).starts_with("options.slots"));
         assert!(e(r#"{"time_limit": -1}"#, Call::Plan).starts_with("options.time_limit"));
         assert!(e(r#"{"budget": 5}"#, Call::Plan).starts_with("options.budget"));
+        assert!(e(r#"{"latency": -1}"#, Call::Plan).starts_with("options.latency"));
         let m = e(r#"{"profile": "v10"}"#, Call::Plan);
         assert!(m.starts_with("profile:") && m.contains("v100"), "{m}");
         let m = e(r#"{"machine": {"device_memory": "x"}}"#, Call::Simulate);

@@ -137,12 +137,12 @@ def test_auto_reports_its_candidates(captured: Any) -> None:
     """`solver="auto"`: the report names the winner, and each candidate's predicted time
     and peak, or why it has none; the winner is the fastest candidate with a plan."""
     model, args, cap = captured("mlp4")
-    report = pt.wrap(model, args, activation_budget="60%", solver="auto", captured=cap, time_limit=3.0).report
+    report = pt.wrap(model, args, activation_budget="80%", solver="auto", captured=cap, time_limit=3.0).report
     cands = report["candidates"]
     planned = [c for c in cands if c["error"] is None]
     assert report["asked"] == "auto" and planned
-    assert report["solver"] in {c["solver"] for c in planned}
-    assert report["predicted_time"] <= min(c["predicted_time"] for c in planned) * (1 + 1e-12)
+    winner = next(c for c in planned if c["solver"] == report["solver"])
+    assert winner["predicted_time"] <= min(c["predicted_time"] for c in planned) * (1 + 1e-12)
     assert all(c["predicted_peak_bytes"] <= report["budget_bytes"] for c in planned)
     assert all(c["predicted_time"] is None and c["error"] for c in cands if c not in planned)
 

@@ -18,7 +18,7 @@ pub(crate) fn simulate(graph: &TrainingGraph, schedule: &Schedule, config: &SimC
     let specs = graph.data.iter().enumerate().map(|(d, node)| TensorSpec {
         name: Tensor::Data(d),
         size: node.size,
-        resident: lower::fixed(node.kind),
+        resident: lower::fixed(graph, d),
         host: false,
     });
     let mut eng = Engine::new(ops, config, 0, specs);

@@ -783,6 +783,7 @@ fn graph() -> TrainingGraph {
             c("b2", Backward, 4.0, 3, vec![8, 5, 2], vec![9, 4]),
             c("b1", Backward, 5.0, 2, vec![9, 6, 0, 1], vec![3]),
         ],
+        param_grads_from_backward: false,
     };
     g.validate().unwrap();
     g
@@ -828,6 +829,24 @@ fn graph_store_all_by_hand() {
         grun("C0 C1 C2 f7 C3 f8 f5 C4", &budget(30)).unwrap_err(),
         SimError::BudgetExceeded { op: 4, text: "C3".into(), time: 6.0, bytes: 31, budget: 30 }
     );
+}
+
+#[test]
+fn graph_param_grads_made_by_the_backward() {
+    // base: x 2 + W1 3 + W2 3 = 8 (gW1, gW2 not yet made).
+    // C0 [0,1]: 8 + h 4 + s1 5 + 1 = 18 -> 17.   C1 [1,3]: 17 + y 1 + 2 = 20 -> 18.
+    // C2 [3,6]: 18 + dy 1 + dh 4 = 23.            free y at 6 -> 22.
+    // C3 [6,10]: dh accumulates, gW2 made: 22 + 3 + 3 = 28 -> 25.   free dy, h -> 20.
+    // C4 [10,15]: gW1 made: 20 + 3 + 2 = 25 -> 23. free dh, s1, x -> 12 (as resident ones).
+    let mut g = graph();
+    g.param_grads_from_backward = true;
+    let sched = gsched("C0 C1 C2 f7 C3 f8 f5 C4 f9 f6 f0");
+    let r = simulate_graph(&g, &sched, &SimConfig { timeline: true, ..cfg() }).unwrap();
+    assert_eq!(r.peak_bytes, 28);
+    assert_eq!(r.timeline.last(), Some(&MemoryPoint { time: 15.0, bytes: 12 }));
+    // Never freed, even so.
+    let freed = simulate_graph(&g, &gsched("C0 C1 C2 f7 C3 f4"), &cfg()).unwrap_err();
+    assert!(matches!(freed, SimError::InvalidOp { op: 5, .. }), "{freed:?}");
 }
 
 #[test]

@@ -42,7 +42,12 @@ pub struct GraphBuilder {
 impl GraphBuilder {
     /// An empty graph called `name`.
     pub fn new(name: &str) -> GraphBuilder {
-        GraphBuilder { graph: TrainingGraph { name: Some(name.into()), data: Vec::new(), compute: Vec::new() } }
+        GraphBuilder { graph: TrainingGraph {
+                name: Some(name.into()),
+                data: Vec::new(),
+                compute: Vec::new(),
+                param_grads_from_backward: false,
+            } }
     }
 
     /// Adds a data node.
@@ -178,7 +183,7 @@ pub fn chain_graph(l: usize, input_grad: bool) -> TrainingGraph {
         let t = 2.0 + (i % 2) as f64;
         c.push(node(&format!("b{i}"), ComputeKind::Backward, t, 1, [g[i], a[i - 1], s[i], w[i]], outputs));
     }
-    let graph = TrainingGraph { name: Some(format!("chain-{l}")), compute: c, data: d };
+    let graph = TrainingGraph { name: Some(format!("chain-{l}")), compute: c, data: d, param_grads_from_backward: false };
     graph.validate().expect("a valid chain graph");
     graph
 }
@@ -213,7 +218,7 @@ pub fn residual_graph() -> TrainingGraph {
         node("f2.bwd", Backward, 2.0, 1, [12, 5, 7, 3], [11, 4]),
         node("f1.bwd", Backward, 3.0, 1, [11, 0, 1], [2]),
     ];
-    let g = TrainingGraph { name: Some("residual".into()), compute: c, data: d };
+    let g = TrainingGraph { name: Some("residual".into()), compute: c, data: d, param_grads_from_backward: false };
     g.validate().expect("a valid residual graph");
     g
 }

@@ -587,7 +587,12 @@ impl<'a> Lowering<'a> {
     /// The graph and its index.
     fn finish(mut self) -> (TrainingGraph, GraphIndex) {
         self.index.data = self.data.len();
-        let graph = TrainingGraph { name: Some(self.net.name.clone()), compute: self.compute, data: self.data };
+        let graph = TrainingGraph {
+            name: Some(self.net.name.clone()),
+            compute: self.compute,
+            data: self.data,
+            param_grads_from_backward: false,
+        };
         (graph, self.index)
     }
 }

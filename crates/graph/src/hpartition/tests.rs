@@ -85,7 +85,7 @@ fn graph_from_dag(preds: &[Vec<usize>], sizes: &[u64], ops: &[&str]) -> Training
         let outputs = preds[i].iter().map(|&u| grad(u)).collect();
         compute.push(node(format!("b{i}"), ComputeKind::Backward, inputs, outputs, Some(ops[i]), Some(i)));
     }
-    let g = TrainingGraph { name: None, compute, data };
+    let g = TrainingGraph { name: None, compute, data, param_grads_from_backward: false };
     g.validate().expect("test graphs are valid");
     g
 }

@@ -1,7 +1,10 @@
 //! The one meaning of a graph schedule (Zhao's thesis, §1.3, on a [`TrainingGraph`]).
 //!
 //! `Tensor::Data(d)` names data node `d`. Inputs and static nodes (parameters, their
-//! gradients, optimizer states) are resident from the start.
+//! gradients, optimizer states) are resident from the start
+//! ([`TrainingGraph::resident_from_start`]), but for parameter gradients that the graph
+//! has made by the backward (`param_grads_from_backward`), which are gradients like any
+//! other except that no schedule frees them.
 //!
 //! * `Compute { node, no_grad }` reads every input, which must be whole on the device and
 //!   complete (a multi-producer gradient is complete once all its producers have run since
@@ -90,9 +93,9 @@ pub struct GraphProgram {
     pub refused: Option<(usize, Refusal)>,
 }
 
-/// Inputs and static nodes: resident from the start, never created or freed.
-pub fn fixed(kind: DataKind) -> bool {
-    kind == DataKind::Input || kind.is_static()
+/// Data node `d` of `graph` is resident from the start, never created or freed.
+pub fn fixed(graph: &TrainingGraph, d: usize) -> bool {
+    graph.resident_from_start(d)
 }
 
 /// Lowers a graph schedule's `ops` on `graph`.
@@ -105,9 +108,9 @@ pub fn lower_graph(graph: &TrainingGraph, ops: &[Op]) -> GraphProgram {
         }
     }
     let mut at = vec![Where::default(); nd];
-    for (d, node) in graph.data.iter().enumerate() {
-        if fixed(node.kind) {
-            at[d].created();
+    for (d, at) in at.iter_mut().enumerate() {
+        if fixed(graph, d) {
+            at.created();
         }
     }
     let mut low = GraphLowering { graph, nprod, count: vec![0; nd], ran: vec![false; graph.compute.len()], at };
@@ -232,7 +235,7 @@ impl GraphLowering<'_> {
     fn compute(&mut self, s: &mut GraphStep, node: usize, no_grad: bool) -> Option<Fault> {
         let (graph, c) = (self.graph, &self.graph.compute[node]);
         for &d in &c.inputs {
-            let complete = fixed(graph.data[d].kind) || self.count[d] >= self.nprod[d];
+            let complete = fixed(graph, d) || self.count[d] >= self.nprod[d];
             if !self.at[d].intact || !complete {
                 return Some(Fault::Missing(d));
             }
@@ -244,7 +247,7 @@ impl GraphLowering<'_> {
                 continue;
             }
             let (at, count, nprod) = (self.at[d], self.count[d], self.nprod[d]);
-            if kind.is_static() {
+            if fixed(graph, d) {
                 // Accumulates into a pre-allocated parameter gradient.
                 if !at.intact {
                     return Some(Fault::Missing(d));

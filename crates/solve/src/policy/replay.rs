@@ -31,10 +31,6 @@ use pebble_schedule::{Op, Schedule, Tensor, View};
 use super::{pick, Candidate, Neighbourhood, Policy, Release};
 use crate::SolveError;
 
-fn fixed(kind: DataKind) -> bool {
-    kind == DataKind::Input || kind.is_static()
-}
-
 fn releasable(kind: DataKind) -> bool {
     matches!(kind, DataKind::Activation | DataKind::Saved)
 }
@@ -364,7 +360,7 @@ impl Replay<'_> {
         let mut allocs = Vec::new();
         for &d in &node.outputs {
             let kind = self.g.data[d].kind;
-            if (no_grad && kind == DataKind::Saved) || kind.is_static() || allocs.contains(&d) {
+            if (no_grad && kind == DataKind::Saved) || self.g.resident_from_start(d) || allocs.contains(&d) {
                 continue;
             }
             if self.resident[d] {
@@ -391,7 +387,7 @@ impl Replay<'_> {
             self.count[d] = 1;
         }
         for &d in &node.outputs {
-            if self.resident[d] && !allocs.contains(&d) && !self.g.data[d].kind.is_static() {
+            if self.resident[d] && !allocs.contains(&d) && !self.g.resident_from_start(d) {
                 self.count[d] += 1;
             }
         }
@@ -519,7 +515,7 @@ impl<'a> Replay<'a> {
         let mut resident = vec![false; nd];
         let mut mem = 0;
         for (d, data) in g.data.iter().enumerate() {
-            if fixed(data.kind) {
+            if g.resident_from_start(d) {
                 resident[d] = true;
                 mem += data.size;
             }
@@ -648,7 +644,8 @@ mod tests {
     /// budget, never beats store-all's time, and keeps at most the prefetcher's cap of
     /// reloaded tensors waiting for their use. Each model also runs with its op times and
     /// temporaries scaled at random (as profiled costs come out) on a slow link, so that
-    /// transfers are still in flight when later ops start.
+    /// transfers are still in flight when later ops start. Every other variant has its
+    /// parameter gradients made by the backward (as pebble.torch's captures do).
     #[test]
     fn on_zoo_models_every_policy_fits_its_budget() {
         const VARIANTS: usize = 8;
@@ -657,6 +654,7 @@ mod tests {
         for (name, g) in zoo() {
             for variant in 0..VARIANTS {
                 let mut g = g.clone();
+                g.param_grads_from_backward = variant % 2 == 1;
                 let mut machine = pebble_sim::Machine::default();
                 if variant > 0 {
                     for c in &mut g.compute {
@@ -671,7 +669,10 @@ mod tests {
         }
         for (name, g, machine) in cases {
             let top = sim(&g, &graph_store_all(&g), None);
-            let fixed = g.fixed_bytes();
+            // Parameter gradients made by the backward are never freed: no budget below
+            // them (and the inputs and parameters) fits.
+            let inputs: u64 = g.data.iter().filter(|d| d.kind == DataKind::Input).map(|d| d.size).sum();
+            let fixed = g.static_bytes() + inputs;
             for policy_name in NAMES {
                 let p = policy(policy_name, machine.d2h.bandwidth).unwrap();
                 let mut feasible = 0;
@@ -720,7 +721,11 @@ mod tests {
                     }
                     feasible += 1;
                 }
-                assert!(feasible >= 2, "{name} {policy_name}: fits only {feasible} of 40 budgets");
+                // With gradients made by the backward, a model whose activations are small
+                // beside its last gradient (the zoo's MLP: 16 KB against 3.2 MB) fits only
+                // at store-all's own peak: nothing is left to release when it is made.
+                let least = if g.param_grads_from_backward && name.starts_with("mlp") { 1 } else { 2 };
+                assert!(feasible >= least, "{name} {policy_name}: fits only {feasible} of 40 budgets");
             }
         }
     }

@@ -190,3 +190,29 @@ class CudaLinks:
 
 def links_for(device: torch.device) -> CpuLinks | CudaLinks:
     return CudaLinks(device) if device.type == "cuda" else CpuLinks()
+
+
+def measure(device: torch.device, nbytes: int = 32 << 20, repeats: int = 5) -> dict[str, float]:
+    """The links as this executor moves bytes on `device`: {"bandwidth" (bytes/s),
+    "latency" (s)}, from offloads and prefetches of a small and a large tensor (medians of
+    `repeats`), the hand-offs to the link included: what the planner should count for a
+    transfer, where the profile names no link."""
+    links = links_for(device)
+
+    def round_trip(n: int) -> float:
+        t = torch.ones(max(n // 4, 1), device=device)
+        out = []
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            held = links.offload(t, 0.0)
+            links.wait(held)
+            back = links.prefetch(held, torch.empty_like(t), 0.0)
+            links.wait(back)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            out.append((time.perf_counter() - t0) / 2)
+        return sorted(out[1:])[repeats // 2]
+
+    small, large = round_trip(4096), round_trip(nbytes)
+    return {"bandwidth": nbytes / max(large - small, 1e-9), "latency": small}
+

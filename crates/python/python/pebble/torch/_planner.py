@@ -25,22 +25,27 @@ class Plan:
     candidates: list[dict[str, Any]]
 
 
-def _options(time_limit: float | None, profile: str | None, solvers: list[str] | None = None) -> dict[str, Any]:
+def _options(time_limit: float | None, profile: str | None, solvers: list[str] | None = None,
+             link: dict[str, float] | None = None) -> dict[str, Any]:
+    """The core's options. `link`: the links measured at capture ({"bandwidth",
+    "latency"}), which stand for the profile's where no profile is named."""
     opts: dict[str, Any] = {}
     if time_limit is not None:
         opts["time_limit"] = time_limit
     if profile is not None:
         opts["profile"] = profile
+    elif link is not None:
+        opts["bandwidth"], opts["latency"] = link["bandwidth"], link["latency"]
     if solvers is not None:
         opts["solvers"] = solvers
     return opts
 
 
 def plan(problem: dict[str, Any], solver: str, budget: int, *, time_limit: float | None = None,
-         profile: str | None = None, solvers: list[str] | None = None) -> Plan:
+         profile: str | None = None, solvers: list[str] | None = None, link: dict[str, float] | None = None) -> Plan:
     """Plans `problem` ({"graph"}, or with its "chain" view) with `solver` in `budget`
     bytes; BudgetTooSmall names the least budget. `solvers`: those `auto` may run."""
-    opts = _options(time_limit, profile, solvers)
+    opts = _options(time_limit, profile, solvers, link)
     try:
         out = pebble.plan(problem, solver, budget, opts)
     except pebble.InfeasibleError as e:
@@ -55,9 +60,9 @@ def plan(problem: dict[str, Any], solver: str, budget: int, *, time_limit: float
 
 
 def least_budget(problem: dict[str, Any], solver: str, *, time_limit: float | None = None,
-                 profile: str | None = None) -> int | None:
+                 profile: str | None = None, link: dict[str, float] | None = None) -> int | None:
     """The least budget in which `solver` has a plan, or None."""
-    least = pebble.least_budget(problem, solver, _options(time_limit, profile))
+    least = pebble.least_budget(problem, solver, _options(time_limit, profile, link=link))
     return None if least is None else int(least)
 
 
@@ -99,17 +104,15 @@ def program(graph: dict[str, Any], schedule: dict[str, Any]) -> list[dict[str, A
     return [s["action"] for s in steps]
 
 
-def timeline(graph: dict[str, Any], schedule: dict[str, Any], budget: int, *,
-             profile: str | None = None) -> list[dict[str, Any]]:
-    """When the simulator runs each op of a graph schedule within `budget` (its spans:
-    {"lane", "op", "start", "end"}), on the machine the plan was made for."""
-    opts: dict[str, Any] = {"timeline": True, "budget": budget}
-    if profile is not None:
-        opts["profile"] = profile
+def simulate(graph: dict[str, Any], schedule: dict[str, Any], budget: int, *,
+             profile: str | None = None, link: dict[str, float] | None = None) -> dict[str, Any]:
+    """The simulator's report on a graph schedule within `budget`, on the machine the plan
+    was made for, with its spans ({"lane", "op", "start", "end"} of each op)."""
+    opts = _options(None, profile, link=link) | {"timeline": True, "budget": budget}
     try:
-        return list(pebble.simulate({"graph": graph}, schedule, opts)["spans"])
+        return dict(pebble.simulate({"graph": graph}, schedule, opts))
     except ValueError as e:
-        raise PlanError(f"the simulator rejects the plan: {e}") from e
+        raise PlanError(f"the plan, as graph ops, does not run within the budget: {e}") from e
 
 
 def _too_small(solver: str, budget: int, least: int | None) -> str:

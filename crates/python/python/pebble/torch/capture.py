@@ -37,7 +37,7 @@ import torch.fx as fx
 from torch.fx.node import map_arg
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
-from . import _planner, costs, executor
+from . import _links, _planner, costs, executor
 from ._fx import drops
 from ._grouping import FIXED, LOSS, Grouping, Key
 from .errors import UnsupportedModel
@@ -76,11 +76,13 @@ class Captured:
     in_spec: TreeSpec
     loss: int
     mutations: list[tuple[fx.Node, str]] = field(default_factory=list)  # a buffer's new value, its name
+    link: dict[str, float] | None = None  # the links measured on the device ("profile" times)
 
     @property
     def fixed_bytes(self) -> int:
-        """Parameters, their gradients and the inputs: resident for the whole step."""
-        return sum(d["size"] for d in self.graph["data"] if d["kind"] in ("parameter", "param_grad", "input"))
+        """Parameters and the inputs: resident before the step starts (the parameters'
+        gradients are made by the backward, as autograd makes `.grad`)."""
+        return sum(d["size"] for d in self.graph["data"] if d["kind"] in ("parameter", "input"))
 
 
 class _Grabbed(Exception):
@@ -448,8 +450,9 @@ def capture(model: torch.nn.Module, args: tuple[Any, ...], *, times: str = "prof
     """Captures one training step of `model` on `args` as pebble's training graph.
 
     `times`: "profile" (each compute node timed on the sample's device as pebble's
-    executor runs plain autograd's schedule, median of `repeats` steps) or "flops" (a
-    roofline at `rates` = (FLOP/s, bytes/s)).
+    executor runs plain autograd's schedule, median of `repeats` steps, and the links as
+    its offloads and prefetches move bytes: `link`) or "flops" (a roofline at `rates` =
+    (FLOP/s, bytes/s); the links then are the profile's, or the abstract machine's).
     """
     flat, in_spec = tree_flatten(args)
     bad = sorted({type(a).__name__ for a in flat if not isinstance(a, torch.Tensor)})
@@ -475,7 +478,8 @@ def capture(model: torch.nn.Module, args: tuple[Any, ...], *, times: str = "prof
         raise ValueError(f"times must be 'profile' or 'flops', not {times!r}")
     compute = [_compute_json(grp, i, g, groups, secs[i], _tmp(j, grp.nodes, data.kept(i, False)))
                for i, grp in enumerate(groups)]
-    graph = {"name": name or type(model).__name__, "compute": compute, "data": data.nodes}
+    graph = {"name": name or type(model).__name__, "compute": compute, "data": data.nodes,
+             "param_grads_from_backward": True}
     fixed = [n for n in nodes if n.op == "call_function" and g.group(n) == FIXED]
     cap = Captured(gm=gm, graph=graph, groups=groups, members=data.members, kinds=[d["kind"] for d in data.nodes],
                    params=j.params, inputs=j.inputs, tangents=j.tangents, tangent_of=j.tangent_of(), outputs=j.outputs,
@@ -485,4 +489,6 @@ def capture(model: torch.nn.Module, args: tuple[Any, ...], *, times: str = "prof
         program = executor.Program(cap, _planner.program(graph, _planner.store_all(graph).schedule))
         for node, secs_of in zip(graph["compute"], executor.profile(program, model, flat, repeats)):
             node["time"] = secs_of
+        device = flat[0].device if flat else next((p.device for p in model.parameters()), torch.device("cpu"))
+        cap.link = _links.measure(device, repeats=repeats)
     return cap

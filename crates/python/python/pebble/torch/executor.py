@@ -4,19 +4,16 @@ Its forward runs the program's steps up to the loss and returns the model's outp
 backward receives the outputs' gradients (pebble's loss node produces them) and runs the
 rest, recomputations included. `Compute` runs the compute node's FX nodes on an
 environment (FX node -> value) and drops what the node does not keep; `Free` deletes every
-value in that storage; `Offload`/`Prefetch` move the storage to a host copy and back
-(on the CPU a NumPy buffer outside torch's allocator, so that MemTracker measures device
-memory alone; no throttling yet; a partial fraction moves the whole).
+value in that storage; `Offload`/`Prefetch` move the storage to a host copy and back,
+beside the compute (`_links`).
 
-Parameter gradients follow pebble's memory model (a `param_grad` is resident for the whole
-step): each `.grad` that is None is reserved (allocated, not filled) when the forward
-starts, and the gradient lands in it as soon as its compute node produces it: a reserved
-`.grad` is replaced by the produced tensor where that has the parameter's strides (as
-eager's first accumulation keeps the produced tensor; the reservation is freed at that
-moment) and filled by a copy otherwise; a `.grad` the user kept (`zero_grad(set_to_none=
-False)`, or accumulation over micro-batches) is added to, as eager accumulates. The
-Function returns None for the parameters, so autograd's own accumulation (and its hooks on
-parameters) does not run.
+Parameter gradients are made by their backward nodes (the graph's
+`param_grads_from_backward`, as autograd makes `.grad`): where a `.grad` is None, the
+produced gradient becomes it as soon as its compute node makes it (eager keeps the first
+gradient it gets too); a `.grad` the user kept (`zero_grad(set_to_none=False)`, or
+accumulation over micro-batches) is added to, as eager accumulates. The Function returns
+None for the parameters, so autograd's own accumulation (and its hooks on parameters) does
+not run.
 
 Buffers the model updates in place (BatchNorm's running statistics) are written once per
 step, in place, when the forward first computes their new values (a temporary of that
@@ -83,9 +80,9 @@ class Program:
 class Run:
     """One training step of a program: its environment, host copies and gradients."""
 
-    def __init__(self, program: Program, params: dict[str, torch.Tensor], fresh: dict[torch.Tensor, bool]) -> None:
+    def __init__(self, program: Program, params: dict[str, torch.Tensor]) -> None:
         self.p, self.cap = program, program.cap
-        self.params, self.fresh = params, fresh
+        self.params = params
         self.env: dict[fx.Node, Any] = {}
         self.timing = program.timing
         self.k = 0  # the step running
@@ -105,7 +102,6 @@ class Run:
                 env[n] = getattr(cap.gm, n.target)
         for n in cap.fixed:
             env[n] = run_node(n, env.__getitem__)
-        self._allocate_grads()
         self._steps(0, self.p.loss_at)
         if self.pending:
             names = ", ".join(sorted(self.pending.values()))
@@ -114,24 +110,16 @@ class Run:
 
     def backward(self, grads: Sequence[torch.Tensor | None]) -> None:
         cap, env = self.cap, self.env
-        for t, k in zip(cap.tangents, cap.tangent_of):
+        self.k = self.p.loss_at
+        self._before_compute(self.k, cap.loss)  # the transfers ended before the loss, first
+        for t, k in zip(cap.tangents, cap.tangent_of):  # (the loss node's outputs)
             g = grads[k]
             env[t] = g.contiguous() if g is not None else torch.zeros_like(env[cap.outputs[k]])
-        self._steps(self.p.loss_at, len(self.p.steps))  # the loss step first
+        self._compute(cap.loss, False)
+        self._steps(self.p.loss_at + 1, len(self.p.steps))
         self._drain()
         env.clear()
         self.host.clear()
-        for name in self.cap.param_grads.values():  # reserved, never produced: zero, not garbage
-            p = self.params[name]
-            if self.fresh.pop(p, False):
-                p.grad.zero_()
-
-    def _allocate_grads(self) -> None:
-        for name in self.cap.param_grads.values():
-            p = self.params[name]
-            if p.grad is None:
-                p.grad = torch.empty_like(p)
-                self.fresh[p] = True
 
     def _steps(self, start: int, end: int) -> None:
         for self.k in range(start, end):
@@ -177,14 +165,17 @@ class Run:
         return f"compute node {node} `{name}` reads {what}, which is not resident (the executor and the lowering disagree)"
 
     def _accumulate(self, name: str, g: torch.Tensor) -> None:
+        """A parameter's gradient as its backward node makes it: the `.grad` itself where
+        there is none yet (as eager keeps the first gradient it gets; a view, say a
+        transposed product, is kept as it is, its storage the one pebble counts), added
+        into the `.grad` there is (the user's, or a tied parameter's earlier producer)."""
         p = self.params[name]
-        assert p.grad is not None
-        if not self.fresh.pop(p, False):
+        if p.grad is not None:
             p.grad.add_(g)
-        elif g._base is None and g.stride() == p.stride() and g.dtype == p.dtype:
-            p.grad = g.detach()  # the reservation's memory is released as the gradient takes its place
+        elif g.dtype == p.dtype:
+            p.grad = g.detach()
         else:
-            p.grad.copy_(g)
+            p.grad = g.detach().to(p.dtype)
 
     def _free(self, d: int) -> None:
         for m in self.cap.members[d]:
@@ -296,7 +287,7 @@ class _TimedRun(Run):
     """A run that adds each compute step's wall time (device synchronized) to `times`."""
 
     def __init__(self, program: Program, params: dict[str, torch.Tensor], times: list[float]) -> None:
-        super().__init__(program, params, {})
+        super().__init__(program, params)
         self.times = times
         self.device = next((t.device for t in params.values()), torch.device("cpu"))
 
@@ -339,10 +330,9 @@ def profile(program: Program, model: torch.nn.Module, inputs: Sequence[torch.Ten
     return [statistics.median(s) for s in zip(*samples)]
 
 
-def execute(program: Program, params: dict[str, torch.Tensor], fresh: dict[torch.Tensor, bool],
-            inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+def execute(program: Program, params: dict[str, torch.Tensor], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
     """One step's forward; its backward runs when autograd reaches the outputs."""
-    return _launch(Run(program, params, fresh), inputs)
+    return _launch(Run(program, params), inputs)
 
 
 def _launch(run: Run, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:

@@ -28,7 +28,7 @@ def parse_size(text: str | int, reference: int) -> int:
 
 def resolve_budget(cap: Captured, store_all: int, budget: str | int | None, activation_budget: str | int | None) -> int:
     """Total bytes. `activation_budget` is a share of what eager keeps beyond the resident
-    bytes (parameters, their gradients, the inputs), to which those are added, as the
+    bytes (parameters, the inputs), to which those are added, as the
     CLI's `--activation-budget`."""
     if (budget is None) == (activation_budget is None):
         raise ValueError("give exactly one of budget= and activation_budget=")
@@ -45,7 +45,6 @@ class Planned(torch.nn.Module):
     def __init__(self, model: torch.nn.Module, cap: Captured, program: Program, report: dict[str, Any]) -> None:
         super().__init__()
         self.model, self.captured, self.program, self.report = model, cap, program, report
-        self._fresh: dict[torch.Tensor, bool] = {}
         self._shapes = [tuple(n.meta["val"].shape) for n in cap.inputs]
 
     def forward(self, *args: Any) -> Any:
@@ -56,7 +55,7 @@ class Planned(torch.nn.Module):
         if spec != self.captured.in_spec or shapes != self._shapes:
             raise PebbleError(f"the plan is for inputs of shapes {self._shapes}, not {shapes}: wrap again for new shapes")
         params = dict(self.model.named_parameters()) | dict(self.model.named_buffers())
-        outs = execute(self.program, params, self._fresh, flat)
+        outs = execute(self.program, params, flat)
         return tree_unflatten(list(outs), self.captured.out_spec)
 
 
@@ -66,22 +65,26 @@ def wrap(model: torch.nn.Module, args: tuple[Any, ...], *, budget: str | int | N
     """Captures `model` on `args`, plans it with `solver` within the budget, and returns the
     planned model. Raises BudgetTooSmall (with the least feasible budget), UnsupportedModel
     or PlanError; the model itself is left untouched. `captured` reuses an earlier
-    `capture(model, args)` (same model, same input shapes)."""
+    `capture(model, args)` (same model, same input shapes). Without `profile`, the plan
+    counts the op times and the links measured at capture (`times="profile"`, on the
+    inputs' device); with it, the profile's links."""
     cap = captured or capture(model, args, times=times)
     store_all = _planner.store_all_peak(cap.graph)
     total = resolve_budget(cap, store_all, budget, activation_budget)
     try:
-        plan = _planner.plan({"graph": cap.graph}, solver, total, time_limit=time_limit, profile=profile)
+        plan = _planner.plan({"graph": cap.graph}, solver, total, time_limit=time_limit, profile=profile, link=cap.link)
     except BudgetTooSmall as e:
         share = _share(cap, store_all, e.least_budget)
         raise BudgetTooSmall(f"{e} ({share})", total, e.least_budget) from None
     schedule = plan.schedule
     if plan.view == "chain":  # rotor, pofo, offload-dp: expanded to the graph's ops
         schedule = chain.graph_schedule(cap, schedule)
-    spans = _planner.timeline(cap.graph, schedule, total, profile=profile)
-    program = Program(cap, _planner.program(cap.graph, schedule), spans)
+    # What runs (a chain plan expanded to graph ops), simulated: the figures reported, and
+    # the timeline that orders the transfers.
+    sim = _planner.simulate(cap.graph, schedule, total, profile=profile, link=cap.link)
+    program = Program(cap, _planner.program(cap.graph, schedule), sim["spans"])
     report = {"solver": plan.winner, "asked": plan.solver, "budget_bytes": total,
-              "predicted_peak_bytes": plan.peak_bytes, "predicted_time": plan.makespan,
+              "predicted_peak_bytes": int(sim["peak_bytes"]), "predicted_time": float(sim["makespan"]),
               "candidates": [_candidate(c) for c in plan.candidates], "solve_seconds": plan.solve_seconds,
               "store_all_peak_bytes": store_all, "fixed_bytes": cap.fixed_bytes, "view": plan.view}
     return Planned(model, cap, program, report)

@@ -124,7 +124,7 @@ pub fn kjoin_graph(lengths: &[usize], b: &[bool], costs: Costs, layout: KJoinLay
         b.iter().map(|&x| if x { "1" } else { "0" }).collect::<Vec<_>>().join(","),
         if staged { " staged" } else { "" }
     );
-    let g = TrainingGraph { name: Some(name), compute, data };
+    let g = TrainingGraph { name: Some(name), compute, data, param_grads_from_backward: false };
     debug_assert!(g.validate().is_ok(), "kjoin_graph builds valid graphs: {:?}", g.validate());
     g
 }
