@@ -148,15 +148,16 @@ def test_auto_reports_its_candidates(captured: Any) -> None:
 
 
 @pytest.mark.parametrize("name,solver,share", [
+    # Recomputing plans where each has one on all three models (the shares are of the
+    # activations store-all keeps, its gradients made by the backward included).
     *[(m, solver, share) for m in ("mlp", "gpt2", "resnet50")
-      for solver, share in (("store-all", "100%"), ("rockmate", "80%"), ("dtr", "80%"))],
-    # Offloading plans: their transfers on the link threads, beside the compute. They plan
-    # on the abstract machine's 16 GB/s links, which this CPU's copies beside the compute
-    # do not reach, and each transfer costs two thread hand-offs: no link measured yet.
-    *[pytest.param(m, solver, "60%", marks=pytest.mark.xfail(reason=(
-        "measured 3.6x (mlp pofo), 2.3x (resnet50 pofo), 1.6x (gpt2 delta) the predicted step on "
-        "2026-12-06: the plan assumes 16 GB/s links; the capture does not measure the CPU's copy rate yet"),
-        strict=False)) for m, solver in (("mlp", "pofo"), ("resnet50", "pofo"), ("gpt2", "delta"))],
+      for solver, share in (("store-all", "100%"), ("rockmate", "90%"), ("dtr", "95%"))],
+    # Offloading plans: their transfers on the link threads, beside the compute, on the
+    # links the capture measured.
+    ("mlp", "pofo", "60%"),
+    pytest.param("gpt2", "delta", "60%", marks=pytest.mark.xfail(reason=(
+        "measured 1.94x the predicted step (13.1 against 6.8 ms) on 2026-12-06, where pofo's plan on the MLP "
+        "measures 1.08x: DELTA's many small transfers, each two thread hand-offs; not isolated yet"), strict=False)),
 ])
 def test_step_time_as_predicted(captured: Any, name: str, solver: str, share: str) -> None:
     """On the times the capture profiled on this CPU, a step (the planned forward, the

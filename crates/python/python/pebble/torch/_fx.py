@@ -1,5 +1,6 @@
-"""Two facts about FX values that the capture, the cost model and the executor share: how
-one node runs, and when a value of a compute node is no longer needed."""
+"""Facts about FX values that the capture, the cost model and the executor share: how one
+node runs, when a value of a compute node is no longer needed, and whether a gradient can
+be a parameter's `.grad` as it is."""
 
 from __future__ import annotations
 
@@ -27,3 +28,11 @@ def drops(nodes: list[fx.Node], kept: set[fx.Node]) -> list[list[fx.Node]]:
         if n not in kept:
             out[last[n]].append(n)
     return out
+
+
+def lays_out(grad: Any, param: Any) -> bool:
+    """Whether a produced gradient can be a parameter's `.grad` as it is: its own storage,
+    in the parameter's layout and type (else eager, and pebble's executor, copy it into a
+    tensor laid out as the parameter)."""
+    return grad._base is None and grad.stride() == param.stride() and grad.dtype == param.dtype
+

@@ -38,7 +38,7 @@ from torch.fx.node import map_arg
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
 from . import _links, _planner, costs, executor
-from ._fx import drops
+from ._fx import drops, lays_out
 from ._grouping import FIXED, LOSS, Grouping, Key
 from .errors import UnsupportedModel
 
@@ -285,6 +285,14 @@ class _Joint:
     def nbytes(self, c: int) -> int:
         return int(self.env[self.roots[c]].untyped_storage().nbytes())
 
+    def grad_copy_bytes(self, n: fx.Node) -> int:
+        """The bytes of the `.grad` the executor copies gradient `n` into (the parameter's
+        layout, as eager keeps it), or 0 where it keeps `n` itself (`executor.lays_out`)."""
+        if n not in self.param_grads:
+            return 0
+        param = self.env[next(p for p, name in self.params if name == self.param_grads[n])]
+        return 0 if lays_out(self.env[n], param) else param.numel() * param.element_size()
+
     def grouping(self) -> Grouping:
         forward = _ancestors([*self.outputs, *(v for v, _ in self.mutations)])
         g = Grouping(self.nodes, self.env, self.cls, self.roots, set(self.tangents), forward)
@@ -387,6 +395,7 @@ def _tmp(j: _Joint, nodes: list[fx.Node], kept: set[fx.Node]) -> int:
     already gone, costs no temporary memory."""
     live: dict[int, list[int]] = {}
     made: dict[int, int] = {}  # output class -> the index that makes it
+    copies = {i: j.grad_copy_bytes(n) for i, n in enumerate(nodes)}  # a `.grad` in its parameter's layout
     for i, after in enumerate(drops(nodes, kept)):
         c = j.cls.get(nodes[i])
         if c is not None and j.roots[c] is nodes[i]:
@@ -401,7 +410,7 @@ def _tmp(j: _Joint, nodes: list[fx.Node], kept: set[fx.Node]) -> int:
     outputs = sum(j.nbytes(c) for c in made)
     peak = 0
     for i in range(len(nodes)):
-        alive = sum(j.nbytes(c) for c, (a, b) in live.items() if a <= i <= b)
+        alive = sum(j.nbytes(c) for c, (a, b) in live.items() if a <= i <= b) + sum(copies[a] for a in range(i + 1))
         peak = max(peak, alive + sum(j.nbytes(c) for c, a in made.items() if a <= i))
     return max(peak - outputs, 0)
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 import torch.fx as fx
 
-from ._fx import drops, run_node
+from ._fx import drops, lays_out, run_node
 from ._links import CpuLinks, CudaLinks, Held, Timing, links_for
 from .errors import PlanError
 
@@ -56,6 +56,7 @@ class Program:
             raise PlanError(f"the program runs the loss {len(losses)} times")
         self.loss_at = losses[0]
         self.param_of = cap.param_grads
+        self.grad_data = {n: d for d, ms in enumerate(cap.members) for n in ms if n in cap.param_grads}
         self._drops: dict[tuple[int, bool], list[list[fx.Node]]] = {}
 
     def links(self, device: torch.device) -> CpuLinks | CudaLinks:
@@ -144,6 +145,7 @@ class Run:
         env, grads = self.env, self.p.param_of
         nodes = self.cap.groups[node].nodes
         resident = {n for n in nodes if n in env}
+        landed = []
         for n, after in zip(nodes, self.p.drops(node, no_grad)):
             if n not in resident:
                 try:
@@ -152,11 +154,15 @@ class Run:
                     raise PlanError(self._missing(node, e.args[0])) from None
                 if n in grads:
                     self._accumulate(grads[n], env[n])
+                    landed.append(n)
                 elif n in self.pending:  # BatchNorm's running statistics: in place, once, as eager
                     self.params[self.pending.pop(n)].copy_(env[n])
             for m in after:
                 if m not in resident:
                     del env[m]
+        for n in landed:  # the `.grad` holds the gradient now (nothing reads it here)
+            for m in self.cap.members[self.p.grad_data[n]] if n in self.p.grad_data else [n]:
+                env.pop(m, None)
 
     def _missing(self, node: int, value: Any) -> str:
         d = next((d for d, m in enumerate(self.cap.members) if value in m), None)
@@ -166,16 +172,17 @@ class Run:
 
     def _accumulate(self, name: str, g: torch.Tensor) -> None:
         """A parameter's gradient as its backward node makes it: the `.grad` itself where
-        there is none yet (as eager keeps the first gradient it gets; a view, say a
-        transposed product, is kept as it is, its storage the one pebble counts), added
-        into the `.grad` there is (the user's, or a tied parameter's earlier producer)."""
+        there is none yet (as eager keeps the first gradient it gets; copied into the
+        parameter's layout where it is a view or laid out otherwise: the capture counts that
+        copy as the node's temporary), added into the `.grad` there is (the user's, or a
+        tied parameter's earlier producer)."""
         p = self.params[name]
         if p.grad is not None:
             p.grad.add_(g)
-        elif g.dtype == p.dtype:
+        elif lays_out(g, p):
             p.grad = g.detach()
-        else:
-            p.grad = g.detach().to(p.dtype)
+        else:  # in the parameter's layout (a transposed product, say), as eager does
+            p.grad = torch.empty_like(p).copy_(g)
 
     def _free(self, d: int) -> None:
         for m in self.cap.members[d]:
