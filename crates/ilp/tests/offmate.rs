@@ -9,8 +9,8 @@
 
 use pebble_graph::Chain;
 use pebble_ilp::offmate::{
-    freeing_gradients, gradients_as_temporaries, offmate_schedule, rotor_freeing_gradients, BlockOption, Offmate,
-    OffmateOptions, OffmatePlan,
+    freeing_gradients, gradients_as_temporaries, offmate_plan, offmate_schedule, rotor_freeing_gradients, BlockOption,
+    Offmate, OffmateOptions, OffmatePlan, MIP_GAP,
 };
 use pebble_schedule::{Op, Schedule, View};
 use pebble_sim::{simulate_chain, Machine, SimConfig};
@@ -244,47 +244,179 @@ fn host_memory_bounds_what_offmate_puts_there() {
     ));
 }
 
-/// The practice baselines' plans are OffMate's candidates: wherever `paged-adam`,
-/// `zero-offload` or `zero-infinity` has a plan, `offmate` has one no slower, and where
-/// it keeps a baseline's, it says whose and runs in the best baseline's time. On chains
-/// of a few heavy layers, whose weights and states a fixed policy frees layer by layer,
-/// a policy's plan is kept at some budgets (10 of the 33 compared).
-#[test]
-fn offmate_fits_wherever_a_practice_baseline_does() {
-    use pebble_solve::baseline::{paged_adam::PagedAdam, zero};
-    let baselines: [&dyn Solver; 3] = [&PagedAdam, &zero::ZeroOffload, &zero::ZeroInfinity];
-    let mut rng = Rng::new(23);
-    let (mut compared, mut kept) = (0, 0);
-    for _ in 0..6 {
-        let l = rng.range(3, 6) as usize;
-        let chain = trained_chain(&mut rng, l, (30, 60));
-        let full = simulate_chain(&chain, &store_all(&chain), &SimConfig::on(machine())).unwrap().peak_bytes;
-        for percent in [30, 40, 50, 60, 70, 85] {
-            let budget = full * percent / 100;
-            let config = SimConfig { budget: Some(budget), ..SimConfig::on(machine()) };
-            let time = |s: &Schedule| simulate_chain(&chain, s, &config).map(|r| r.makespan);
-            let best = baselines
-                .iter()
-                .filter_map(|b| b.solve(Problem::Chain(&chain), budget, &options()).ok())
-                .map(|s| time(&s).expect("a baseline's plan runs in its budget"))
-                .min_by(f64::total_cmp);
-            let ours = Offmate::solve_with(&chain, budget, &options(), &OffmateOptions::default());
-            match (best, ours) {
-                (Some(best), Ok(s)) => {
-                    let t = time(&s).expect("offmate's plan runs in its budget");
-                    assert!(t <= best * (1.0 + 1e-9), "offmate {t} vs the best baseline {best} at {percent}%");
-                    let from = s.kept_from.as_deref();
-                    if matches!(from, Some("paged-adam" | "zero-offload" | "zero-infinity")) {
-                        kept += 1;
-                        assert!((t - best).abs() <= 1e-9 * t, "a baseline's plan kept at {t}, the best is {best}");
-                    }
-                    compared += 1;
+/// Every plan the O-ILP could return for an `l`-stage chain as `opts` allows, whole:
+/// each block option, each stage updated on the device or the CPU, each stage's weights
+/// (and, updated on the device, its state) on the device or away in each step where no op
+/// needs them. Written from the MILP's definitions (§4.4–4.5: a block needs its weights
+/// in its own steps, (4.5); a device update needs the state in its backward's step,
+/// (4.6)), with none of the MILP's code.
+fn every_plan(l: usize, opts: &OffmateOptions) -> Vec<OffmatePlan> {
+    let n = 2 * l;
+    let (fwd, bwd) = (|i: usize| i, |i: usize| n - 1 - i);
+    // Every residency present in the `needed` steps; present throughout if nothing moves.
+    let residencies = |needed: &[usize]| -> Vec<Vec<f64>> {
+        let masks = if opts.weight_offload { 0..1u32 << n } else { (1 << n) - 1..1 << n };
+        masks
+            .filter(|m| needed.iter().all(|&t| m >> t & 1 == 1))
+            .map(|m| (0..n).map(|t| f64::from(m >> t & 1)).collect())
+            .collect()
+    };
+    let mut plans = vec![remat_plan(0, Vec::new())];
+    for i in 0..l {
+        let mut options = vec![BlockOption::Keep];
+        options.extend(opts.recompute.then_some(BlockOption::Recompute));
+        options.extend((opts.activation_offload && i + 2 < l).then_some(BlockOption::Offload));
+        // (option, CPU update, weights, state)
+        let mut choices = Vec::new();
+        for &o in &options {
+            for w in residencies(&[fwd(i), bwd(i)]) {
+                for s in residencies(&[bwd(i)]) {
+                    choices.push((o, false, w.clone(), s));
                 }
-                (None, _) => {}
-                (Some(best), Err(e)) => panic!("a baseline runs in {best} at {percent}%, offmate: {e}"),
+                if opts.cpu_optimizer {
+                    // The state lives on the host.
+                    choices.push((o, true, w, vec![0.0; n]));
+                }
+            }
+        }
+        plans = plans
+            .iter()
+            .flat_map(|p| {
+                choices.iter().map(move |(o, cpu, w, s)| {
+                    let mut p = p.clone();
+                    p.options.push(*o);
+                    p.cpu.push(*cpu);
+                    p.weights.push(w.clone());
+                    p.states.push(s.clone());
+                    p
+                })
+            })
+            .collect();
+    }
+    plans
+}
+
+/// OffMate's own MILP plan, as the solver makes it before comparing it with the plans it
+/// keeps from other solvers (Rotor's, the practice baselines'): the O-ILP at the budget,
+/// or at 95% or 85% of it where the simulator refuses the plan (as `Offmate` does). Its
+/// simulated time, or `None` if none runs within the budget.
+fn milp_time(chain: &Chain, budget: u64, opts: &OffmateOptions, config: &SimConfig) -> Option<f64> {
+    [1.0, 0.95, 0.85].into_iter().find_map(|f| {
+        let plan = offmate_plan(chain, (budget as f64 * f) as u64, &machine(), opts).ok()?;
+        simulate_chain(chain, &offmate_schedule(chain, &plan), config).ok().map(|r| r.makespan)
+    })
+}
+
+/// The fastest of `plans` within `budget`, simulated, with the time its links and the
+/// host CPU are busy (per period), and the MILP's own plan's time.
+fn exhaustive_and_milp(
+    chain: &Chain,
+    plans: &[Schedule],
+    budget: u64,
+    opts: &OffmateOptions,
+) -> (Option<(f64, f64)>, Option<f64>) {
+    let config = SimConfig { budget: Some(budget), ..SimConfig::on(machine()) };
+    let time = |s: &Schedule| {
+        let r = simulate_chain(chain, s, &config).ok()?;
+        Some((r.makespan, r.d2h_busy + r.h2d_busy + r.cpu_busy))
+    };
+    let best = plans.iter().filter_map(time).min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    (best, milp_time(chain, budget, opts, &config))
+}
+
+/// OffMate's own MILP plan (issue 47: not the fastest of it and the plans it keeps from
+/// other solvers, which are there to fit wherever those do) against an exhaustive search
+/// over its options ([`every_plan`]), each plan lowered by Algorithm 8
+/// ([`offmate_schedule`], the one code both share) and simulated, the fastest within the
+/// budget taken. The MILP's plan lies in the space, so it is never faster than the best.
+/// The MILP is optimal over its step model (§4.3) only, within HiGHS's gap
+/// ([`MIP_GAP`]), not over the simulator, so equality cannot be asked; the margin it is
+/// held to follows from the model. A step lasts the longest of its compute, its
+/// transfers each way and its CPU updates, so the model charges a plan at least its
+/// compute and at most its compute plus all its transfer and CPU time `T`: where the
+/// model admits the best plan, the MILP's plan runs in at most `(1 + MIP_GAP)(best + T)`,
+/// `best` and `T` the best plan's simulated time and busy links and CPU. Without any
+/// transfer that is the best within the MIP gap.
+///
+/// * **Weights and states on the device** (the block options, activation offloading
+///   included, on 3 to 5 stages: 12 to 108 plans; budgets 80 to 100% of store-all's
+///   peak): held to that margin. The model's memory is the simulator's accounting, with
+///   one over-count found here: a recomputed last block runs the loss before its recomputation,
+///   with `a_L` and not `ā_L`, and before its weight gradient exists, where the model
+///   counts `ā_L` and the gradient through the whole step. So where the space fits and
+///   the MILP does not, the MILP fits with those `xbar[L] − x[L] + g[L−1]` bytes more.
+/// * **Every technique** (2 stages: 5,184 plans, each stage's weights and state away in
+///   any steps no op needs them, CPU updates; budgets 70 to 100%): the model frees an
+///   offload's memory only from the next step and holds a prefetch's from its step's
+///   start, and it rules out plans the simulator runs, which send a stage's weights and
+///   state away between its forward and its backward: on these 6 chains the MILP finds
+///   nothing at 12 of the 19 budgets where the space has a plan (its plan is within 1% of
+///   the best at the other 7; on another seed's chains, 47% slower, recomputing where the
+///   best moved weights). Only the first relation is checked there, and what the MILP
+///   misses is counted.
+///
+/// 5 s in a debug build.
+#[test]
+fn offmates_milp_plan_against_an_exhaustive_search_over_its_options() {
+    let mut rng = Rng::new(23);
+    let activations = OffmateOptions { weight_offload: false, cpu_optimizer: false, ..OffmateOptions::default() };
+    let (mut within, mut equal, mut over_counted) = (0, 0, 0);
+    for case in 0..18 {
+        let l = 3 + case % 3;
+        let chain = trained_chain(&mut rng, l, (1, 4));
+        let plans: Vec<Schedule> = every_plan(l, &activations).iter().map(|p| offmate_schedule(&chain, p)).collect();
+        let full = simulate_chain(&chain, &store_all(&chain), &SimConfig::on(machine())).unwrap().peak_bytes;
+        for percent in [80, 84, 88, 92, 96, 100] {
+            let budget = full * percent / 100;
+            let who = format!("{l} stages at {percent}%");
+            match exhaustive_and_milp(&chain, &plans, budget, &activations) {
+                (Some((best, busy)), Some(t)) => {
+                    assert!(
+                        t >= best * (1.0 - 1e-9),
+                        "{who}: the MILP's plan {t} beats every plan of its space, {best}"
+                    );
+                    let margin = (1.0 + MIP_GAP) * (best + busy);
+                    assert!(t <= margin * (1.0 + 1e-9), "{who}: the MILP's plan {t}, the best {best} (busy {busy})");
+                    within += 1;
+                    equal += usize::from(t <= best * (1.0 + 1e-9));
+                }
+                (None, None) => {}
+                (Some(_), None) => {
+                    let over = chain.xbar[l] - chain.x[l] + chain.g.as_ref().unwrap()[l - 1];
+                    let more = budget + over;
+                    let config = SimConfig { budget: Some(more), ..SimConfig::on(machine()) };
+                    let t = milp_time(&chain, more, &activations, &config);
+                    assert!(t.is_some(), "{who}: the space fits, the MILP not even with {over} bytes more");
+                    over_counted += 1;
+                }
+                (None, Some(t)) => panic!("{who}: the MILP's plan runs in {t}, no plan of its space fits"),
             }
         }
     }
-    assert!(compared >= 10 && kept >= 1, "{compared} budgets compared, a baseline's plan kept at {kept}");
-    println!("{compared} budgets compared, a baseline's plan kept at {kept}");
+    let every = OffmateOptions::default();
+    let (mut compared, mut missed, mut worst) = (0, 0, 0.0f64);
+    for case in 0..6 {
+        let chain = trained_chain(&mut rng, 2, [(30, 60), (10, 30), (3, 10)][case % 3]);
+        let plans: Vec<Schedule> = every_plan(2, &every).iter().map(|p| offmate_schedule(&chain, p)).collect();
+        let full = simulate_chain(&chain, &store_all(&chain), &SimConfig::on(machine())).unwrap().peak_bytes;
+        for percent in [70, 80, 90, 100] {
+            match exhaustive_and_milp(&chain, &plans, full * percent / 100, &every) {
+                (Some((best, _)), Some(t)) => {
+                    assert!(t >= best * (1.0 - 1e-9), "the MILP's plan {t} beats every plan of its space, {best}");
+                    worst = worst.max(t / best - 1.0);
+                    compared += 1;
+                }
+                (Some(_), None) => missed += 1,
+                (None, None) => {}
+                (None, Some(t)) => panic!("the MILP's plan runs in {t}, no plan of its space fits"),
+            }
+        }
+    }
+    println!(
+        "weights on the device: {within} within the margin ({equal} equal to the best), {over_counted} fitting \
+         with the over-count; every technique: {compared} compared (the MILP's plan up to {:.0}% slower), {missed} \
+         where only the space fits",
+        100.0 * worst
+    );
+    assert!(within >= 30 && equal >= 20 && compared >= 6, "{within} within, {equal} equal, {compared} compared");
 }
