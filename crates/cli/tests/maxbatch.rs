@@ -125,9 +125,12 @@ fn run_checks_the_answer_with_real_steps() {
     assert!(run.stderr.contains("--device"), "{}", run.stderr);
 }
 
-/// `pebble reproduce delta --quick`: DELTA's tables on ResNet-50, with the numbers the
-/// paper's setup gives in docs/benchmarks.md, the recorded MILP figures marked as such,
-/// and the three charts; a second run does not overwrite them without `--force`.
+/// `pebble reproduce delta --quick`: DELTA's tables on ResNet-50, the recorded MILP figures
+/// marked as such, and the three charts; a second run does not overwrite them without
+/// `--force`. No figure is checked against a copy of the program's own output (issue 47):
+/// store-all against the paper's baseline (its largest batch within 2%, its peaks within
+/// 6%), each computed largest batch and least budget by `pebble plan` at it and just past
+/// it, DELTA's growth and saving against the paper's as bounds the paper's setup implies.
 #[test]
 fn reproduce_delta_gives_the_papers_tables_on_resnet50_and_their_charts() {
     let dir = std::env::temp_dir().join(format!("pebble-reproduce-delta-{}", std::process::id()));
@@ -143,18 +146,54 @@ fn reproduce_delta_gives_the_papers_tables_on_resnet50_and_their_charts() {
         max["store_all"]["command"],
         "pebble maxbatch --model resnet50 --profile a100 --bandwidth 64e9 --memory 80GB --solver store-all"
     );
-    // What `pebble maxbatch --policy delta` finds, and where rotor's chain view stops.
-    assert_eq!(max["delta"]["max_batch"], 4132);
-    assert_eq!(max["rotor"]["max_batch"], 2907);
+    // What `pebble maxbatch` finds for DELTA and for rotor, checked by `pebble plan`: it
+    // fits at that batch and not at the next (the replay of a run-time policy need not be
+    // monotone in the batch, so only these two are asked).
+    let fits = |name: &str, batch: u64, budget: &str| {
+        let batch = batch.to_string();
+        let setup = ["--profile", "a100", "--bandwidth", "64e9", "--solver", name, "--budget", budget];
+        let run = pebble(&[&["plan", "--model", "resnet50", "--batch", &batch][..], &setup].concat());
+        assert!(run.code == 0 || run.code == 1, "plan {name} at {batch}: {}", run.stderr);
+        run.code == 0
+    };
+    for name in ["delta", "rotor"] {
+        let b = max[name]["max_batch"].as_u64().expect("a largest batch");
+        assert!(fits(name, b, "80GB"), "{name}: `plan` does not fit its largest batch {b}");
+        assert!(!fits(name, b + 1, "80GB"), "{name}: `plan` fits {} too", b + 1);
+    }
+    // DELTA reaches at least the paper's growth over the baseline (1814 / 891 = 2.04×): the
+    // paper's runs carry what the simulation leaves out (the allocator's rounding, cuDNN's
+    // workspaces), which only lowers the largest batch.
+    let growth = max["delta"]["max_batch"].as_f64().unwrap() / store_all;
+    assert!(growth >= 1814.0 / 891.0, "delta's growth {growth}");
     assert_eq!(max["delta"]["source"], "computed");
     assert_eq!(max["rockmate"]["source"], "recorded in docs/benchmarks.md");
     assert!(run.stdout.contains("rockmate 4718 (5.39×)"), "{}", run.stdout);
-    // DELTA saves 75% at batch 128 (the paper measured 63.3%), more than DTR.
+    // The memory saved at batch 128 and 256, against store-all's peak: that peak is the
+    // paper's unoptimised run's (11.2 and 21.3 GB) within 6% (+1.8% and +5.2%).
     let saved = |name: &str| report["memory_saved"][0][name]["saved"].as_f64().unwrap();
-    assert!((saved("delta") - 0.751).abs() < 0.005, "delta saves {}", saved("delta"));
-    assert!(saved("delta") > saved("dtr"));
-    let paper = report["memory_saved"][0]["paper"]["delta_saved"].as_f64().unwrap();
+    for (row, paper_gb) in report["memory_saved"].as_array().unwrap().iter().zip([11.2, 21.3]) {
+        let peak = row["store_all_peak_bytes"].as_f64().unwrap();
+        assert!(
+            (peak / (paper_gb * 1e9) - 1.0).abs() < 0.06,
+            "store-all's peak {peak} against the paper's {paper_gb} GB"
+        );
+    }
+    // DELTA's least budget at batch 128 is the least `pebble plan` fits, to the byte, and
+    // what it saves follows from it.
+    let row = &report["memory_saved"][0];
+    let least = row["delta"]["least_budget_bytes"].as_u64().unwrap();
+    assert!(fits("delta", 128, &format!("{least}B")), "delta at batch 128 does not fit its least budget {least}");
+    assert!(!fits("delta", 128, &format!("{}B", least - 1)), "delta at batch 128 fits below its least budget {least}");
+    let peak = row["store_all_peak_bytes"].as_f64().unwrap();
+    assert!((saved("delta") - (1.0 - least as f64 / peak)).abs() < 1e-12, "delta saves {}", saved("delta"));
+    // It saves at least the paper's 63.3% (less 2 points, for the two baselines' 1.8%):
+    // the paper ran DELTA at DTR's budget and searched no least one (digest B.4), so its
+    // 4.11 GB is at or above DELTA's least. And more than DTR, as in the paper.
+    let paper = row["paper"]["delta_saved"].as_f64().unwrap();
     assert!((paper - 0.633).abs() < 0.001, "paper: {paper}");
+    assert!(saved("delta") >= paper - 0.02, "delta saves {} against the paper's {paper}", saved("delta"));
+    assert!(saved("delta") > saved("dtr"));
     // At DELTA's batch, rotor's plan is faster than DELTA's decisions.
     let step = |name: &str| report["step_at_delta_batch"][0][name]["value"].as_f64().unwrap();
     assert!(step("rotor") < step("delta"), "rotor {} delta {}", step("rotor"), step("delta"));
