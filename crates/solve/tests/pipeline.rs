@@ -320,26 +320,31 @@ fn one_f_one_b_star_reaches_the_load_of_every_contiguous_allocation() {
 }
 
 /// MadPipe's phase 1 against an exhaustive search over its own class (§7.1): with memory
-/// unlimited and free links, the DP's value is the best load-only period of the class
-/// but for the grid, which rounds the special device's load up by less than a step
-/// (`U(1,L)/100`) each time a stage joins it: never below the class's optimum, never
-/// above it by more than `n` steps. On 150 random chains (seed 8), all checked.
+/// unlimited, the DP's value is the best load-only period of the class (links counted as
+/// stages, §4.x's `2P−1` transformation) but for the grid, which rounds the special
+/// device's load up by less than a step (`U(1,L)/100`) each time a stage joins it: never
+/// below the class's optimum, never above it by more than `n` steps. On 150 random chains
+/// (seed 8), each with free links and with a link of 1 to 4 bytes per time unit (2 where
+/// the case's is free), all checked: free links alone missed a DP that dropped the link's
+/// term when a stage starts a new device (issue 47's planted bug).
 #[test]
 fn madpipe_phase_one_finds_the_best_allocation_of_its_class() {
     let mut rng = Lcg(8);
     let mut checked = 0;
     for case in 0..150 {
-        let Small { layers: l, devices, .. } = small(&mut rng, case);
-        let p = PipeProblem::new(&l, devices, None, f64::INFINITY);
-        let (class, _) = brute::madpipe_class(&p);
-        let (general, _) = brute::general(&p);
-        let a = madpipe::phase1(&p, 10, madpipe::Grid::default()).expect("without memory, an allocation");
-        let step = l.total_load() / 100.0;
-        let who = format!("case {case}: {l:?} on {devices}: {a:?}, the class's best {class}");
-        assert!(class >= general * (1.0 - 1e-12), "{who}");
-        assert!(a.expected_period >= class * (1.0 - 1e-9), "{who}: below the class's optimum");
-        assert!(a.expected_period <= class + l.len() as f64 * step + 1e-9, "{who}: above the class's optimum");
-        checked += 1;
+        let Small { layers: l, devices, bandwidth, .. } = small(&mut rng, case);
+        for link in [f64::INFINITY, if bandwidth.is_finite() { bandwidth } else { 2.0 }] {
+            let p = PipeProblem::new(&l, devices, None, link);
+            let (class, _) = brute::madpipe_class(&p);
+            let (general, _) = brute::general(&p);
+            let a = madpipe::phase1(&p, 10, madpipe::Grid::default()).expect("without memory, an allocation");
+            let step = l.total_load() / 100.0;
+            let who = format!("case {case}: {l:?} on {devices}, β = {link}: {a:?}, the class's best {class}");
+            assert!(class >= general * (1.0 - 1e-12), "{who}");
+            assert!(a.expected_period >= class * (1.0 - 1e-9), "{who}: below the class's optimum");
+            assert!(a.expected_period <= class + l.len() as f64 * step + 1e-9, "{who}: above the class's optimum");
+            checked += 1;
+        }
     }
-    assert_eq!(checked, 150);
+    assert_eq!(checked, 300);
 }
