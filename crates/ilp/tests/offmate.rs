@@ -341,9 +341,9 @@ fn exhaustive_and_milp(
 /// * **Weights and states on the device** (the block options, activation offloading
 ///   included, on 3 to 5 stages: 12 to 108 plans; budgets 80 to 100% of store-all's
 ///   peak): held to that margin. The model's memory is the simulator's accounting, with
-///   one over-count found here: a recomputed last block runs the loss before its recomputation,
-///   with `a_L` and not `ā_L`, and before its weight gradient exists, where the model
-///   counts `ā_L` and the gradient through the whole step. So where the space fits and
+///   one over-count found here: a recomputed last block runs the loss before its
+///   recomputation, with `a_L` and not `ā_L`, and before its weight gradient exists,
+///   where the model counts `ā_L` and the gradient through the whole step. So where the space fits and
 ///   the MILP does not, the MILP fits with those `xbar[L] − x[L] + g[L−1]` bytes more.
 /// * **Every technique** (2 stages: 5,184 plans, each stage's weights and state away in
 ///   any steps no op needs them, CPU updates; budgets 70 to 100%): the model frees an
@@ -351,9 +351,9 @@ fn exhaustive_and_milp(
 ///   start, and it rules out plans the simulator runs, which send a stage's weights and
 ///   state away between its forward and its backward: on these 6 chains the MILP finds
 ///   nothing at 12 of the 19 budgets where the space has a plan (its plan is within 1% of
-///   the best at the other 7; on another seed's chains, 47% slower, recomputing where the
-///   best moved weights). Only the first relation is checked there, and what the MILP
-///   misses is counted.
+///   the best at the other 7; on other chains drawn while writing this test, 47% slower,
+///   recomputing where the best moved weights). Only the first relation is checked there,
+///   and what the MILP misses is counted.
 ///
 /// 5 s in a debug build.
 #[test]
