@@ -1,0 +1,41 @@
+//! Each op's declared temporary memory against what burn-flex allocates for it, measured
+//! by the profiler with a counting allocator: one line per op kind and shapes, forward
+//! and backward, in bytes, with the ratio measured / declared.
+//!
+//! Usage: cargo run -p pebble-train --example declared_temporaries -- MODEL [LAYERS SEQ BATCH WIDTH HEADS]
+
+use burn_flex::{Flex, FlexDevice};
+use pebble_runtime::memory::CountingAlloc;
+use pebble_zoo::ModelOptions;
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |k: usize| args.get(k).and_then(|a| a.parse().ok());
+    let model = args.first().map(String::as_str).unwrap_or("gpt");
+    let options =
+        ModelOptions { layers: arg(1), seq: arg(2), batch: arg(3), width: arg(4), heads: arg(5), ..Default::default() };
+    let net = pebble_zoo::build(model, &options).expect("a zoo model").network;
+    let profile = pebble_runtime::profile::profile::<Flex>(&net, &FlexDevice, 1).expect("profiled");
+    let float = net.dtype.bytes();
+    let mut seen = std::collections::HashSet::new();
+    for (o, op) in net.ops.iter().enumerate() {
+        let shapes: Vec<&Vec<usize>> = op.inputs.iter().map(|&t| &net.tensors[t].shape).collect();
+        if op.decl.view || !seen.insert(format!("{:?}{shapes:?}", op.kind)) {
+            continue;
+        }
+        let df = op.decl.forward_tmp as u64 * float;
+        let db = if op.decl.loss { op.decl.forward_tmp.max(op.decl.backward_tmp) } else { op.decl.backward_tmp } as u64
+            * float;
+        let (mf, mb) = (profile.forward[o].1, profile.backward[o].1);
+        let flag = |m: u64, d: u64| if m > d { " OVER" } else { "" };
+        println!(
+            "{:<40} fwd declared {df:>11} measured {mf:>11}{}  bwd declared {db:>11} measured {mb:>11}{}",
+            format!("{:?}", op.kind).chars().take(40).collect::<String>(),
+            flag(mf, df),
+            flag(mb, db)
+        );
+    }
+}
