@@ -60,7 +60,7 @@ fn main() {
     let report = pebble_solve::simulate(problem, &schedule, &config).expect("simulated");
     let at_op = |k: usize| -> f64 {
         let Some(s) = report.spans.iter().find(|s| s.op == k && s.lane == Lane::Compute) else { return f64::NAN };
-        let before = report.timeline.iter().filter(|p| p.time <= s.start).next_back().map_or(0, |p| p.bytes);
+        let before = report.timeline.iter().rfind(|p| p.time <= s.start).map_or(0, |p| p.bytes);
         let inside = report.timeline.iter().filter(|p| p.time >= s.start && p.time < s.end).map(|p| p.bytes);
         inside.fold(before, u64::max) as f64
     };
