@@ -87,11 +87,21 @@ fn stage_of(g: &TrainingGraph, c: usize, kind: &str) -> Result<usize, GraphError
 }
 
 /// The number of blocks `L`: one more than the last stage of a forward or backward node.
+/// A stage beyond the node count would leave blocks without nodes (and a stage of 2^64 − 1
+/// once sized the chain's vectors at 2^64 entries).
 fn block_count(g: &TrainingGraph) -> Result<usize, GraphError> {
     let mut l = 0;
     for (c, node) in g.compute.iter().enumerate() {
         if node.kind != ComputeKind::Loss {
-            l = l.max(stage_of(g, c, "forward or backward")? + 1);
+            let stage = stage_of(g, c, "forward or backward")?;
+            if stage >= g.compute.len() {
+                return Err(GraphError::Invalid(format!(
+                    "field `compute[{c}].stage`: stage {stage} of `{}` is beyond the graph's {} compute nodes",
+                    node.name,
+                    g.compute.len()
+                )));
+            }
+            l = l.max(stage + 1);
         }
     }
     if l == 0 {
@@ -315,4 +325,38 @@ fn replay(
         }
     }
     peak
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-block perceptron as `pebble graph --model mlp --layers 1 --width 2 --batch 1`
+    /// writes it, its forward's stage replaced by `stage`.
+    fn one_block(stage: &str) -> String {
+        format!(
+            r#"{{"name":"mlp","compute":[
+            {{"name":"fc0","kind":"forward","time":5e-06,"tmp":0,"inputs":[0,4,7],"outputs":[2],"op":"linear","stage":{stage}}},
+            {{"name":"loss","kind":"loss","time":1e-05,"tmp":40,"inputs":[2,1],"outputs":[3],"op":"cross_entropy"}},
+            {{"name":"fc0.bwd","kind":"backward","time":5e-06,"tmp":0,"inputs":[3,0,4,7],"outputs":[5,8],"op":"linear","forward":0,"stage":0}}],
+            "data":[{{"name":"x","kind":"input","size":3136}},{{"name":"labels","kind":"input","size":4}},
+            {{"name":"fc0","kind":"activation","size":40}},{{"name":"fc0.grad","kind":"gradient","size":40}},
+            {{"name":"fc0.weight","kind":"parameter","size":31360}},{{"name":"fc0.weight.grad","kind":"param_grad","size":31360}},
+            {{"name":"fc0.weight.adam","kind":"optimizer_state","size":62720}},{{"name":"fc0.bias","kind":"parameter","size":40}},
+            {{"name":"fc0.bias.grad","kind":"param_grad","size":40}},{{"name":"fc0.bias.adam","kind":"optimizer_state","size":80}}]}}"#
+        )
+    }
+
+    #[test]
+    fn a_stage_beyond_the_nodes_names_the_field() {
+        let g = TrainingGraph::from_json(&one_block("0")).expect("as pebble writes it");
+        assert_eq!(to_chain(&g).expect("one block").len(), 1);
+        // 2^64 - 1 sized the chain's vectors at 2^64 entries (found by the CLI's fuzz test,
+        // issue 47); 3 would leave blocks 1 and 2 without a node.
+        for stage in ["18446744073709551615", "3"] {
+            let g = TrainingGraph::from_json(&one_block(stage)).expect("the stage is read as is");
+            let e = to_chain(&g).unwrap_err().to_string();
+            assert!(e.contains("field `compute[0].stage`") && e.contains(stage), "{e}");
+        }
+    }
 }

@@ -129,6 +129,16 @@ pub struct Unrolled {
 /// schedule over its span (the simulator, the executor) stays within memory.
 pub const MAX_SHIFT_PERIODS: i64 = 4096;
 
+/// The most devices a pipeline schedule may name: as many as `pebble pipeline` plans on.
+/// The simulator keeps a few numbers per device; a file that said 2·10^6 devices took
+/// 80 MB to check.
+pub const MAX_DEVICES: usize = 1024;
+
+/// The most micro-batches a pipeline schedule may have (per period, if periodic): as many
+/// as `pebble pipeline --microbatches` takes. 2^64 − 2 once wrapped to −2 in the
+/// simulator's arithmetic and overflowed a vector's capacity.
+pub const MAX_MICROBATCHES: usize = 4096;
+
 impl Schedule {
     /// Why an op's micro-batch index `micro` is out of range, if it is: in a flushed
     /// schedule it is the micro-batch itself, in `0..k`; in a periodic one a shift of at
@@ -218,9 +228,15 @@ pub(crate) fn check(s: &Schedule) -> Result<(), ScheduleError> {
     if devices == 0 {
         return bad("devices".into(), "must be at least 1".into());
     }
+    if devices > MAX_DEVICES {
+        return bad("devices".into(), format!("{devices} devices: at most {MAX_DEVICES}"));
+    }
     match s.microbatches {
         None => return bad("microbatches".into(), "a pipeline schedule needs its micro-batch count".into()),
         Some(0) => return bad("microbatches".into(), "must be at least 1".into()),
+        Some(k) if k > MAX_MICROBATCHES => {
+            return bad("microbatches".into(), format!("{k} micro-batches: at most {MAX_MICROBATCHES}"))
+        }
         Some(_) => {}
     }
     if s.stages.is_empty() {
@@ -228,7 +244,7 @@ pub(crate) fn check(s: &Schedule) -> Result<(), ScheduleError> {
     }
     let mut next = 0;
     for (i, st) in s.stages.iter().enumerate() {
-        if st.first != next || st.last < st.first {
+        if st.first != next || st.last < st.first || st.last == usize::MAX {
             return bad(
                 format!("stages[{i}]"),
                 format!("stages must cut the chain in order: expected first = {next} and last >= first"),
@@ -262,7 +278,7 @@ pub(crate) fn check(s: &Schedule) -> Result<(), ScheduleError> {
                 }
             }
             Op::Send { from, to, stage, grad, .. } => {
-                let peer = if grad { stage.checked_sub(1) } else { Some(stage + 1).filter(|&p| p < n) };
+                let peer = if grad { stage.checked_sub(1) } else { stage.checked_add(1).filter(|&p| p < n) };
                 let Some(peer) = peer.filter(|_| stage < n) else {
                     return bad(format!("ops[{i}].stage"), format!("stage {stage} has no stage to send to"));
                 };
@@ -341,6 +357,30 @@ mod tests {
         let mut s = two_stage();
         s.devices = None;
         assert!(Schedule::from_json(&s.to_json()).unwrap_err().to_string().starts_with("field `devices`"));
+    }
+
+    #[test]
+    fn absurd_counts_and_indices_name_the_field() {
+        // Found by the CLI's fuzz test (issue 47): 2·10^6 devices took the simulator 80 MB,
+        // 2^64 − 2 micro-batches wrapped to −2 in its arithmetic, and a stage or a send at
+        // 2^64 − 1 overflowed here.
+        let e = |s: &Schedule| Schedule::from_json(&s.to_json()).unwrap_err().to_string();
+        let mut s = two_stage();
+        s.devices = Some(2_000_006);
+        assert!(e(&s).starts_with("field `devices`: 2000006 devices: at most 1024"), "{}", e(&s));
+        let mut s = two_stage();
+        s.microbatches = Some(usize::MAX - 1);
+        assert!(e(&s).starts_with("field `microbatches`"), "{}", e(&s));
+        let mut s = two_stage();
+        s.stages[1].last = usize::MAX;
+        assert!(e(&s).starts_with("field `stages[1]`"), "{}", e(&s));
+        let mut s = two_stage();
+        s.ops[1] = Op::Send { from: 0, to: 1, stage: usize::MAX, micro: 0, grad: false };
+        assert!(e(&s).starts_with("field `ops[1].stage`"), "{}", e(&s));
+        let mut s = two_stage();
+        s.devices = Some(MAX_DEVICES);
+        s.microbatches = Some(MAX_MICROBATCHES);
+        Schedule::from_json(&s.to_json()).expect("the limits themselves");
     }
 
     #[test]

@@ -178,6 +178,7 @@ pub fn simulate_pipeline(layers: &Layers, schedule: &Schedule, config: &PipeConf
         )));
     }
     let split = backward_split(schedule)?;
+    check_unrolled_size(schedule, config)?;
     let mut run = Run::unroll(layers, schedule, config, split);
     run.link()?;
     run.place()?;
@@ -253,6 +254,52 @@ fn backward_split(schedule: &Schedule) -> Result<Vec<Option<bool>>, SimError> {
     Ok(split)
 }
 
+/// The most pass and send instances a schedule may unroll to (a few hundred bytes each,
+/// with their dependencies and times: about a gigabyte).
+pub const MAX_INSTANCES: u64 = 1 << 22;
+
+/// The periods a schedule is unrolled over: a periodic one's steady state is reached
+/// within four times its shifts' span plus its stage count; a flushed one runs once.
+fn unrolled_periods(schedule: &Schedule, config: &PipeConfig) -> usize {
+    let (lo, hi) = schedule.shift_span();
+    let span = usize::try_from(hi - lo).unwrap_or(usize::MAX);
+    match schedule.periodic {
+        true => config.periods.max(span.saturating_add(schedule.stages.len() + 1).saturating_mul(4)),
+        false => 1,
+    }
+}
+
+/// Refuses, before anything is unrolled, a schedule whose periods times ops exceed
+/// [`MAX_INSTANCES`]: shifts within range (±4096 periods) over thousands of ops, or
+/// thousands of stages, once asked the simulator for hundreds of millions of instances
+/// (a 555 KB file aborted `pebble simulate` out of memory). The error names an op of the
+/// farthest shift.
+fn check_unrolled_size(schedule: &Schedule, config: &PipeConfig) -> Result<(), SimError> {
+    let periods = unrolled_periods(schedule, config);
+    let instances = (periods as u128).saturating_mul(schedule.ops.len() as u128);
+    if instances <= u128::from(MAX_INSTANCES) {
+        return Ok(());
+    }
+    let k = schedule.microbatches.unwrap_or(1).max(1) as i64;
+    let shift = |op: &Op| match *op {
+        Op::Run { micro, .. } | Op::Send { micro, .. } => micro.div_euclid(k).unsigned_abs(),
+        _ => 0,
+    };
+    let farthest = (0..schedule.ops.len()).max_by_key(|&i| shift(&schedule.ops[i])).unwrap_or(0);
+    let (lo, hi) = schedule.shift_span();
+    Err(invalid(
+        schedule,
+        farthest,
+        format!(
+            "the schedule unrolls to {periods} periods of {} ops (its shifts span {} periods; {} stage(s)): \
+             {instances} instances, more than the simulator's {MAX_INSTANCES}",
+            schedule.ops.len(),
+            hi - lo,
+            schedule.stages.len()
+        ),
+    ))
+}
+
 /// A run of a checked schedule: its instances, what each waits for, and when each runs.
 struct Run<'a> {
     layers: &'a Layers,
@@ -277,10 +324,8 @@ impl<'a> Run<'a> {
     /// into instances with their durations.
     fn unroll(layers: &'a Layers, schedule: &'a Schedule, config: &'a PipeConfig, split: Vec<Option<bool>>) -> Run<'a> {
         let stages = &schedule.stages;
-        let n = stages.len();
         let k = schedule.microbatches.unwrap_or(1).max(1) as i64;
-        let (lo, hi) = schedule.shift_span();
-        let periods = if schedule.periodic { config.periods.max(4 * ((hi - lo) as usize + n + 1)) as i64 } else { 1 };
+        let periods = unrolled_periods(schedule, config) as i64;
         let total = periods * k;
         let insts: Vec<Inst> = schedule
             .unroll(total as usize)
@@ -664,6 +709,34 @@ impl<'a> Run<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_schedule_too_long_to_unroll_is_refused_before_anything_is_unrolled() {
+        // 4096 micro-batches a period and shifts of ±4096 periods, all within range: 32,776
+        // periods of 8192 ops, 2.7·10^8 instances. This 555 KB file aborted `pebble
+        // simulate` out of memory (found by the CLI's fuzz test, issue 47).
+        let layers = Layers::from_costs(&[1.0, 1.0]);
+        let k = 4096i64;
+        let mut ops = Vec::new();
+        for r in 0..k {
+            ops.push(Op::Run { device: 0, stage: 0, micro: r, pass: Pass::F });
+            ops.push(Op::Run { device: 0, stage: 0, micro: r, pass: Pass::B });
+        }
+        let stages = vec![PipeStage { first: 0, last: 1, device: 0 }];
+        let mut s = Schedule::pipeline(1, k as usize, stages, ops).repeated();
+        let config = PipeConfig::new(f64::INFINITY, None);
+        s.ops[0] = Op::Run { device: 0, stage: 0, micro: k * 4096, pass: Pass::F };
+        s.ops[3] = Op::Run { device: 0, stage: 0, micro: 1 - k * 4096, pass: Pass::B };
+        let start = std::time::Instant::now();
+        let e = simulate_pipeline(&layers, &s, &config).unwrap_err();
+        assert!(start.elapsed().as_secs_f64() < 5.0, "refused only after {:?}", start.elapsed());
+        assert!(matches!(e, SimError::InvalidOp { op: 3, .. }), "{e}");
+        assert!(e.to_string().contains("the schedule unrolls to 32776 periods of 8192 ops"), "{e}");
+        // Without the shifts it unrolls over 24 periods and runs.
+        s.ops[0] = Op::Run { device: 0, stage: 0, micro: 0, pass: Pass::F };
+        s.ops[3] = Op::Run { device: 0, stage: 0, micro: 1, pass: Pass::B };
+        simulate_pipeline(&layers, &s, &config).expect("within the limit");
+    }
 
     #[test]
     fn a_shift_beyond_the_range_is_refused_before_anything_is_unrolled() {

@@ -267,6 +267,10 @@ pub fn run(args: &MaxbatchArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let args = &args;
+    if args.run {
+        let options = crate::source::model_options(&args.opts)?;
+        super::check_run_link(args.solve.bandwidth, &options.profile.machine)?;
+    }
     let (name, is_policy) = solver_or_policy(&args.solver, &args.policy)?;
     let solver = find_solver(name, if is_policy { "--policy" } else { "--solver" })?;
     let store_all = find_solver("store-all", "--solver")?;

@@ -16,6 +16,29 @@ pub mod train;
 use pebble_machine::Machine;
 use pebble_solve::budget::{Budget, BudgetRequest};
 
+/// The slowest link a model's plan or run takes, in bytes per second: a real run
+/// (`train`, `maxbatch --run`) throttles its host link to it, and below it a step's
+/// transfers take hours where the simulator's took microseconds (`maxbatch --run
+/// --bandwidth 1` never ended); a pipeline's link between devices (see
+/// [`pipeline::PipelineSource::bandwidth`]).
+pub const MIN_RUN_BANDWIDTH: f64 = 1e6;
+
+/// Refuses a real run on a host link slower than [`MIN_RUN_BANDWIDTH`]: `--bandwidth` if
+/// given, else the profile's links.
+pub fn check_run_link(bandwidth: Option<f64>, machine: &Machine) -> anyhow::Result<()> {
+    let (flag, b) = match bandwidth {
+        Some(b) => ("--bandwidth", b),
+        None => ("--profile", machine.d2h.bandwidth.min(machine.h2d.bandwidth)),
+    };
+    if b < MIN_RUN_BANDWIDTH {
+        return Err(crate::error::bad(format!(
+            "{flag}: a real run throttles its host link to {b} bytes per second; it needs at least \
+             {MIN_RUN_BANDWIDTH:e} (1 MB/s)"
+        )));
+    }
+    Ok(())
+}
+
 /// How many threads run `jobs` jobs at once: one per core, at least one, at most `jobs`.
 pub fn worker_count(jobs: usize) -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, jobs.max(1))

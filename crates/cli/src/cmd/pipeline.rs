@@ -14,12 +14,13 @@ use crate::flags::{ExportFormat, MemoryLimit, ModelOpts, PipelineArgs, SourceArg
 use crate::out;
 use crate::source::{check_new_file, significant, write_new_file, Source, Subject, Units};
 
-/// The most micro-batches (and weight versions) a step may have.
-const MAX_MICROBATCHES: usize = 4096;
+/// The most micro-batches (and weight versions) a step may have: as many as a schedule
+/// file may hold.
+const MAX_MICROBATCHES: usize = pebble_schedule::pipeline::MAX_MICROBATCHES;
 /// The most virtual stages per device of interleaved-1f1b.
 const MAX_VIRTUAL_STAGES: usize = 64;
-/// The most devices a pipeline is planned (or run) on.
-const MAX_DEVICES: usize = 1024;
+/// The most devices a pipeline is planned (or run) on: as many as a schedule file may name.
+const MAX_DEVICES: usize = pebble_schedule::pipeline::MAX_DEVICES;
 
 /// A source seen as pipeline layers, with the defaults of the pipeline flags: a model's
 /// profile gives them; a chain or graph file has none (one device, unlimited memory,
@@ -56,9 +57,20 @@ impl PipelineSource {
         flag.map_or(self.machine.map(|m| m.device_memory), |m| m.0)
     }
 
-    /// `--bandwidth`, or the profile's interconnect (free links for a file).
-    pub fn bandwidth(&self, flag: Option<f64>) -> f64 {
-        flag.unwrap_or(self.machine.map_or(f64::INFINITY, |m| m.interconnect.bandwidth))
+    /// `--bandwidth`, or the profile's interconnect (free links for a file). For a model,
+    /// at least [`super::MIN_RUN_BANDWIDTH`] bytes per second: MadPipe's phase 1 counts
+    /// the activations a device holds as the transfer time over the period, and at
+    /// `--bandwidth 1e-9` that count times a layer's bytes overflowed (a panic).
+    pub fn bandwidth(&self, flag: Option<f64>) -> anyhow::Result<f64> {
+        let b = flag.unwrap_or(self.machine.map_or(f64::INFINITY, |m| m.interconnect.bandwidth));
+        if self.units == Units::Bytes && b < super::MIN_RUN_BANDWIDTH {
+            let flag = if flag.is_some() { "--bandwidth" } else { "--profile" };
+            return Err(bad(format!(
+                "{flag}: a link of {b} bytes per second between devices; a pipeline needs at least {:e} (1 MB/s)",
+                super::MIN_RUN_BANDWIDTH
+            )));
+        }
+        Ok(b)
     }
 }
 
@@ -86,7 +98,7 @@ impl PipelineSetup {
         let source = PipelineSource::load(&args.source, &args.opts)?;
         let devices = source.devices(args.devices);
         check_devices(devices)?;
-        let (memory, bandwidth) = (source.memory(args.memory), source.bandwidth(args.bandwidth));
+        let (memory, bandwidth) = (source.memory(args.memory), source.bandwidth(args.bandwidth)?);
         let PipelineSource { layers, label, units, .. } = source;
         Ok(PipelineSetup { layers, devices, memory, bandwidth, label, units })
     }
@@ -144,7 +156,7 @@ fn check_flags(args: &PipelineArgs) -> anyhow::Result<()> {
 }
 
 /// `--devices` (or the profile's count): at least 1, at most [`MAX_DEVICES`].
-fn check_devices(devices: usize) -> anyhow::Result<()> {
+pub(crate) fn check_devices(devices: usize) -> anyhow::Result<()> {
     if devices == 0 {
         return Err(bad("--devices: must be at least 1"));
     }
@@ -374,12 +386,20 @@ fn run_for_real(args: &PipelineArgs) -> anyhow::Result<ExitCode> {
     let progress = crate::progress::spinner("planning and running one pipelined step");
     let result = pebble_train::pipeline_on(pebble_train::DeviceKind::Cpu, &config);
     progress.finish_and_clear();
+    // The same outcomes as without `--run`: what the flags ask for that cannot be had
+    // (an unknown model, an option it does not take, more stages than layers, a solver
+    // whose schedules the executor cannot run) is bad input, exit 2; these were exit 1.
     let report = match result {
         Ok(r) => r,
         Err(PipelineError::Plan(e @ PipeError::Infeasible { .. })) => {
             return Err(crate::error::Infeasible(e.to_string()).into())
         }
+        Err(PipelineError::Plan(e @ PipeError::Unsupported { .. })) => return Err(bad(e.to_string())),
         Err(PipelineError::UnknownSolver(e)) => return Err(bad(format!("--solver: {e}"))),
+        Err(PipelineError::Train(e)) => return Err(super::train::lift(e)),
+        Err(PipelineError::Runtime(e @ pebble_runtime::RuntimeError::Unsupported { .. })) => {
+            return Err(bad(format!("--solver {}: --run cannot run its schedules: {e}", args.solver)))
+        }
         Err(e) => return Err(e.into()),
     };
     // Relative to each gradient's largest entry.

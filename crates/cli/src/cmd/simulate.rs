@@ -169,7 +169,7 @@ fn pipeline(args: &SimulateArgs, schedule: &pebble_schedule::Schedule) -> anyhow
         }
     };
     let source = super::pipeline::PipelineSource::load(&args.source, &args.opts)?;
-    let config = pebble_sim::PipeConfig::new(source.bandwidth(args.bandwidth), memory);
+    let config = pebble_sim::PipeConfig::new(source.bandwidth(args.bandwidth)?, memory);
     let report = pebble_sim::simulate_pipeline(&source.layers, schedule, &config)
         .map_err(|e| anyhow::anyhow!("invalid schedule `{}`: {e}", args.schedule.display()))?;
     if let Some(path) = &args.timeline.timeline {

@@ -370,8 +370,10 @@ pub const DEFAULT_PIPELINE_SOLVERS: &str = "madpipe,pipedream,1f1b,zb-h1";
 /// to twice that (a pipeline holds several micro-batches' activations at once).
 fn pipeline(args: &SweepArgs, devices: usize) -> anyhow::Result<ExitCode> {
     use pebble_solve::pipeline::{pipe_solver, plan_pipeline, PipeError, PipeProblem};
-    if devices == 0 {
-        return Err(crate::error::bad("--devices: must be at least 1"));
+    // As `pebble pipeline` checks it (10^12 devices aborted allocating the problem).
+    super::pipeline::check_devices(devices)?;
+    if args.solve.slots.is_some() {
+        return Err(crate::error::bad("--slots: a pipeline is planned without memory slots (drop it with --devices)"));
     }
     let names: Vec<String> = match &args.solvers {
         Some(names) => names.iter().map(|n| n.trim().to_string()).collect(),
@@ -384,7 +386,7 @@ fn pipeline(args: &SweepArgs, devices: usize) -> anyhow::Result<ExitCode> {
     let source = super::pipeline::PipelineSource::load(&args.source, &args.opts)?;
     let layers = &source.layers;
     let is_file = source.units == crate::source::Units::Plain;
-    let bandwidth = source.bandwidth(args.solve.bandwidth);
+    let bandwidth = source.bandwidth(args.solve.bandwidth)?;
     let one = layers.static_bytes(0, layers.len() - 1, 2) + layers.stored_bytes(0, layers.len() - 1);
     let n = args.points as u64;
     let (lo, hi) = (one / (2 * devices as u64).max(1), 2 * one);
@@ -396,10 +398,13 @@ fn pipeline(args: &SweepArgs, devices: usize) -> anyhow::Result<ExitCode> {
     for solver in &solvers {
         let mut points = Vec::new();
         for &m in &memories {
-            let problem = PipeProblem::new(layers, devices, Some(m), bandwidth);
+            let mut problem = PipeProblem::new(layers, devices, Some(m), bandwidth);
+            problem.time_limit = args.solve.time_limit.unwrap_or(problem.time_limit);
             let cell = match plan_pipeline(*solver, &problem) {
                 Ok(plan) => Some(plan.report.throughput),
                 Err(PipeError::Infeasible { .. }) => None,
+                // As `pebble pipeline` says it: more stages than layers is bad input (it was exit 1).
+                Err(e @ PipeError::Unsupported { .. }) => return Err(crate::error::bad(e.to_string())),
                 Err(e) => return Err(e.into()),
             };
             bar.inc(1);

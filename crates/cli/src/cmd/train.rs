@@ -61,6 +61,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     // The solver, the simulator and the executor's link all use this machine: the
     // profile's, with `--bandwidth` applied.
     let solve = super::solve_options(&args.solve, &options.profile.machine);
+    super::check_run_link(args.solve.bandwidth, &options.profile.machine)?;
     let config = TrainConfig {
         model: args.model.model.clone(),
         options,

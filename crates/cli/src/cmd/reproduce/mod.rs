@@ -19,6 +19,7 @@ use crate::flags::{Experiment, ReproduceArgs};
 use crate::source::{check_new_file, write_new_file};
 
 pub fn run(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
+    check_flags(args)?;
     match args.experiment {
         Experiment::Ch4 => ch4::ch4(args),
         Experiment::Weights => weights::table1(args),
@@ -27,6 +28,38 @@ pub fn run(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         Experiment::Hiremate => hiremate::hiremate(args),
         Experiment::Delta => delta::delta(args),
     }
+}
+
+/// Refuses the flags the experiment does not read, instead of ignoring them: `--models`,
+/// `--batch` and `--image` are Ch. 4's (the other experiments run fixed grids), `--ilp`
+/// is `ch7`'s and `delta`'s. A value other than the flag's default is taken as given
+/// (`reproduce weights --batch 0` ran the whole grid and said nothing).
+fn check_flags(args: &ReproduceArgs) -> anyhow::Result<()> {
+    use clap::Parser;
+    let defaults = match crate::flags::Cli::try_parse_from(["pebble", "reproduce", "ch4"]) {
+        Ok(crate::flags::Cli { command: crate::flags::Command::Reproduce(d) }) => d,
+        _ => unreachable!("`pebble reproduce ch4` parses"),
+    };
+    let name = format!("{:?}", args.experiment).to_lowercase();
+    if args.experiment != Experiment::Ch4 {
+        for (flag, given) in [
+            ("--models", args.models != defaults.models),
+            ("--batch", args.batch != defaults.batch),
+            ("--image", args.image != defaults.image),
+        ] {
+            if given {
+                return Err(crate::error::bad(format!(
+                    "{flag}: `reproduce {name}` runs a fixed grid; --models, --batch and --image are ch4's"
+                )));
+            }
+        }
+    }
+    if args.ilp && !matches!(args.experiment, Experiment::Ch7 | Experiment::Delta) {
+        return Err(crate::error::bad(format!(
+            "--ilp: `reproduce {name}` solves no ILP it could re-solve (ch7 and delta do)"
+        )));
+    }
+    Ok(())
 }
 
 /// The experiment's output files in `--out-dir`, checked before any work: none exists,
