@@ -116,12 +116,18 @@ impl Dp<'_, '_> {
         let l = self.problem.layers;
         let n = l.len();
         let tmp = (i..=j).map(|x| l.ftmp[x].max(l.btmp[x])).max().unwrap_or(0);
-        let mut m = self.problem.periodic_static(i, j) + g * l.stored_bytes(i, j) + tmp;
+        // Saturating: on a link slow enough, `g` (a count of activations in flight) grows
+        // past what any memory holds, and the sum must say "too much", not wrap.
+        let mut m = self
+            .problem
+            .periodic_static(i, j)
+            .saturating_add(g.saturating_mul(l.stored_bytes(i, j)))
+            .saturating_add(tmp);
         if i > 0 {
-            m += 2 * l.boundary[i - 1];
+            m = m.saturating_add(2 * l.boundary[i - 1]);
         }
         if j + 1 < n {
-            m += 2 * l.boundary[j];
+            m = m.saturating_add(2 * l.boundary[j]);
         }
         m
     }
