@@ -73,6 +73,7 @@ const ALLOWED: &[(&str, &str)] = &[
     ("cli", "onnx"),
     ("cli", "runtime"),
     ("cli", "train"),
+    ("cli", "testkit"),
     ("python", "machine"),
     ("python", "graph"),
     ("python", "schedule"),

@@ -8,31 +8,28 @@ pub mod seeds;
 
 use serde_json::{Map, Value};
 
-/// SplitMix64, as `pebble-testkit`'s: the same seed gives the same cases everywhere.
+/// `pebble-testkit`'s generator, in the `usize` terms the mutations index with: the same
+/// seed gives the same cases everywhere.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub struct Rng(pebble_testkit::Rng);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(pebble_testkit::Rng::new(seed))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `0..n`, `n > 0`.
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
+        self.0.index(n)
     }
 
     /// True with probability `1/n`.
     pub fn one_in(&mut self, n: usize) -> bool {
-        self.below(n) == 0
+        self.0.one_in(n as u64)
     }
 
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
