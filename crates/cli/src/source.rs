@@ -11,7 +11,7 @@ use pebble_machine::{Machine, Profile};
 use pebble_schedule::{Schedule, View};
 use pebble_sim::{SimConfig, SimReport};
 use pebble_solve::{baseline::store_all::simulate_store_all, Problem, Solver};
-use pebble_zoo::{DType, Dims, Model, ModelOptions, ModelSpec, Network, Optimizer, ZooError};
+use pebble_zoo::{DType, Model, ModelOptions, Optimizer, ZooError};
 
 use crate::error::bad;
 use crate::flags::{DTypeArg, ModelOpts, ModelSource, OptimizerArg, SourceArgs};
@@ -164,41 +164,11 @@ pub fn import_onnx(path: &Path, opts: &ModelOpts) -> anyhow::Result<(Model, Mode
     let import = pebble_onnx::ImportOptions { batch: options.batch, dtype: options.dtype };
     let network =
         pebble_onnx::import_file(path, &import).map_err(|e| bad(format!("--onnx `{}`: {e}", path.display())))?;
-    // The batch is the labels' length; the image side, the height of a 4-D input's.
-    let labels = network.ops.last().and_then(|loss| loss.inputs.get(1)).map(|&t| &network.tensors[t].shape);
-    let batch = labels.and_then(|s| s.first().copied()).unwrap_or(1);
-    let image = network.tensors.iter().find(|t| t.producer.is_none() && t.shape.len() == 4).map(|t| t.shape[2]);
-    let spec = onnx_spec(path, &network, batch, image);
-    let dims = Dims { batch, image: image.unwrap_or(0), seq: 0, layers: 0, width: 0, heads: 0, dtype: options.dtype };
-    match Model::from_network(spec, dims, network, &options) {
+    match pebble_onnx::imported_model(network, &path.display().to_string(), &options) {
         Ok(model) => Ok((model, options)),
         Err(e @ ZooError::Graph { .. }) => Err(anyhow::Error::new(e).context(format!("--onnx `{}`", path.display()))),
         Err(e) => Err(bad(format!("--onnx `{}`: {e}", path.display()))),
     }
-}
-
-/// The catalog entry of an imported model. A [`Model`] refers to its entry for the
-/// lifetime of the program; the CLI imports at most one file per run, so the entry
-/// (a few strings) is leaked rather than threaded through every command.
-fn onnx_spec(path: &Path, network: &Network, batch: usize, image: Option<usize>) -> &'static ModelSpec {
-    fn not_by_name(_: &Dims) -> Result<Network, ZooError> {
-        Err(ZooError::Shape { op: "onnx", why: "an imported model is built from its file, not by name".into() })
-    }
-    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
-    Box::leak(Box::new(ModelSpec {
-        name: leak(network.name.clone()),
-        family: "onnx",
-        description: leak(format!("imported from {}", path.display())),
-        published_params: None,
-        batch,
-        image,
-        seq: None,
-        layers: None,
-        max_seq: None,
-        width: None,
-        heads: None,
-        build: not_by_name,
-    }))
 }
 
 /// How sizes and times of a problem read: bytes and seconds for models and graphs,

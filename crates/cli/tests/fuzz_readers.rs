@@ -299,39 +299,8 @@ fn read_onnx(bytes: &[u8], batch: Option<usize>) -> Result<bool, String> {
     let Some(network) = step(pebble_onnx::import_bytes(bytes, "fuzz", &import), "import_bytes")? else {
         return Ok(false);
     };
-    let labels = network.ops.last().and_then(|loss| loss.inputs.get(1)).map(|&t| &network.tensors[t].shape);
-    let batch = labels.and_then(|s| s.first().copied()).unwrap_or(1);
-    let image = network.tensors.iter().find(|t| t.producer.is_none() && t.shape.len() == 4).map(|t| t.shape[2]);
-    fn not_by_name(_: &pebble_zoo::Dims) -> Result<pebble_zoo::Network, pebble_zoo::ZooError> {
-        Err(pebble_zoo::ZooError::Shape { op: "onnx", why: "imported".into() })
-    }
-    // Leaked as the CLI leaks it: a model refers to its catalog entry for good.
-    let spec: &'static pebble_zoo::ModelSpec = Box::leak(Box::new(pebble_zoo::ModelSpec {
-        name: "fuzz",
-        family: "onnx",
-        description: "fuzzed",
-        published_params: None,
-        batch,
-        image,
-        seq: None,
-        layers: None,
-        max_seq: None,
-        width: None,
-        heads: None,
-        build: not_by_name,
-    }));
-    let dims = pebble_zoo::Dims {
-        batch,
-        image: image.unwrap_or(0),
-        seq: 0,
-        layers: 0,
-        width: 0,
-        heads: 0,
-        dtype: pebble_zoo::DType::F32,
-    };
     let options = pebble_zoo::ModelOptions { batch: import.batch, ..pebble_zoo::ModelOptions::default() };
-    let Some(model) = step(pebble_zoo::Model::from_network(spec, dims, network, &options), "Model::from_network")?
-    else {
+    let Some(model) = step(pebble_onnx::imported_model(network, "fuzz", &options), "imported_model")? else {
         return Ok(false);
     };
     let r = simulate_store_all(Problem::Chain(&model.chain), &SimConfig::default());

@@ -60,6 +60,7 @@
 
 mod error;
 mod import;
+mod model;
 pub mod proto;
 
 use std::path::Path;
@@ -68,6 +69,7 @@ use pebble_zoo::DType;
 
 pub use error::OnnxError;
 pub use import::{import_bytes, import_file};
+pub use model::imported_model;
 
 /// How to import a model.
 #[derive(Debug, Clone, Default, PartialEq)]
