@@ -116,8 +116,7 @@ impl TrainingGraph {
     /// the inputs and the static data (parameter gradients unless made by the backward).
     pub fn resident_from_start(&self, d: usize) -> bool {
         let kind = self.data[d].kind;
-        kind == DataKind::Input
-            || kind.is_static() && !(kind == DataKind::ParamGrad && self.param_grads_from_backward)
+        kind == DataKind::Input || kind.is_static() && !(kind == DataKind::ParamGrad && self.param_grads_from_backward)
     }
 
     /// For each data node, the compute nodes that produce it.

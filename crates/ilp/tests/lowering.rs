@@ -279,7 +279,8 @@ fn graph_fixtures() -> Vec<(&'static str, TrainingGraph)> {
 fn graph_program_peak(graph: &TrainingGraph, program: &GraphProgram) -> u64 {
     let steps = &program.steps;
     let size = |d: usize| graph.data[d].size;
-    let mut dev: Vec<u64> = graph.data.iter().enumerate().map(|(d, n)| if lower::fixed(graph, d) { n.size } else { 0 }).collect();
+    let mut dev: Vec<u64> =
+        graph.data.iter().enumerate().map(|(d, n)| if lower::fixed(graph, d) { n.size } else { 0 }).collect();
     let mut level: u64 = dev.iter().sum();
     let mut peak = level;
     // (release after this step, data node, bytes) of offloaded copies later steps read.

@@ -42,12 +42,14 @@ pub struct GraphBuilder {
 impl GraphBuilder {
     /// An empty graph called `name`.
     pub fn new(name: &str) -> GraphBuilder {
-        GraphBuilder { graph: TrainingGraph {
+        GraphBuilder {
+            graph: TrainingGraph {
                 name: Some(name.into()),
                 data: Vec::new(),
                 compute: Vec::new(),
                 param_grads_from_backward: false,
-            } }
+            },
+        }
     }
 
     /// Adds a data node.
@@ -183,7 +185,8 @@ pub fn chain_graph(l: usize, input_grad: bool) -> TrainingGraph {
         let t = 2.0 + (i % 2) as f64;
         c.push(node(&format!("b{i}"), ComputeKind::Backward, t, 1, [g[i], a[i - 1], s[i], w[i]], outputs));
     }
-    let graph = TrainingGraph { name: Some(format!("chain-{l}")), compute: c, data: d, param_grads_from_backward: false };
+    let graph =
+        TrainingGraph { name: Some(format!("chain-{l}")), compute: c, data: d, param_grads_from_backward: false };
     graph.validate().expect("a valid chain graph");
     graph
 }

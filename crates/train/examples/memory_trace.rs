@@ -95,7 +95,13 @@ fn main() {
             if peak > last {
                 let m = resident + (peak - base) as f64;
                 let s = at_op(k);
-                println!("  op {k:4} {:<40} measured {} sim {} diff {}", schedule.ops[k].to_string(), mib(m), mib(s), mib(m - s));
+                println!(
+                    "  op {k:4} {:<40} measured {} sim {} diff {}",
+                    schedule.ops[k].to_string(),
+                    mib(m),
+                    mib(s),
+                    mib(m - s)
+                );
                 last = peak;
             }
         }
