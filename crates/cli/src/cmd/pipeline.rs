@@ -58,9 +58,9 @@ impl PipelineSource {
     }
 
     /// `--bandwidth`, or the profile's interconnect (free links for a file). For a model,
-    /// at least [`super::MIN_RUN_BANDWIDTH`] bytes per second: MadPipe's phase 1 counts
-    /// the activations a device holds as the transfer time over the period, and at
-    /// `--bandwidth 1e-9` that count times a layer's bytes overflowed (a panic).
+    /// at least [`super::MIN_RUN_BANDWIDTH`] bytes per second, the bound a real run has:
+    /// below it a period is hours long. (At `--bandwidth 1e-9` MadPipe's activation count
+    /// times a layer's bytes once overflowed; its sums saturate now.)
     pub fn bandwidth(&self, flag: Option<f64>) -> anyhow::Result<f64> {
         let b = flag.unwrap_or(self.machine.map_or(f64::INFINITY, |m| m.interconnect.bandwidth));
         if self.units == Units::Bytes && b < super::MIN_RUN_BANDWIDTH {
