@@ -28,7 +28,9 @@ fn train(model: &[&str], solver: &str, budget: &str) -> Value {
 #[test]
 fn weight_moving_plans_train_as_store_all_does() {
     for (model, plans) in [
-        (&MLP[..], [("weight-offload", "99%"), ("l2l", "99%"), ("zero-offload", "100%")]),
+        // (Store-all updates after its step; these plans inside their backwards, beside
+        // the update's temporary, a 4 MB weight's: their least budget is 104% of store-all.)
+        (&MLP[..], [("weight-offload", "105%"), ("l2l", "105%"), ("zero-offload", "100%")]),
         (&TINY_GPT[..], [("weight-offload", "93%"), ("l2l", "93%"), ("zero-offload", "100%")]),
     ] {
         let store_all = train(model, "store-all", "100%");

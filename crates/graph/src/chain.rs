@@ -46,6 +46,12 @@ pub struct Chain {
     /// master copy under mixed precision). Counted inside `static_bytes`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub o: Option<Vec<u64>>,
+    /// Optional per-stage temporary memory of the optimizer step fused into stage `i`'s
+    /// backward, `L` entries: what the update holds beside the parameters, their gradients
+    /// and states while it runs, after the backward's own temporaries are gone. Counted
+    /// where a schedule updates the stage on the device (one that names the statics).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utmp: Option<Vec<u64>>,
     /// Memory resident for the whole step: parameters, their gradients and optimizer
     /// states (the `w`, `g` and `o` given included).
     #[serde(default)]
@@ -78,8 +84,16 @@ impl Chain {
             w: None,
             g: None,
             o: None,
+            utmp: None,
             static_bytes: 0,
         }
+    }
+
+    /// `btmp[i]` of a backward with the optimizer step fused into it (`i < L`): the larger
+    /// of its own temporaries and the update's (`utmp[i]`), which runs after them.
+    pub fn fused_btmp(&self, i: usize) -> u64 {
+        let update = self.utmp.as_ref().and_then(|u| u.get(i)).copied().unwrap_or(0);
+        self.btmp[i].max(update)
     }
 
     /// Total compute time of one store-all step: every forward and backward once.
@@ -105,7 +119,7 @@ impl Chain {
         check("xbar", self.xbar.len(), l + 1, "len(ftime) + 1")?;
         check("ftmp", self.ftmp.len(), l, "len(ftime)")?;
         check("btmp", self.btmp.len(), l + 1, "len(ftime) + 1: the last entry is the loss")?;
-        for (field, v) in [("w", &self.w), ("g", &self.g), ("o", &self.o)] {
+        for (field, v) in [("w", &self.w), ("g", &self.g), ("o", &self.o), ("utmp", &self.utmp)] {
             if let Some(v) = v {
                 check(field, v.len(), l, "len(ftime)")?;
             }
@@ -119,7 +133,8 @@ impl Chain {
         let sized =
             [("x", Some(&self.x)), ("xbar", Some(&self.xbar)), ("ftmp", Some(&self.ftmp)), ("btmp", Some(&self.btmp))]
                 .into_iter()
-                .chain([("w", self.w.as_ref()), ("g", self.g.as_ref()), ("o", self.o.as_ref())]);
+                .chain([("w", self.w.as_ref()), ("g", self.g.as_ref()), ("o", self.o.as_ref())])
+                .chain([("utmp", self.utmp.as_ref())]);
         for (field, v) in sized {
             for (i, &b) in v.into_iter().flatten().enumerate() {
                 checked_size(b, || format!("{field}[{i}]"))?;
@@ -159,8 +174,8 @@ impl Chain {
             what: "chain",
             message: "expected a JSON object with fields ftime, btime, x, xbar, ftmp, btmp".into(),
         })?;
-        const KNOWN: [&str; 11] =
-            ["name", "ftime", "btime", "x", "xbar", "ftmp", "btmp", "w", "g", "o", "static_bytes"];
+        const KNOWN: [&str; 12] =
+            ["name", "ftime", "btime", "x", "xbar", "ftmp", "btmp", "w", "g", "o", "utmp", "static_bytes"];
         if let Some(k) = obj.keys().find(|k| !KNOWN.contains(&k.as_str())) {
             return Err(GraphError::Malformed {
                 what: "chain",
@@ -187,6 +202,7 @@ impl Chain {
             w: optional_sizes(obj, "w")?,
             g: optional_sizes(obj, "g")?,
             o: optional_sizes(obj, "o")?,
+            utmp: optional_sizes(obj, "utmp")?,
             static_bytes: match obj.get("static_bytes") {
                 None => 0,
                 Some(v) => size_value(v, "static_bytes")?,

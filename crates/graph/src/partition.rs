@@ -65,6 +65,7 @@ pub fn to_chain_with(g: &TrainingGraph, retention: Retention) -> Result<Chain, G
         w: Some(vec![0; l]),
         g: Some(vec![0; l]),
         o: Some(vec![0; l]),
+        utmp: Some(vec![0; l]),
         static_bytes: g.static_bytes(),
     };
     activation_sizes(g, &uses, l, retention, &mut chain);
@@ -234,9 +235,21 @@ fn param_sizes(g: &TrainingGraph, chain: &mut Chain) -> Result<(), GraphError> {
     }
     let stage_of_param: std::collections::HashMap<&str, usize> =
         (0..nd).filter(|&d| readers[d].len() == 1).map(|d| (g.data[d].name.as_str(), readers[d][0])).collect();
+    // The optimizer step fused into a backward holds one temporary the size of the
+    // parameter it updates (`pebble-runtime`'s `optim::apply`), one parameter at a time:
+    // the largest one the backward is the last to reach (for a tied one, its first reader).
+    let updated_by: std::collections::HashMap<&str, (usize, u64)> =
+        (0..nd).filter_map(|d| Some((g.data[d].name.as_str(), (*readers[d].iter().min()?, g.data[d].size)))).collect();
     for (d, node) in g.data.iter().enumerate() {
         if let (DataKind::Parameter, [s]) = (node.kind, &readers[d][..]) {
             chain.w.as_mut().expect("set above")[*s] += node.size;
+        }
+    }
+    for node in g.data.iter().filter(|n| n.kind == DataKind::ParamGrad) {
+        let param = node.name.rsplit_once('.').and_then(|(param, _)| updated_by.get(param));
+        if let Some(&(s, size)) = param {
+            let utmp = &mut chain.utmp.as_mut().expect("set above")[s];
+            *utmp = (*utmp).max(size);
         }
     }
     for node in &g.data {

@@ -239,7 +239,7 @@ fn own_memory(chain: &Chain, steps: Steps, option: BlockOption, t: usize) -> u64
     }
     // B_j reads ā_{j+1} (and δ_{j+1}), allocates δ_j and its temporaries; a recompute
     // first allocates ā_{j+1} beside its temporaries.
-    let mut m = xbar[j + 1] + x[j + 1] + x[j] + chain.btmp[j];
+    let mut m = xbar[j + 1] + x[j + 1] + x[j] + chain.fused_btmp(j);
     if option == BlockOption::Recompute {
         m = m.max(xbar[j + 1] + x[j + 1] + chain.ftmp[j]);
     }
@@ -848,13 +848,13 @@ pub fn rotor_freeing_gradients(chain: &Chain, budget: u64, options: &SolveOption
 }
 
 /// `chain` with each stage's weight gradient counted as a temporary of its backward
-/// (`btmp[i] + g[i]`) instead of static memory, for a chain solver to plan OffMate's
-/// accounting; `None` where the chain has no gradients `g`.
+/// (`btmp[i] + g[i]`, the update fused into it) instead of static memory, for a chain
+/// solver to plan OffMate's accounting; `None` where the chain has no gradients `g`.
 pub fn gradients_as_temporaries(chain: &Chain) -> Option<Chain> {
     let g = chain.g.as_ref()?;
     let mut freed = Chain { static_bytes: chain.static_bytes.saturating_sub(g.iter().sum()), g: None, ..chain.clone() };
-    for (tmp, g) in freed.btmp.iter_mut().zip(g) {
-        *tmp = tmp.saturating_add(*g);
+    for (i, g) in g.iter().enumerate() {
+        freed.btmp[i] = chain.fused_btmp(i).saturating_add(*g);
     }
     Some(freed)
 }

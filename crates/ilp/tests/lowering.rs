@@ -140,6 +140,7 @@ fn program_peak(chain: &Chain, schedule: &Schedule, program: &ChainProgram) -> u
         }
     }
     acc.peak = acc.level;
+    let fused = placement::names_statics(schedule);
     for (g, step) in program.steps.iter().enumerate() {
         if g > 0 && step.op == 0 {
             // The next batch: δ_0 goes, a new a_0 comes.
@@ -149,6 +150,10 @@ fn program_peak(chain: &Chain, schedule: &Schedule, program: &ChainProgram) -> u
         }
         match step.action {
             Action::Forward { stage, .. } => acc.compute(step, chain.ftmp[stage]),
+            // A schedule naming the statics updates inside its backwards (utmp after btmp).
+            Action::Backward { stage, .. } if fused && !step.updates.is_empty() => {
+                acc.compute(step, chain.fused_btmp(stage))
+            }
             Action::Backward { stage, .. } => acc.compute(step, chain.btmp[stage]),
             Action::Loss { .. } => acc.compute(step, chain.btmp[chain.len()]),
             Action::Free { tensor, .. } => acc.drop(tensor),

@@ -50,14 +50,17 @@ pub(crate) fn apply<B: Backend>(
         OptimizerKind::AdamW { lr, weight_decay } => {
             let (b1, b2, eps) = (0.9f32, 0.999f32, 1e-8f32);
             let (m, v) = moments.expect("AdamW keeps two moments per parameter");
+            let (c1, c2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
+            // One parameter-sized temporary at a time (an operand the backend owns alone is
+            // updated in place, burn-flex's left operand): `g`'s share of each moment, then
+            // the step's direction, made in the reciprocal's buffer as 1/(√v̂ + ε)·m / c₁.
             let m = B::float_add(B::float_mul_scalar(m, b1.into()), B::float_mul_scalar(g.clone(), (1.0 - b1).into()));
             let v = B::float_add(
                 B::float_mul_scalar(v, b2.into()),
                 B::float_mul_scalar(B::float_mul(g.clone(), g), (1.0 - b2).into()),
             );
-            let mhat = B::float_div_scalar(m.clone(), (1.0 - b1.powi(t)).into());
-            let vhat = B::float_div_scalar(v.clone(), (1.0 - b2.powi(t)).into());
-            let dir = B::float_div(mhat, B::float_add_scalar(B::float_sqrt(vhat), eps.into()));
+            let denom = B::float_add_scalar(B::float_sqrt(B::float_div_scalar(v.clone(), c2.into())), eps.into());
+            let dir = B::float_div_scalar(B::float_mul(B::float_recip(denom), m.clone()), c1.into());
             let decayed = B::float_mul_scalar(p, ((1.0 - lr * weight_decay) as f32).into());
             (B::float_sub(decayed, B::float_mul_scalar(dir, (lr as f32).into())), Some((m, v)))
         }
@@ -90,7 +93,7 @@ pub(crate) fn apply_slices(
             for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
                 *m = *m * b1 + g * (1.0 - b1);
                 *v = *v * b2 + (g * g) * (1.0 - b2);
-                let dir = (*m / c1) / ((*v / c2).sqrt() + eps);
+                let dir = ((1.0 / ((*v / c2).sqrt() + eps)) * *m) / c1;
                 *p = *p * decay - dir * lr;
             }
         }

@@ -44,7 +44,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::Instant;
 
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{Backend, FloatDType, TensorMetadata};
+use burn_backend::{Backend, TensorMetadata};
 use pebble_schedule::{Op, Pass, PipeStage, Schedule, View};
 use pebble_zoo::{Network, TensorId};
 
@@ -216,7 +216,7 @@ fn zero_grads<B: Backend>(
         .params
         .iter()
         .enumerate()
-        .map(|(q, param)| keep(q).then(|| B::float_zeros(param.shape.clone().into(), device, FloatDType::F32)))
+        .map(|(q, param)| keep(q).then(|| crate::value::zeros::<B>(param.shape.clone(), device)))
         .collect()
 }
 
@@ -549,6 +549,7 @@ impl<B: Backend> Worker<'_, B> {
             moments: Vec::new(),
             stale: std::mem::take(&mut self.stale),
             grads: std::mem::take(&mut self.grads),
+            zeroed: Vec::new(),
             loss: None,
             op_seconds: Vec::new(),
         };

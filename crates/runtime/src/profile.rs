@@ -188,22 +188,14 @@ pub fn profile<B: Backend>(net: &Network, device: &B::Device, seed: u64) -> Resu
                 })
                 .collect();
             let dims: Vec<Vec<usize>> = op.inputs.iter().map(|&t| net.tensors[t].shape.clone()).collect();
-            // Parameter gradients are accumulated into resident buffers, as the executor
-            // does: what the backward allocates for them is temporary.
-            let mut acc: Vec<Option<FloatTensor<B>>> =
-                params.iter().map(|p| Some(B::float_zeros(p.shape(), device, p.dtype().into()))).collect();
+            // Parameter gradients are resident buffers the backward writes (the executor
+            // frees their zeros before it, [`Runner::zeroed`](crate::exec)): what it
+            // leaves, as the input gradients are.
             let (tb, tmp_b) = measure::<B, _>(
                 device,
-                || {
-                    let g = ops::backward(op, &dims, grad_out.clone(), saved.clone(), &params, &needs, &ctx)?;
-                    for (slot, pg) in acc.iter_mut().zip(g.params) {
-                        *slot = slot.take().map(|a| B::float_add(a, pg));
-                    }
-                    Ok(g.inputs)
-                },
-                |inputs| inputs.iter().flatten().map(float_bytes::<B>).sum::<u64>(),
+                || ops::backward(op, &dims, grad_out.clone(), saved.clone(), &params, &needs, &ctx),
+                |g| g.inputs.iter().flatten().chain(&g.params).map(float_bytes::<B>).sum::<u64>(),
             )?;
-            drop(acc);
             backward[o] = (tb, tmp_b.unwrap_or(op.decl.backward_tmp as u64 * float));
         }
         seen.insert(key, (forward[o], backward[o]));

@@ -106,6 +106,8 @@ pub struct StageTemporaries {
     pub forward: Vec<u64>,
     /// `btmp[i]`: bytes stage `i`'s backward holds while it runs (`i = L`: the loss).
     pub backward: Vec<u64>,
+    /// `utmp[i]`: bytes the optimizer step fused into stage `i`'s backward holds.
+    pub update: Vec<u64>,
     /// The training graph's sizes, for graph schedules (empty: they run uncapped).
     pub graph: GraphSizes,
 }
@@ -113,7 +115,12 @@ pub struct StageTemporaries {
 impl StageTemporaries {
     /// A chain's `ftmp` and `btmp`.
     pub fn of(chain: &pebble_graph::Chain) -> StageTemporaries {
-        StageTemporaries { forward: chain.ftmp.clone(), backward: chain.btmp.clone(), graph: GraphSizes::default() }
+        StageTemporaries {
+            forward: chain.ftmp.clone(),
+            backward: chain.btmp.clone(),
+            update: chain.utmp.clone().unwrap_or_default(),
+            graph: GraphSizes::default(),
+        }
     }
 
     /// A chain's `ftmp` and `btmp`, and the sizes of the training graph of the same
@@ -122,12 +129,14 @@ impl StageTemporaries {
         StageTemporaries { graph: GraphSizes::of(graph), ..StageTemporaries::of(chain) }
     }
 
-    /// The temporaries of compute op `op` (0 for a stage it does not know).
-    pub fn of_op(&self, op: &pebble_schedule::Op) -> u64 {
+    /// The temporaries of compute op `op` (0 for a stage it does not know), a backward's
+    /// with the optimizer step fused into it if `updates` (after the backward's own).
+    pub fn of_op(&self, op: &pebble_schedule::Op, updates: bool) -> u64 {
         use pebble_schedule::Op;
         let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
         match *op {
             Op::Forward { stage, .. } => at(&self.forward, stage),
+            Op::Backward { stage } if updates => at(&self.backward, stage).max(at(&self.update, stage)),
             Op::Backward { stage } => at(&self.backward, stage),
             _ => 0,
         }

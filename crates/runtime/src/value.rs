@@ -86,6 +86,14 @@ impl<B: Backend> Value<B> {
     }
 }
 
+/// fp32 zeros of `shape`, made in place: burn-flex's `float_zeros` allocates a byte buffer
+/// and copies it once to meet its alignment rule (`Bytes::from_bytes_vec`), so that for a
+/// moment it holds the tensor twice; a typed buffer is taken as it is. The parameter
+/// gradients' zeros are made here, so that a step's peak is not their copy's.
+pub fn zeros<B: Backend>(shape: Vec<usize>, device: &B::Device) -> FloatTensor<B> {
+    B::float_from_data(burn_backend::TensorData::zeros::<f32, _>(shape), device)
+}
+
 /// Waits for the device to finish what it was given ([`RuntimeError::Device`] if it failed).
 pub fn sync<B: Backend>(device: &B::Device) -> Result<(), RuntimeError> {
     B::sync(device).map_err(|e| RuntimeError::Device(format!("{e:?}")))

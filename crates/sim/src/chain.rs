@@ -64,6 +64,7 @@ pub(crate) fn simulate(chain: &Chain, schedule: &Schedule, config: &SimConfig) -
         chain,
         ids,
         on_cpu: &program.on_cpu,
+        fused: placement::names_statics(schedule),
         gpu_rate: config.machine.gpu_optimizer_rate,
         cpu_rate: config.machine.cpu_optimizer_rate,
     };
@@ -149,6 +150,9 @@ struct Run<'c> {
     ids: Ids,
     /// Which stages the host CPU updates.
     on_cpu: &'c [bool],
+    /// The optimizer step runs inside the backwards (a schedule that names the statics),
+    /// not after the step.
+    fused: bool,
     gpu_rate: Option<f64>,
     cpu_rate: f64,
 }
@@ -175,7 +179,9 @@ impl Run<'_> {
                 if let (true, Some(rate), Some(g)) = (!self.on_cpu[i], self.gpu_rate, &chain.g) {
                     duration += g[i] as f64 / rate;
                 }
-                eng.compute(k, &compute(duration, chain.btmp[i]))?;
+                // The fused update runs after the backward's temporaries are gone.
+                let tmp = if self.fused && !step.updates.is_empty() { chain.fused_btmp(i) } else { chain.btmp[i] };
+                eng.compute(k, &compute(duration, tmp))?;
                 for &u in &step.updates {
                     eng.invalidate_host(k, u);
                 }

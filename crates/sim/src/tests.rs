@@ -39,6 +39,7 @@ fn with(mut s: Schedule, extra: &[(usize, Op)]) -> Schedule {
 /// btime = [3,4,5] (btime[2] is the loss), static 10.
 fn chain2() -> Chain {
     Chain {
+        utmp: None,
         name: None,
         ftime: vec![1.0, 2.0],
         btime: vec![3.0, 4.0, 5.0],
@@ -134,6 +135,7 @@ fn zero_duration_ops_still_count_their_memory() {
     // base a_0 1. F0all: 1 + 2 + 5 = 8 -> 3. L: 3 + δ_1 1 + 7 = 11 -> 4.
     // B0: 4 + δ_0 1 + 3 = 8 -> 1.
     let chain = Chain {
+        utmp: None,
         name: None,
         ftime: vec![0.0],
         btime: vec![0.0, 0.0],
@@ -263,6 +265,7 @@ fn explicit_free_of_a_checkpoint() {
 
 fn chain4() -> Chain {
     Chain {
+        utmp: None,
         name: None,
         ftime: vec![1.0, 1.1, 1.2, 1.3],
         btime: vec![2.0, 2.1, 2.2, 2.3, 2.4],
@@ -317,6 +320,7 @@ fn thesis_sequences() {
 /// L = 2 whose loss needs a lot of temporary memory, so offloading a_1 during it pays.
 fn chain_off() -> Chain {
     Chain {
+        utmp: None,
         name: None,
         ftime: vec![1.0, 2.0],
         btime: vec![2.0, 2.0, 3.0],

@@ -403,6 +403,7 @@ fn the_cuts_keep_the_optimum() {
 #[test]
 fn offloading_a_0_beats_recomputation_on_a_hand_example() {
     let chain = Chain {
+        utmp: None,
         name: None,
         ftime: vec![1.0, 2.0],
         btime: vec![2.0, 2.0, 3.0],

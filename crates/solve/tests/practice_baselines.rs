@@ -23,6 +23,7 @@ fn close(a: f64, b: f64) -> bool {
 /// states 20 per stage, and 5 static bytes beyond them (85 in all).
 fn hand() -> Chain {
     Chain {
+        utmp: None,
         name: Some("practice".into()),
         ftime: vec![1.0, 1.0],
         btime: vec![2.0, 2.0, 1.0],

@@ -107,6 +107,7 @@ impl ChainSpec {
         let xbar = (0..=l).map(|i| if i == 0 { x[0] } else { x[i] + rng.range(self.xbar_extra.0, self.xbar_extra.1) });
         let xbar = xbar.collect();
         let chain = Chain {
+            utmp: None,
             name: Some(format!("{}-{l}", self.name)),
             ftime: (0..l).map(|_| self.times.draw(rng)).collect(),
             btime: (0..=l).map(|_| self.times.draw(rng)).collect(),
@@ -161,6 +162,7 @@ pub fn small_chain(rng: &mut Rng, l: usize, integer_times: bool) -> Chain {
 /// bytes: the fixture whose figures the baseline and discretization tests work out by hand.
 pub fn hand_chain() -> Chain {
     Chain {
+        utmp: None,
         name: Some("hand".into()),
         ftime: vec![1.0, 2.0, 4.0],
         btime: vec![10.0, 20.0, 30.0, 40.0],

@@ -30,6 +30,7 @@ pub fn chains(max_l: usize, max_size: u64) -> impl Strategy<Value = Chain> {
             .prop_map(move |(x, extra, ftime, btime, ftmp, btmp, static_bytes)| {
                 let xbar = (0..=l).map(|i| if i == 0 { x[0] } else { x[i] + extra[i] }).collect();
                 let chain = Chain {
+                    utmp: None,
                     name: Some(format!("prop-{l}")),
                     ftime,
                     btime,

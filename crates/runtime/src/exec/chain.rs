@@ -122,7 +122,8 @@ impl<B: Backend> Runner<'_, B> {
                     }
                     // What it creates and the op's temporaries must fit in the pool beside
                     // what it holds; the temporaries go back when the op is done.
-                    let tmp = self.step.temporaries.of_op(op);
+                    let fused = self.step.update.is_some() && !step.updates.is_empty();
+                    let tmp = self.step.temporaries.of_op(op, fused);
                     let mut need = tmp;
                     for &c in &step.creates {
                         if !ids.is_static(c) {
@@ -139,7 +140,8 @@ impl<B: Backend> Runner<'_, B> {
                             run.st.dev[i][WGRAD] = true;
                             for &q in &self.p.weights[i] {
                                 let shape = self.p.net.params[q].shape.clone();
-                                self.grads[q] = Some(B::float_zeros(shape.into(), self.device, FloatDType::F32));
+                                self.grads[q] = Some(crate::value::zeros::<B>(shape, self.device));
+                                self.zeroed[q] = true;
                             }
                         }
                     }

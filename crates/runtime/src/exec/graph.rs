@@ -302,7 +302,9 @@ impl<B: Backend> Runner<'_, B> {
             });
         }
         let dims = self.input_dims(o);
-        let out = ops::backward(op, &dims, g, values, &self.params_of(o)?, &self.needs(o), &self.ctx(o, true))?;
+        let params = self.params_of(o)?;
+        self.release_zeroed_grads(o);
+        let out = ops::backward(op, &dims, g, values, &params, &self.needs(o), &self.ctx(o, true))?;
         for (j, g) in out.inputs.into_iter().enumerate() {
             if let Some(g) = g {
                 self.graph_grad(index, &mut run.data, op.inputs[j], g)?;

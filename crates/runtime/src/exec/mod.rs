@@ -72,7 +72,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{Backend, FloatDType, TensorMetadata};
+use burn_backend::{Backend, TensorMetadata};
 use pebble_schedule::{ForwardMode, Op, Schedule, Tensor, View};
 use pebble_zoo::ops::{Elem, Saved};
 use pebble_zoo::{GraphIndex, TensorId};
@@ -216,14 +216,15 @@ fn execute<B: Backend>(
     body: impl FnOnce(&mut Runner<'_, B>, &mut Statics<B>) -> Result<TransferReport, RuntimeError>,
 ) -> Result<StepOutput<B>, RuntimeError> {
     // Parameter gradients are resident for the whole step, as the planners count them
-    // (gradient-accumulation accounting, Zhao §1.1): zeroed at the start, accumulated into.
-    // A stage's whose gradient starts the step elsewhere (a period that offloads it) is
-    // made by its backward.
-    let grads = (0..program.net.params.len())
+    // (gradient-accumulation accounting, Zhao §1.1): zeroed at the start, accumulated into;
+    // the zeros make way for the first backward that writes them ([`Runner::zeroed`]). A
+    // stage's whose gradient starts the step elsewhere (a period that offloads it) is made
+    // by its backward.
+    let grads: Vec<_> = (0..program.net.params.len())
         .map(|q| {
             let absent = matches!(program.owned_by(q), Some(i) if !statics.device[i][WGRAD]);
             let shape = program.net.params[q].shape.clone();
-            (!absent).then(|| B::float_zeros(shape.into(), device, FloatDType::F32))
+            (!absent).then(|| crate::value::zeros::<B>(shape, device))
         })
         .collect();
     let mut runner = Runner {
@@ -233,6 +234,7 @@ fn execute<B: Backend>(
         params: std::mem::take(&mut statics.params),
         moments: std::mem::take(&mut statics.moments),
         stale: vec![false; program.net.params.len()],
+        zeroed: grads.iter().map(Option::is_some).collect(),
         grads,
         loss: None,
         op_seconds: Vec::new(),
@@ -257,6 +259,11 @@ pub(crate) struct Runner<'a, B: Backend> {
     /// A device copy the host CPU has updated past: read it and the step fails.
     pub(crate) stale: Vec<bool>,
     pub(crate) grads: Vec<Option<FloatTensor<B>>>,
+    /// A gradient still at the step's zeros: freed before the first backward that writes
+    /// it, which then lands its result in place of the zeros, as the planners count the
+    /// resident gradient (the backward writing into it), not the zeros beside a new one
+    /// and their sum. Empty: none (a pipeline's micro-batches accumulate).
+    pub(crate) zeroed: Vec<bool>,
     pub(crate) loss: Option<FloatTensor<B>>,
     /// Seconds of each compute op of the chain schedule run ([`StepOutput::op_seconds`]).
     pub(crate) op_seconds: Vec<f64>,
@@ -293,6 +300,16 @@ fn at_op(e: RuntimeError, k: usize, op: &Op) -> RuntimeError {
 }
 
 impl<B: Backend> Runner<'_, B> {
+    /// Frees the zeros of op `o`'s parameter gradients before its backward writes them.
+    pub(crate) fn release_zeroed_grads(&mut self, o: usize) {
+        for &q in &self.p.net.ops[o].params {
+            if self.zeroed.get(q).copied().unwrap_or(false) {
+                self.zeroed[q] = false;
+                self.grads[q] = None;
+            }
+        }
+    }
+
     fn ctx(&self, op: usize, grad: bool) -> OpCtx<'_, B> {
         OpCtx { device: self.device, grad, seed: op_seed(self.step.seed, op) }
     }
@@ -438,6 +455,7 @@ impl<B: Backend> Runner<'_, B> {
                 }
             }
             let params = self.params_of(o)?;
+            self.release_zeroed_grads(o);
             let out = ops::backward(op, &self.input_dims(o), g, values, &params, &self.needs(o), &self.ctx(o, true))?;
             crate::memory::sample();
             for (k, g) in out.inputs.into_iter().enumerate() {

@@ -145,7 +145,7 @@ impl<B: Backend> Statics<B> {
                     .iter()
                     .map(|&q| {
                         let shape = p.net.params[q].shape.clone();
-                        (Part::Grad(q), Value::<B>::Float(B::float_zeros(shape.into(), device, FloatDType::F32)))
+                        (Part::Grad(q), Value::<B>::Float(crate::value::zeros::<B>(shape, device)))
                     })
                     .collect();
                 self.hosts[i][WGRAD] = Some((Arc::new(HostCopy::read(zeros)?), sizes[i][WGRAD]));

@@ -125,6 +125,7 @@ fn recompute_all_makespan_by_hand() {
 #[test]
 fn chain_peaks_by_hand() {
     let chain = Chain {
+        utmp: None,
         name: None,
         ftime: vec![1.0, 1.0],
         btime: vec![1.0, 1.0, 1.0],

@@ -368,6 +368,7 @@ fn suffix_chain(chain: &Chain, r: usize, extra: u64) -> Chain {
         w: None,
         g: None,
         o: None,
+        utmp: None,
         static_bytes: chain.static_bytes.saturating_add(extra),
     }
 }
@@ -398,6 +399,7 @@ fn group_chain(chain: &Chain, a: usize, b: usize) -> Chain {
         w: None,
         g: None,
         o: None,
+        utmp: None,
         static_bytes: chain.static_bytes.saturating_add(chain.xbar[a].saturating_sub(chain.x[a])),
     }
 }

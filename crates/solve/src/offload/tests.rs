@@ -29,6 +29,7 @@ fn gadget(x: &[u64]) -> (Chain, u64, f64) {
     ftime[n] = 1.0;
     btime[n] = 1.0;
     let chain = Chain {
+        utmp: None,
         name: None,
         ftime,
         btime,

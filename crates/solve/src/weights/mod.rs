@@ -137,7 +137,7 @@ impl WeightChain {
         }
         for s in 0..l {
             c.mf[s] = kept[s] + chain.xbar[s + 1] + chain.ftmp[s];
-            c.mb[s] = kept[s + 1] + chain.x[s + 1] + chain.x[s] + chain.btmp[s];
+            c.mb[s] = kept[s + 1] + chain.x[s + 1] + chain.x[s] + chain.fused_btmp(s);
             c.kept_f[s] = kept[s + 1];
             // δ_s beside what came before stage s (B_0 releases a_0).
             c.kept_b[s] = kept[s] + chain.x[s] - if s == 0 { chain.x[0] } else { 0 };
@@ -262,7 +262,7 @@ pub fn paper_setting(chain: &Chain) -> Result<Chain, SolveError> {
         let saved = chain.xbar[s + 1].saturating_sub(chain.x[s + 1]);
         c.xbar[s + 1] = chain.x[s + 1];
         c.btime[s] = chain.btime[s] + chain.ftime[s];
-        c.btmp[s] = chain.btmp[s].max(chain.ftmp[s]) + saved + ws;
+        c.btmp[s] = chain.fused_btmp(s).max(chain.ftmp[s]) + saved + ws;
     }
     // The weights, and what the chain leaves unnamed (a tied embedding and its gradient,
     // which the two stages that read it accumulate).
