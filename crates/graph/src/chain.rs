@@ -133,8 +133,12 @@ impl Chain {
         let sized =
             [("x", Some(&self.x)), ("xbar", Some(&self.xbar)), ("ftmp", Some(&self.ftmp)), ("btmp", Some(&self.btmp))]
                 .into_iter()
-                .chain([("w", self.w.as_ref()), ("g", self.g.as_ref()), ("o", self.o.as_ref())])
-                .chain([("utmp", self.utmp.as_ref())]);
+                .chain([
+                    ("w", self.w.as_ref()),
+                    ("g", self.g.as_ref()),
+                    ("o", self.o.as_ref()),
+                    ("utmp", self.utmp.as_ref()),
+                ]);
         for (field, v) in sized {
             for (i, &b) in v.into_iter().flatten().enumerate() {
                 checked_size(b, || format!("{field}[{i}]"))?;

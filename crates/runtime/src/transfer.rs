@@ -106,8 +106,8 @@ pub struct StageTemporaries {
     pub forward: Vec<u64>,
     /// `btmp[i]`: bytes stage `i`'s backward holds while it runs (`i = L`: the loss).
     pub backward: Vec<u64>,
-    /// `utmp[i]`: bytes the optimizer step fused into stage `i`'s backward holds.
-    pub update: Vec<u64>,
+    /// Stage `i`'s backward with the optimizer step fused into it (`Chain::fused_btmp`).
+    pub fused_backward: Vec<u64>,
     /// The training graph's sizes, for graph schedules (empty: they run uncapped).
     pub graph: GraphSizes,
 }
@@ -118,7 +118,7 @@ impl StageTemporaries {
         StageTemporaries {
             forward: chain.ftmp.clone(),
             backward: chain.btmp.clone(),
-            update: chain.utmp.clone().unwrap_or_default(),
+            fused_backward: (0..chain.len()).map(|i| chain.fused_btmp(i)).collect(),
             graph: GraphSizes::default(),
         }
     }
@@ -136,7 +136,7 @@ impl StageTemporaries {
         let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
         match *op {
             Op::Forward { stage, .. } => at(&self.forward, stage),
-            Op::Backward { stage } if updates => at(&self.backward, stage).max(at(&self.update, stage)),
+            Op::Backward { stage } if updates => at(&self.fused_backward, stage),
             Op::Backward { stage } => at(&self.backward, stage),
             _ => 0,
         }
