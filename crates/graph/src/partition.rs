@@ -280,14 +280,14 @@ fn temporaries(g: &TrainingGraph, uses: &Uses, l: usize, retention: Retention, c
     for s in 0..l {
         let fwd = nodes_of(ComputeKind::Forward, s);
         let keep = |d: usize| whole_step || read_by_backward[d] || last_fwd_use[d].is_some_and(|u| u > s);
-        let with_grad = replay(g, &fwd, consumers, &keep, &is_static);
+        let with_grad = replay(g, &fwd, consumers, &keep, &is_static, &[]);
         // The chain charges F_all with x[s] + xbar[s+1] + ftmp and F_none with x[s] +
         // x[s+1] + ftmp; the replays count above x[s]. With `Step`, a forward without grad
         // holds all it makes (but its `Saved` outputs) until it ends: above x[s+1], it
         // can hold more than with grad above xbar[s+1]. (`LastUse` keeps its accounting:
         // the forward with grad alone.)
         let without_grad = if whole_step {
-            replay(g, &fwd, consumers, &|_| true, &not_made_without_grad).saturating_sub(chain.x[s + 1])
+            replay(g, &fwd, consumers, &|_| true, &not_made_without_grad, &[]).saturating_sub(chain.x[s + 1])
         } else {
             0
         };
@@ -298,27 +298,41 @@ fn temporaries(g: &TrainingGraph, uses: &Uses, l: usize, retention: Retention, c
             whole_step
                 || g.data[d].kind == DataKind::Gradient && producers[d].iter().any(|&p| g.compute[p].stage != Some(s))
         };
-        let peak_b = replay(g, &bwd, consumers, &keep_b, &is_static);
+        let peak_b = replay(g, &bwd, consumers, &keep_b, &is_static, &[]);
+        // What the backward reads and does not make (the saved tensors, δ_{s+1}): the
+        // executor lets each go after its last reader in the block, where the chain holds
+        // them through the whole backward. Replayed so, the peak is lower by what is
+        // gone by then, and btmp gives that back (down to 0).
+        let held: Vec<usize> = bwd
+            .iter()
+            .flat_map(|&c| g.compute[c].inputs.iter().copied())
+            .filter(|&d| !is_static(d) && !bwd.iter().any(|&c| g.compute[c].outputs.contains(&d)))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let held_bytes: u64 = held.iter().map(|&d| g.data[d].size).sum();
+        let freed = (held_bytes + peak_b).saturating_sub(replay(g, &bwd, consumers, &keep_b, &is_static, &held));
         // The chain charges B with x[s] + xbar[s+1] + δ_{s+1} + δ_s + btmp; the replay
         // counts what the block's backward allocates, δ_s included.
-        chain.btmp[s] = peak_b.saturating_sub(chain.x[s]);
+        chain.btmp[s] = peak_b.saturating_sub(chain.x[s]).saturating_sub(freed);
     }
 }
 
 /// Peak of the memory a list of nodes allocates, replayed in order, beyond what was
-/// resident before: outputs are allocated when first produced (but those `skip` names,
-/// which are not made), and freed after their last reader in the list unless `keep` says
-/// they outlive it.
+/// resident before but `held`: outputs are allocated when first produced (but those
+/// `skip` names, which are not made), and freed after their last reader in the list
+/// unless `keep` says they outlive it; `held` are resident at the start and go the same way.
 fn replay(
     g: &TrainingGraph,
     nodes: &[usize],
     consumers: &[Vec<usize>],
     keep: &dyn Fn(usize) -> bool,
     skip: &dyn Fn(usize) -> bool,
+    held: &[usize],
 ) -> u64 {
-    let mut live: u64 = 0;
-    let mut peak: u64 = 0;
-    let mut allocated = std::collections::HashSet::new();
+    let mut live: u64 = held.iter().map(|&d| g.data[d].size).sum();
+    let mut peak: u64 = live;
+    let mut allocated: std::collections::HashSet<usize> = held.iter().copied().collect();
     for (k, &c) in nodes.iter().enumerate() {
         let node = &g.compute[c];
         let mut fresh = 0;
