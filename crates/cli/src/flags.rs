@@ -217,9 +217,11 @@ pub struct ModelOpts {
     /// a100, h100, rtx3060, or a JSON profile file.
     #[arg(long, value_name = "PROFILE")]
     pub profile: Option<String>,
-    /// Deprecated spelling of `--profile` on the planning commands (kept for one release;
-    /// `--device` now names where `train`, `profile` and `bench` run).
-    #[arg(long, value_name = "PROFILE", hide = true)]
+    /// `cpu`: plan for pebble's executor on the CPU, as `train --device cpu` runs the plan
+    /// (the ops hold the temporaries burn-flex allocates, which are larger than the
+    /// kernels' the profile's device has). Any other value is the deprecated spelling of
+    /// `--profile`, kept for one release.
+    #[arg(long, value_name = "cpu")]
     pub device: Option<String>,
 }
 
@@ -245,7 +247,15 @@ pub fn profile_flag(profile: &Option<String>, legacy_device: Option<&str>) -> Re
 impl ModelOpts {
     /// `--profile`, or the deprecated `--device`.
     pub fn profile_name(&self) -> Result<Option<String>, String> {
-        profile_flag(&self.profile, self.device.as_deref())
+        let legacy = self.device.as_deref().filter(|_| !self.for_cpu_executor());
+        profile_flag(&self.profile, legacy)
+    }
+
+    /// `--device cpu`: plan for pebble's executor on the CPU, as `train --device cpu` runs
+    /// it, whose ops hold burn-flex's temporaries (any other `--device` value is the old
+    /// spelling of `--profile`).
+    pub fn for_cpu_executor(&self) -> bool {
+        self.device.as_deref().is_some_and(|d| d.eq_ignore_ascii_case("cpu"))
     }
 }
 

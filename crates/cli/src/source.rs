@@ -11,7 +11,7 @@ use pebble_machine::{Machine, Profile};
 use pebble_schedule::{Schedule, View};
 use pebble_sim::{SimConfig, SimReport};
 use pebble_solve::{baseline::store_all::simulate_store_all, Problem, Solver};
-use pebble_zoo::{DType, Model, ModelOptions, Optimizer, ZooError};
+use pebble_zoo::{DType, Model, ModelOptions, Optimizer, Temporaries, ZooError};
 
 use crate::error::bad;
 use crate::flags::{DTypeArg, ModelOpts, ModelSource, OptimizerArg, SourceArgs};
@@ -125,6 +125,7 @@ pub fn model_options(opts: &ModelOpts) -> anyhow::Result<ModelOptions> {
         master_weights: opts.master_weights,
         trainable: opts.trainable,
         profile,
+        temporaries: opts.for_cpu_executor().then_some(Temporaries::BurnFlex),
     })
 }
 

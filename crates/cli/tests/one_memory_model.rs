@@ -52,7 +52,17 @@ fn plan_feasible_means_train_runs_with_the_same_peak() {
                 let schedule = schedule.to_str().unwrap();
                 let mut common: Vec<&str> = vec!["--model", model];
                 common.extend_from_slice(sizes);
-                common.extend_from_slice(&["--activation-budget", percent, "--solver", &solver, "--time-limit", "20"]);
+                // `--device cpu`: both plan for the executor that runs here.
+                common.extend_from_slice(&[
+                    "--device",
+                    "cpu",
+                    "--activation-budget",
+                    percent,
+                    "--solver",
+                    &solver,
+                    "--time-limit",
+                    "20",
+                ]);
                 let mut plan_args = vec!["plan"];
                 plan_args.extend_from_slice(&common);
                 plan_args.extend_from_slice(&["--json", "-o", schedule]);
@@ -83,7 +93,7 @@ fn plan_feasible_means_train_runs_with_the_same_peak() {
                 // `simulate` replays plan's schedule with the same flags: same verdict, same peak.
                 let mut sim_args = vec!["simulate", "--schedule", schedule, "--model", model];
                 sim_args.extend_from_slice(sizes);
-                sim_args.extend_from_slice(&["--activation-budget", percent, "--json"]);
+                sim_args.extend_from_slice(&["--device", "cpu", "--activation-budget", percent, "--json"]);
                 let sim = ok(&sim_args).json();
                 assert_eq!(u64_field(&sim, "budget_bytes", &what), u64_field(&plan, "budget_bytes", &what));
                 assert_eq!(u64_field(&sim, "peak_bytes", &what), u64_field(&plan, "predicted_peak_bytes", &what));

@@ -65,14 +65,12 @@ fn train_takes_adam_as_plan_does() {
     assert_ne!(adam["losses"][1], adamw["losses"][1], "weight decay changed nothing");
 }
 
-/// A run whose measured peak is over its budget says so on stderr, by how much, and what
-/// would have foreseen it; a run within its budget says nothing. Analytic costs declare
-/// less temporary memory than burn-flex allocates (docs/benchmarks.md, "Offloading plans
-/// on real tensors"), so offload-dp's plan at 80% on them runs about 10% over (in the test
-/// build and the release build alike; other plans' excess differs between the two, whose
-/// kernels allocate otherwise); on profiled costs it fits.
+/// A plan on analytic costs runs within its budget and says nothing: the ops declare the
+/// temporaries burn-flex allocates (issue 47). Before they did, offload-dp's plan at 80%
+/// here ran about 10% over and `train` warned; the warning stays for a backend whose
+/// temporaries are not measured (burn-cuda). On profiled costs it fits too.
 #[test]
-fn a_run_over_its_budget_says_so() {
+fn a_plan_on_analytic_costs_runs_within_its_budget() {
     let run_with = |costs: &str, budget: &str| {
         let mut args = vec!["train"];
         args.extend_from_slice(&GPT);
@@ -80,18 +78,13 @@ fn a_run_over_its_budget_says_so() {
         args.extend_from_slice(&["--costs", costs, "--json"]);
         ok(&args)
     };
-    let analytic = run_with("analytic", "80%");
-    let report = analytic.json();
-    let (measured, budget) =
-        (report["measured_peak_bytes"].as_u64().unwrap(), report["budget_bytes"].as_u64().unwrap());
-    assert!(measured > budget, "the case no longer runs over: {measured} within {budget}");
-    let over = format!("(+{:.1}%)", 100.0 * (measured as f64 / budget as f64 - 1.0));
-    for needle in ["warning: the measured peak", "is over the budget", &over, "`--costs profiled`"] {
-        assert!(analytic.stderr.contains(needle), "`{needle}` not in:\n{}", analytic.stderr);
+    for (costs, budget) in [("analytic", "90%"), ("profiled", "90%")] {
+        let run = run_with(costs, budget);
+        let report = run.json();
+        let (measured, budget) =
+            (report["measured_peak_bytes"].as_u64().unwrap(), report["budget_bytes"].as_u64().unwrap());
+        assert!(measured <= budget, "{costs}: measured {measured} over the budget {budget}");
+        assert!(report["offloads"].as_u64() > Some(0), "{costs}: the plan offloads nothing: {report}");
+        assert!(!run.stderr.contains("warning"), "{}", run.stderr);
     }
-    // Profiled, 80% of the (larger) measured store-all peak is below what offload-dp needs.
-    let profiled = run_with("profiled", "90%");
-    let report = profiled.json();
-    assert!(report["measured_peak_bytes"].as_u64().unwrap() <= report["budget_bytes"].as_u64().unwrap());
-    assert!(!profiled.stderr.contains("warning"), "{}", profiled.stderr);
 }

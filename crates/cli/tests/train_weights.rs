@@ -29,8 +29,10 @@ fn train(model: &[&str], solver: &str, budget: &str) -> Value {
 fn weight_moving_plans_train_as_store_all_does() {
     for (model, plans) in [
         // (Store-all updates after its step; these plans inside their backwards, beside
-        // the update's temporary, a 4 MB weight's: their least budget is 104% of store-all.)
-        (&MLP[..], [("weight-offload", "105%"), ("l2l", "105%"), ("zero-offload", "100%")]),
+        // the update's temporary, a 4 MB weight's. Store-all's backward holds as much for
+        // burn-flex's copy of that weight's new gradient, so at 100% weight-offload keeps
+        // every weight; at 95% it moves them.)
+        (&MLP[..], [("weight-offload", "95%"), ("l2l", "95%"), ("zero-offload", "100%")]),
         (&TINY_GPT[..], [("weight-offload", "93%"), ("l2l", "93%"), ("zero-offload", "100%")]),
     ] {
         let store_all = train(model, "store-all", "100%");

@@ -15,6 +15,17 @@ pub type Cpu = burn_flex::Flex;
 #[cfg(feature = "cuda")]
 pub type Gpu = burn_cuda::Cuda;
 
+/// Whose temporary memory the ops hold on backend `B`: burn-flex's own allocations
+/// (measured, `OpDecl::burn_flex_tmp`), or the kernels' declarations elsewhere (burn-cuda's
+/// are not measured yet).
+pub fn temporaries<B: Backend>() -> pebble_zoo::Temporaries {
+    if std::any::TypeId::of::<B>() == std::any::TypeId::of::<Cpu>() {
+        pebble_zoo::Temporaries::BurnFlex
+    } else {
+        pebble_zoo::Temporaries::Kernels
+    }
+}
+
 /// Whether the CUDA driver library can be found where the loader looks for it. Burn's
 /// CUDA backend panics in a worker thread when it cannot load it, so we ask first.
 pub fn cuda_driver_present() -> bool {

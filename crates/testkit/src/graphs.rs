@@ -416,6 +416,18 @@ pub fn gpt_options(layers: usize, width: usize, seq: usize) -> ModelOptions {
     }
 }
 
+/// The least memory any schedule of `graph` needs: what stays resident (static data and
+/// inputs) and the largest compute node's footprint (its temporaries, and the inputs and
+/// outputs it holds at once). Tests take budgets between it and store-all's peak, since
+/// temporaries can dwarf the activations (an MLP's weight-gradient matmul on burn-flex).
+pub fn least_graph_memory(graph: &TrainingGraph) -> u64 {
+    let resident = |d: &usize| graph.data[*d].kind.is_static() || graph.data[*d].kind == DataKind::Input;
+    let node = |c: &pebble_graph::ComputeNode| {
+        c.tmp + c.inputs.iter().chain(&c.outputs).filter(|d| !resident(d)).map(|&d| graph.data[d].size).sum::<u64>()
+    };
+    graph.fixed_bytes() + graph.compute.iter().map(node).max().unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,7 +17,7 @@ pub mod strategies;
 
 pub use chains::{hand_chain, random_chain, random_chains, small_chain, weighty_chain, ChainSpec, Times};
 pub use graphs::{
-    chain_graph, data, gpt, gpt_options, node, random_graph, residual_graph, siamese, tiny_graph, GraphBuilder,
-    GraphSpec, Layer,
+    chain_graph, data, gpt, gpt_options, least_graph_memory, node, random_graph, residual_graph, siamese, tiny_graph,
+    GraphBuilder, GraphSpec, Layer,
 };
 pub use rng::Rng;

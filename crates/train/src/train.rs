@@ -168,6 +168,9 @@ pub fn lower<B: Backend>(
     costs: Option<&dyn OpCosts>,
 ) -> Result<Lowered, TrainError> {
     check_int_width::<B>(&options.profile)?;
+    // The ops' temporaries as this backend allocates them, unless the caller says whose.
+    let temporaries = options.temporaries.or(Some(pebble_runtime::backend::temporaries::<B>()));
+    let options = &ModelOptions { temporaries, ..options.clone() };
     let network = pebble_zoo::build(name, options)?.network;
     let analytic = pebble_zoo::CostModel { profile: options.profile.clone() };
     let costs: &dyn OpCosts = costs.unwrap_or(&analytic);

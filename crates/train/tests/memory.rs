@@ -194,20 +194,14 @@ fn policies(model: &str, options: ModelOptions, report: &mut Vec<String>) {
     assert!(offloaded, "{model}: no policy offloaded, so the slow link was not tested");
 }
 
-/// Store-all's simulated peak on `graph`, and the floor below which no schedule goes: the
-/// resident nodes and the largest compute node's footprint (its temporaries, inputs and
-/// outputs). Profiled temporaries can dwarf the activations (the MLP's first backward
-/// matmul holds 8 MB), so budgets are taken between the two.
+/// Store-all's simulated peak on `graph`, and the floor below which no schedule goes
+/// ([`pebble_testkit::least_graph_memory`]): budgets are taken between the two.
 fn graph_range(graph: &pebble_graph::TrainingGraph, sim: &pebble_sim::SimConfig) -> (u64, u64) {
     let problem = Problem::Graph(graph);
     let top = pebble_solve::simulate(problem, &pebble_solve::baseline::store_all::store_all_schedule(problem), sim)
         .expect("store-all")
         .peak_bytes;
-    let resident = |d: &usize| graph.data[*d].kind.is_static() || graph.data[*d].kind == pebble_graph::DataKind::Input;
-    let node = |c: &pebble_graph::ComputeNode| {
-        c.tmp + c.inputs.iter().chain(&c.outputs).filter(|d| !resident(d)).map(|&d| graph.data[d].size).sum::<u64>()
-    };
-    (top, graph.fixed_bytes() + graph.compute.iter().map(node).max().unwrap_or(0))
+    (top, pebble_testkit::least_graph_memory(graph))
 }
 
 #[test]

@@ -72,14 +72,15 @@ impl CostModel {
 impl OpCosts for CostModel {
     fn forward(&self, net: &Network, op: usize) -> (f64, u64) {
         let o = &net.ops[op];
-        (self.forward_time(net, o), o.decl.forward_tmp as u64 * net.dtype.bytes())
+        (self.forward_time(net, o), o.decl.tmp(net.temporaries).0 as u64 * net.dtype.bytes())
     }
     fn backward(&self, net: &Network, op: usize) -> (f64, u64) {
         let o = &net.ops[op];
+        let (fwd, bwd) = o.decl.tmp(net.temporaries);
         if o.decl.loss {
-            let tmp = o.decl.forward_tmp.max(o.decl.backward_tmp) as u64 * net.dtype.bytes();
+            let tmp = fwd.max(bwd) as u64 * net.dtype.bytes();
             return (self.forward_time(net, o) + self.backward_time(net, o), tmp);
         }
-        (self.backward_time(net, o), o.decl.backward_tmp as u64 * net.dtype.bytes())
+        (self.backward_time(net, o), bwd as u64 * net.dtype.bytes())
     }
 }

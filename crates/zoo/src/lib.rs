@@ -29,7 +29,7 @@ use thiserror::Error;
 pub use cost::CostModel;
 pub use models::{build, catalog, ModelSpec};
 pub use network::{GraphIndex, NetBuilder, NetOp, NetParam, NetTensor, Network, OpCosts, ParamId, TensorId};
-pub use ops::{Elem, OpKind};
+pub use ops::{Elem, OpKind, Temporaries};
 pub use pebble_machine::{Machine, Profile};
 
 /// Why a model could not be built.
@@ -256,6 +256,11 @@ pub struct ModelOptions {
     /// The device profile: compute rates for the costs, and the machine (memory, links,
     /// the executor's runtime overhead, its integer width).
     pub profile: Profile,
+    /// Whose temporary memory the ops hold: `None`, the executor's where the model is
+    /// lowered for one (`pebble_train::lower::<B>`: burn-flex's on the CPU) and the
+    /// kernels' otherwise (for the profile's device); `Some` says which (`--device cpu`
+    /// on the planning commands: burn-flex's).
+    pub temporaries: Option<Temporaries>,
 }
 
 impl Default for ModelOptions {
@@ -272,6 +277,7 @@ impl Default for ModelOptions {
             master_weights: false,
             trainable: None,
             profile: Profile::lookup("v100").expect("built-in"),
+            temporaries: None,
         }
     }
 }
@@ -339,6 +345,7 @@ impl Model {
         // ids and labels alike.
         let mut network = network;
         network.int_bytes = options.profile.machine.runtime.int_bytes;
+        network.temporaries = options.temporaries.unwrap_or_default();
         let bytes = network.step_bytes();
         if bytes > MAX_STEP_BYTES as u128 {
             return Err(ZooError::TooLarge { model: spec.name.to_string(), bytes: bytes as f64 });

@@ -5,7 +5,7 @@
 use pebble_graph::{ComputeKind, ComputeNode, DataKind, DataNode, TrainingGraph};
 use serde::{Deserialize, Serialize};
 
-use crate::ops::{Elem, OpDecl, OpKind, Operand, Saved, Shape};
+use crate::ops::{Elem, OpDecl, OpKind, Operand, Saved, Shape, Temporaries};
 use crate::{DType, ParamMemory, ZooError};
 
 /// Index of a tensor in [`Network::tensors`].
@@ -75,6 +75,9 @@ pub struct Network {
     /// executor stores them (Burn's `i32`), unless the profile's runtime says otherwise
     /// (`Model::from_network` applies it).
     pub int_bytes: u64,
+    /// Whose temporaries its costs count: the kernels', unless the model is lowered for
+    /// pebble's executor on burn-flex (`Model::from_network` applies the options').
+    pub temporaries: Temporaries,
 }
 
 /// Where each tensor of a [`Network`] lands in its [`TrainingGraph`]: the numbering
@@ -146,6 +149,7 @@ impl NetBuilder {
                 ops: Vec::new(),
                 // As the executor stores them (Burn's `i32`); a profile may say otherwise.
                 int_bytes: pebble_machine::RuntimeOverhead::BURN.int_bytes,
+                temporaries: Temporaries::Kernels,
             },
             stage: 0,
             stage_used: false,

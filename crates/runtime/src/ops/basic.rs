@@ -7,7 +7,7 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, TensorMetadata};
 use pebble_zoo::{NetOp, OpKind};
 
-use super::util::{dims, lead_ones, numel, ranges, reshape, shape, shape_only, sum_leading, zeros};
+use super::util::{dims, lead_ones, numel, ranges, reshape, shape, sum_leading, zeros};
 use super::{float_in, unsupported, Forward, Grads, OpCtx};
 use crate::{RuntimeError, Value};
 
@@ -126,12 +126,10 @@ pub(super) fn backward<B: Backend>(
             let kind = v.kind();
             let ids = v.int().ok_or_else(|| unsupported(op, &format!("ids must be integers, got {kind}")))?;
             let n = numel(&input_dims[0]);
-            let ids = B::int_reshape(ids, shape(&[1, n]));
-            let g = reshape::<B>(grad_out, &[1, n, *dim]);
-            // Burn's embedding backward reads only the table's shape: give it a
-            // broadcast stand-in, since the backward does not read the parameters.
-            let table = shape_only::<B>(&[*vocab, *dim], g.dtype(), ctx.device);
-            let dw = B::embedding_backward(table, g, ids);
+            let ids = B::int_reshape(ids, shape(&[n]));
+            let g = reshape::<B>(grad_out, &[n, *dim]);
+            // Burn's embedding backward, with the zeros made without a second copy.
+            let dw = B::float_select_add(zeros::<B>(&[*vocab, *dim], g.dtype(), ctx.device), 0, ids, g);
             Ok(Grads { inputs: vec![None], params: vec![dw] })
         }
         OpKind::Reshape { .. } => {

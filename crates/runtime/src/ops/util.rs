@@ -96,9 +96,14 @@ pub(crate) fn bool_const<B: Backend>(values: Vec<bool>, d: &[usize], device: &B:
     B::bool_from_data(TensorData::new(values, shape(d)).convert_dtype(store.into()), device)
 }
 
-/// Zeros of shape `d` and float type `dtype`.
+/// Zeros of shape `d` and float type `dtype`. In `f32` they are made from a typed buffer:
+/// burn-flex's `float_zeros` makes bytes and copies them once to align them, which holds
+/// the tensor twice for a moment.
 pub(crate) fn zeros<B: Backend>(d: &[usize], dtype: DType, device: &B::Device) -> FloatTensor<B> {
-    B::float_zeros(shape(d), device, dtype.into())
+    match dtype {
+        DType::F32 => crate::value::zeros::<B>(d.to_vec(), device),
+        _ => B::float_zeros(shape(d), device, dtype.into()),
+    }
 }
 
 /// A tensor of shape `d` that holds no memory of its own (one zero, broadcast), for Burn

@@ -49,6 +49,10 @@ pub(super) fn declare(kind: &OpKind, inputs: &Inputs<'_>) -> Result<OpDecl, ZooE
             }
             d.forward_tmp = scores;
             d.backward_tmp = 2 * scores;
+            // Measured on burn-flex: the scores twice (the matmul's aligning copy, then the
+            // softmax), the causal mask (a byte per score) and one head-split copy of an input.
+            let bse = b * s * e;
+            d.burn_flex_tmp = (scores * 9 / 4 + bse, 2 * scores + bse);
         }
         OpKind::Rope { heads, rotary_dim } => {
             inputs.arity(1)?;

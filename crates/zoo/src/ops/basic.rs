@@ -17,6 +17,15 @@ pub(super) fn declare(kind: &OpKind, inputs: &Inputs<'_>) -> Result<OpDecl, ZooE
             *out.last_mut().expect("non-empty") = *out_features;
             d.output = out;
             d.weighted(vec![*out_features, k], bias.then_some(*out_features), count(x) * *out_features as f64);
+            // Measured on burn-flex: a matmul's output is made as bytes and copied once to
+            // align it (one output more), and gemm packs the weight when there are rows
+            // enough to reuse it (from 32). Backward: the input and weight gradients are
+            // made the same way, or gemm packs blocks of the output's gradient (up to 256
+            // rows of it, on each of two threads).
+            let (n_x, n_w, n_out) = (numel(x), *out_features * k, numel(&d.output));
+            let rows = n_x / k.max(1);
+            d.burn_flex_tmp =
+                (n_out.max(if rows >= 32 { n_w } else { 0 }), (n_x + n_w).max(2 * out_features * rows.min(256)));
         }
         OpKind::Embedding { vocab, dim } => {
             inputs.arity(1)?;
@@ -27,6 +36,11 @@ pub(super) fn declare(kind: &OpKind, inputs: &Inputs<'_>) -> Result<OpDecl, ZooE
             out.push(*dim);
             d.output = out;
             d.params.push(("weight", vec![*vocab, *dim]));
+            // On burn-flex: the ids flattened for the lookup (8 bytes each) forward, and
+            // backward `select_add` copies the zeroed table it adds the rows into: the zeros and the
+            // copy (a table above the gradient where it is the first to write it, two where
+            // the table is shared and its gradient already holds one).
+            d.burn_flex_tmp = (2 * numel(x), 2 * vocab * dim);
             d.backward_flops = count(x) * *dim as f64;
             d.saved = vec![Saved::Input(0)];
         }

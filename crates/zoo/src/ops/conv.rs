@@ -24,6 +24,7 @@ pub(super) fn declare(kind: &OpKind, inputs: &Inputs<'_>) -> Result<OpDecl, ZooE
             d.output = vec![n, *out_channels, ho, wo];
             let macs = count(&[n, *out_channels, ho, wo, c / groups, *kernel, *kernel]);
             d.weighted(vec![*out_channels, c / groups, *kernel, *kernel], bias.then_some(*out_channels), macs);
+            d.conv_temporaries(inputs, macs / *out_channels as f64, *kernel, *stride);
         }
         OpKind::ConvTranspose2d { out_channels, kernel, bias } => {
             inputs.arity(1)?;
@@ -32,6 +33,7 @@ pub(super) fn declare(kind: &OpKind, inputs: &Inputs<'_>) -> Result<OpDecl, ZooE
             d.output = vec![n, *out_channels, h * kernel, w * kernel];
             let macs = count(&[n, c, h, w, *out_channels, *kernel, *kernel]);
             d.weighted(vec![c, *out_channels, *kernel, *kernel], bias.then_some(*out_channels), macs);
+            d.conv_temporaries(inputs, macs / c as f64, 1, 2);
         }
         OpKind::Conv2dRect { out_channels, kernel_h, kernel_w, stride, pad_h, pad_w, bias } => {
             inputs.arity(1)?;
@@ -48,6 +50,7 @@ pub(super) fn declare(kind: &OpKind, inputs: &Inputs<'_>) -> Result<OpDecl, ZooE
             d.output = vec![n, *out_channels, ho, wo];
             let macs = count(&[n, *out_channels, ho, wo, c, *kernel_h, *kernel_w]);
             d.weighted(vec![*out_channels, c, *kernel_h, *kernel_w], bias.then_some(*out_channels), macs);
+            d.conv_temporaries(inputs, macs / *out_channels as f64, (*kernel_h).min(*kernel_w), *stride);
         }
         _ => unreachable!("{} is not a convolution", kind.name()),
     }

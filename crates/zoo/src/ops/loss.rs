@@ -20,6 +20,9 @@ pub(super) fn declare(kind: &OpKind, inputs: &Inputs<'_>) -> Result<OpDecl, ZooE
             d.forward_flops = 5.0 * inputs.n_in;
             d.backward_flops = 2.0 * inputs.n_in;
             d.forward_tmp = numel(x);
+            // On burn-flex, also a few numbers per row (the softmax's maximum and sum, the
+            // label's probability).
+            d.burn_flex_tmp = (numel(x) + 4 * numel(y), 0);
             d.loss = true;
         }
         OpKind::Mse => {

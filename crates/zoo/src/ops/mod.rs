@@ -278,10 +278,26 @@ pub struct OpDecl {
     pub forward_tmp: usize,
     /// Temporary elements (model float) while the backward runs.
     pub backward_tmp: usize,
+    /// Temporary elements (forward, backward) on pebble's executor on burn-flex (the CPU),
+    /// measured there (`pebble-runtime`'s `declared_temporaries` test checks them): its
+    /// matmuls, convolutions and elementwise chains allocate more than the kernels above.
+    /// At least `forward_tmp` and `backward_tmp`.
+    pub burn_flex_tmp: (usize, usize),
     /// A view: no allocation, the output aliases the input.
     pub view: bool,
     /// A loss: its node is the training graph's loss (forward and backward at once).
     pub loss: bool,
+}
+
+/// Whose allocations an op's temporary memory is counted for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Temporaries {
+    /// The ops' kernels (`OpDecl::forward_tmp`, `backward_tmp`): what a GPU library's
+    /// kernels hold, for the profiles' devices.
+    #[default]
+    Kernels,
+    /// pebble's executor on burn-flex, the CPU (`OpDecl::burn_flex_tmp`).
+    BurnFlex,
 }
 
 /// An input of an op: its shape and element type.
@@ -308,6 +324,7 @@ impl OpDecl {
             matmul: false,
             forward_tmp: 0,
             backward_tmp: 0,
+            burn_flex_tmp: (0, 0),
             view: false,
             loss: false,
         }
@@ -326,6 +343,30 @@ impl OpDecl {
         self.matmul = true;
         self.saved = vec![Saved::Input(0)];
         self.backward_reads_params = true;
+    }
+
+    /// Its temporary elements (forward, backward) where `t`'s allocations run it.
+    pub fn tmp(&self, t: Temporaries) -> (usize, usize) {
+        match t {
+            Temporaries::Kernels => (self.forward_tmp, self.backward_tmp),
+            Temporaries::BurnFlex => self.burn_flex_tmp,
+        }
+    }
+
+    /// A convolution's temporaries on burn-flex, measured, with `col` the elements of its
+    /// unfolded input (im2col). Forward: the input and the weight reordered, the unfolded
+    /// tiles, and the output before its last reordering and its aligning copy. Backward:
+    /// at stride 1, the unfolded tiles; strided, the input gradient's transposed
+    /// convolution reorders the weight (three times for a 1×1 kernel) and the gradients.
+    fn conv_temporaries(&mut self, inputs: &Inputs<'_>, col: f64, kernel: usize, stride: usize) {
+        let w: usize = self.params.first().map_or(0, |(_, s)| numel(s));
+        let (x, out, col) = (numel(&inputs.x), numel(&self.output), col as usize);
+        let backward = match (stride, kernel) {
+            (1, _) => col * 3 / 2 + x + out,
+            (_, 1) => 3 * w + 2 * x + 2 * out + col,
+            _ => w + 2 * x + 2 * out + 2 * col,
+        };
+        self.burn_flex_tmp = (w + x + 2 * out + 2 * col, backward);
     }
 }
 
@@ -380,7 +421,7 @@ impl OpKind {
     /// family declares its own ops, in the file of its name.
     pub fn declare(&self, inputs: &[Operand]) -> Result<OpDecl, ZooError> {
         let inputs = Inputs::new(self.name(), inputs);
-        match self.family() {
+        let mut d = match self.family() {
             Family::Basic => basic::declare(self, &inputs),
             Family::Activation => activation::declare(self, &inputs),
             Family::Conv => conv::declare(self, &inputs),
@@ -389,7 +430,10 @@ impl OpKind {
             Family::Attention => attention::declare(self, &inputs),
             Family::Loss => loss::declare(self, &inputs),
             Family::Onnx => onnx::declare(self, &inputs),
-        }
+        }?;
+        // burn-flex holds at least what the kernels do.
+        d.burn_flex_tmp = (d.burn_flex_tmp.0.max(d.forward_tmp), d.burn_flex_tmp.1.max(d.backward_tmp));
+        Ok(d)
     }
 
     /// The op's family: the file of `ops/` that declares it, and of the executor's

@@ -20,6 +20,9 @@ pub(super) fn declare(kind: &OpKind, inputs: &Inputs<'_>) -> Result<OpDecl, ZooE
                 Saved::Extra { name: "mean", shape: vec![c], elem: Elem::Float },
                 Saved::Extra { name: "invstd", shape: vec![c], elem: Elem::Float },
             ];
+            // burn-flex: the centred input and its square forward; two input-sized
+            // intermediates and the per-channel sums backward.
+            d.burn_flex_tmp = (2 * numel(x), 2 * numel(x) + 4 * c);
             d.backward_reads_params = true;
         }
         OpKind::LayerNorm { .. } | OpKind::RmsNorm => {
@@ -37,6 +40,9 @@ pub(super) fn declare(kind: &OpKind, inputs: &Inputs<'_>) -> Result<OpDecl, ZooE
             if matches!(kind, OpKind::LayerNorm { .. }) {
                 d.saved.push(Saved::Extra { name: "mean", shape: vec![rows], elem: Elem::Float });
             }
+            // burn-flex: the centred input forward; two input-sized intermediates and the
+            // per-row sums backward.
+            d.burn_flex_tmp = (numel(x), 2 * numel(x) + 2 * rows);
             d.backward_reads_params = true;
         }
         _ => unreachable!("{} is not a normalization", kind.name()),

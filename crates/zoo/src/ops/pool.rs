@@ -1,7 +1,7 @@
 //! The poolings: `max_pool2d`, `avg_pool2d` and `adaptive_avg_pool2d`.
 //! Their forward and backward are in `pebble-runtime`'s `ops/pool.rs`.
 
-use super::{Elem, Inputs, OpDecl, OpKind, Saved};
+use super::{numel, Elem, Inputs, OpDecl, OpKind, Saved};
 use crate::ZooError;
 
 /// Declares a pooling for its inputs, or says why the shapes do not fit.
@@ -21,6 +21,8 @@ pub(super) fn declare(kind: &OpKind, inputs: &Inputs<'_>) -> Result<OpDecl, ZooE
             let out = (n * c * ho * wo) as f64;
             d.forward_flops = out * (kernel * kernel) as f64;
             d.backward_flops = out * (kernel * kernel) as f64;
+            // burn-flex: a padded or reordered copy of the output's size, each way.
+            d.burn_flex_tmp = (2 * (n * c * ho * wo), 2 * (n * c * ho * wo));
             if matches!(kind, OpKind::MaxPool2d { .. }) {
                 d.saved =
                     vec![Saved::Input(0), Saved::Extra { name: "indices", shape: d.output.clone(), elem: Elem::Int }];
@@ -33,6 +35,8 @@ pub(super) fn declare(kind: &OpKind, inputs: &Inputs<'_>) -> Result<OpDecl, ZooE
             d.output = vec![n, c, *out, *out];
             d.forward_flops = inputs.n_in;
             d.backward_flops = inputs.n_in;
+            // On burn-flex: the input-sized gradient made twice.
+            d.burn_flex_tmp = (0, 2 * numel(&inputs.x));
         }
         _ => unreachable!("{} is not a pooling", kind.name()),
     }
