@@ -1,8 +1,9 @@
-//! Where a graph plan's measured peak leaves the simulator's: runs one step of `SOLVER`'s
-//! plan (or `POLICY`'s replayed schedule) of a zoo model on burn-flex, op by op, and
+//! Where a plan's measured peak leaves the simulator's: runs one step of `SOLVER`'s plan
+//! (or `POLICY`'s replayed schedule) of a zoo model on burn-flex. On the graph, op by op:
 //! prints each op after which the measured peak rose, beside the simulator's memory at
 //! that op (the largest timeline point inside its span), both in MiB and above the step's
-//! start.
+//! start. On the chain (a chain solver's plan), whose executor runs a step whole: the
+//! chain's stage sizes, the measured peak and the op where the simulator peaks.
 //!
 //! Usage: cargo run --release -p pebble-train --example memory_trace -- MODEL SOLVER PERCENT [LAYERS SEQ BATCH WIDTH HEADS]
 
@@ -43,7 +44,9 @@ fn main() {
     let lowered = pebble_train::lower::<Flex>(model, &options, None).expect("model");
     let solve = SolveOptions { machine: options.profile.machine, ..SolveOptions::default() };
     let graph = &lowered.graph;
-    let problem = Problem::Graph(graph);
+    // A chain solver plans the chain; the rest, and the policies, the graph.
+    let on_chain = pebble_solve::solver(solver).is_ok_and(|s| s.views().first() == Some(&pebble_schedule::View::Chain));
+    let problem = if on_chain { Problem::Chain(&lowered.chain) } else { Problem::Graph(graph) };
     let sim = solve.sim_config();
     let all = pebble_solve::baseline::store_all::store_all_schedule(problem);
     let top = pebble_solve::simulate(problem, &all, &sim).expect("store-all").peak_bytes;
@@ -65,6 +68,32 @@ fn main() {
         inside.fold(before, u64::max) as f64
     };
     let mut session = Session::<Flex>::new(lowered.network.clone(), lowered.index.clone(), optimizer, 3, FlexDevice);
+    session.set_temporaries(pebble_runtime::StageTemporaries::of_views(&lowered.chain, &lowered.graph));
+    if on_chain {
+        // The chain executor runs a step whole: its measured peak, and where the simulator
+        // puts its own, beside the chain's stage sizes.
+        let c = &lowered.chain;
+        for i in 0..c.len() {
+            println!(
+                "stage {i:3}: x {} xbar {} ftmp {} btmp {} (MiB)",
+                mib(c.x[i + 1] as f64),
+                mib(c.xbar[i + 1] as f64),
+                mib(c.ftmp[i] as f64),
+                mib(c.btmp[i] as f64)
+            );
+        }
+        let peak_op = (0..schedule.ops.len()).max_by(|&a, &b| at_op(a).total_cmp(&at_op(b))).unwrap_or(0);
+        for _ in 0..2 {
+            let r = session.step(&schedule).expect("a step");
+            println!(
+                "predicted {} at op {peak_op} {}, measured {} MiB",
+                mib(report.peak_bytes as f64),
+                schedule.ops[peak_op],
+                mib(r.peak_bytes.expect("counting") as f64)
+            );
+        }
+        return;
+    }
     for step in 0..2 {
         let mut trace: Vec<(usize, u64)> = Vec::new();
         let mut base = None;
