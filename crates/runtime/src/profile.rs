@@ -155,8 +155,8 @@ pub fn profile<B: Backend>(net: &Network, device: &B::Device, seed: u64) -> Resu
             .collect();
         let needs: Vec<bool> = op.inputs.iter().map(|&t| net.tensors[t].requires_grad).collect();
         let ctx = OpCtx { device, grad: true, seed: 1 };
-        let declared_f = op.decl.forward_tmp as u64 * float;
-        let declared_b = op.decl.forward_tmp.max(op.decl.backward_tmp) as u64 * float;
+        // Where nothing counts allocations, the declarations for this network's executor.
+        let (declared_f, declared_b) = op.decl.tmp_bytes(net.temporaries, float);
         if op.decl.loss {
             let (t, tmp) = measure::<B, _>(
                 device,
@@ -196,7 +196,7 @@ pub fn profile<B: Backend>(net: &Network, device: &B::Device, seed: u64) -> Resu
                 || ops::backward(op, &dims, grad_out.clone(), saved.clone(), &params, &needs, &ctx),
                 |g| g.inputs.iter().flatten().chain(&g.params).map(float_bytes::<B>).sum::<u64>(),
             )?;
-            backward[o] = (tb, tmp_b.unwrap_or(op.decl.backward_tmp as u64 * float));
+            backward[o] = (tb, tmp_b.unwrap_or(declared_b));
         }
         seen.insert(key, (forward[o], backward[o]));
     }

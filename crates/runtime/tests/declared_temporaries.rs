@@ -62,10 +62,8 @@ fn declared_temporaries_bound_what_burn_flex_allocates() {
             if op.decl.view || !seen.insert(format!("{:?}{shapes:?}", op.kind)) {
                 continue;
             }
-            let (fwd, bwd) = op.decl.tmp(Temporaries::BurnFlex);
-            let (fwd, bwd) = (fwd as u64 * float, bwd as u64 * float);
-            // A loss's forward and backward run as one op.
-            let (fwd, bwd) = if op.decl.loss { (0, fwd.max(bwd)) } else { (fwd, bwd) };
+            // A loss's forward and backward run as one op, measured as its backward.
+            let (fwd, bwd) = op.decl.tmp_bytes(Temporaries::BurnFlex, float);
             let grad = net.tensors[op.output].requires_grad || op.decl.loss;
             let pairs =
                 [("forward", fwd, profile.forward[o].1, !op.decl.loss), ("backward", bwd, profile.backward[o].1, grad)];

@@ -72,15 +72,14 @@ impl CostModel {
 impl OpCosts for CostModel {
     fn forward(&self, net: &Network, op: usize) -> (f64, u64) {
         let o = &net.ops[op];
-        (self.forward_time(net, o), o.decl.tmp(net.temporaries).0 as u64 * net.dtype.bytes())
+        (self.forward_time(net, o), o.decl.tmp_bytes(net.temporaries, net.dtype.bytes()).0)
     }
     fn backward(&self, net: &Network, op: usize) -> (f64, u64) {
         let o = &net.ops[op];
-        let (fwd, bwd) = o.decl.tmp(net.temporaries);
+        let tmp = o.decl.tmp_bytes(net.temporaries, net.dtype.bytes()).1;
         if o.decl.loss {
-            let tmp = fwd.max(bwd) as u64 * net.dtype.bytes();
             return (self.forward_time(net, o) + self.backward_time(net, o), tmp);
         }
-        (self.backward_time(net, o), bwd as u64 * net.dtype.bytes())
+        (self.backward_time(net, o), tmp)
     }
 }

@@ -36,10 +36,10 @@ pub(super) fn declare(kind: &OpKind, inputs: &Inputs<'_>) -> Result<OpDecl, ZooE
             out.push(*dim);
             d.output = out;
             d.params.push(("weight", vec![*vocab, *dim]));
-            // On burn-flex: the ids flattened for the lookup (8 bytes each) forward, and
-            // backward `select_add` copies the zeroed table it adds the rows into: the zeros and the
-            // copy (a table above the gradient where it is the first to write it, two where
-            // the table is shared and its gradient already holds one).
+            // On burn-flex: forward, the ids flattened for the lookup (8 bytes each);
+            // backward, `select_add` copies the zeroed table it adds the rows into, so the
+            // zeros and the copy (a table above the gradient where it is the first to write
+            // it, two where the table is shared and its gradient already holds one).
             d.burn_flex_tmp = (2 * numel(x), 2 * vocab * dim);
             d.backward_flops = count(x) * *dim as f64;
             d.saved = vec![Saved::Input(0)];

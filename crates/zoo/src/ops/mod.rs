@@ -353,6 +353,15 @@ impl OpDecl {
         }
     }
 
+    /// Its temporary bytes (forward, backward) where `t`'s allocations run it, with floats
+    /// of `float` bytes. A loss runs its forward and backward as one op: the larger of
+    /// the two, as its backward.
+    pub fn tmp_bytes(&self, t: Temporaries, float: u64) -> (u64, u64) {
+        let (fwd, bwd) = self.tmp(t);
+        let bwd = if self.loss { fwd.max(bwd) } else { bwd };
+        (fwd as u64 * float, bwd as u64 * float)
+    }
+
     /// A convolution's temporaries on burn-flex, measured, with `col` the elements of its
     /// unfolded input (im2col). Forward: the input and the weight reordered, the unfolded
     /// tiles, and the output before its last reordering and its aligning copy. Backward:
