@@ -273,21 +273,20 @@ fn temporaries(g: &TrainingGraph, uses: &Uses, l: usize, retention: Retention, c
     let Uses { producers, consumers, last_fwd_use, read_by_backward, .. } = uses;
     let whole_step = retention == Retention::Step;
     let is_static = |d: usize| g.data[d].kind.is_static();
-    let not_made_without_grad = |d: usize| is_static(d) || g.data[d].kind == DataKind::Saved;
     let nodes_of = |kind: ComputeKind, s: usize| -> Vec<usize> {
         (0..g.compute.len()).filter(|&c| g.compute[c].kind == kind && g.compute[c].stage == Some(s)).collect()
     };
     for s in 0..l {
         let fwd = nodes_of(ComputeKind::Forward, s);
         let keep = |d: usize| whole_step || read_by_backward[d] || last_fwd_use[d].is_some_and(|u| u > s);
-        let with_grad = replay(g, &fwd, consumers, &keep, &is_static, &[]);
+        let with_grad = replay(g, &fwd, consumers, &keep, false, &[]);
         // The chain charges F_all with x[s] + xbar[s+1] + ftmp and F_none with x[s] +
         // x[s+1] + ftmp; the replays count above x[s]. With `Step`, a forward without grad
         // holds all it makes (but its `Saved` outputs) until it ends: above x[s+1], it
         // can hold more than with grad above xbar[s+1]. (`LastUse` keeps its accounting:
         // the forward with grad alone.)
         let without_grad = if whole_step {
-            replay(g, &fwd, consumers, &|_| true, &not_made_without_grad, &[]).saturating_sub(chain.x[s + 1])
+            replay(g, &fwd, consumers, &|_| true, true, &[]).saturating_sub(chain.x[s + 1])
         } else {
             0
         };
@@ -298,7 +297,7 @@ fn temporaries(g: &TrainingGraph, uses: &Uses, l: usize, retention: Retention, c
             whole_step
                 || g.data[d].kind == DataKind::Gradient && producers[d].iter().any(|&p| g.compute[p].stage != Some(s))
         };
-        let peak_b = replay(g, &bwd, consumers, &keep_b, &is_static, &[]);
+        let peak_b = replay(g, &bwd, consumers, &keep_b, false, &[]);
         // What the backward reads and does not make (the saved tensors, δ_{s+1}): the
         // executor lets each go after its last reader in the block, where the chain holds
         // them through the whole backward. Replayed so, the peak is lower by what is
@@ -311,25 +310,27 @@ fn temporaries(g: &TrainingGraph, uses: &Uses, l: usize, retention: Retention, c
             .into_iter()
             .collect();
         let held_bytes: u64 = held.iter().map(|&d| g.data[d].size).sum();
-        let freed = (held_bytes + peak_b).saturating_sub(replay(g, &bwd, consumers, &keep_b, &is_static, &held));
+        let freed = (held_bytes + peak_b).saturating_sub(replay(g, &bwd, consumers, &keep_b, false, &held));
         // The chain charges B with x[s] + xbar[s+1] + δ_{s+1} + δ_s + btmp; the replay
         // counts what the block's backward allocates, δ_s included.
         chain.btmp[s] = peak_b.saturating_sub(chain.x[s]).saturating_sub(freed);
     }
 }
 
-/// Peak of the memory a list of nodes allocates, replayed in order, beyond what was
-/// resident before but `held`: outputs are allocated when first produced (but those
-/// `skip` names, which are not made), and freed after their last reader in the list
-/// unless `keep` says they outlive it; `held` are resident at the start and go the same way.
+/// Peak of the memory a list of nodes allocates, replayed in order (`no_grad`: without
+/// grad), beyond what was resident before but `held`: outputs are allocated when first
+/// produced (but static ones, and without grad the saved ones, which are temporaries
+/// then), and freed after their last reader in the list unless `keep` says they outlive
+/// it; `held` are resident at the start and go the same way.
 fn replay(
     g: &TrainingGraph,
     nodes: &[usize],
     consumers: &[Vec<usize>],
     keep: &dyn Fn(usize) -> bool,
-    skip: &dyn Fn(usize) -> bool,
+    no_grad: bool,
     held: &[usize],
 ) -> u64 {
+    let skip = |d: usize| g.data[d].kind.is_static() || no_grad && g.data[d].kind == DataKind::Saved;
     let mut live: u64 = held.iter().map(|&d| g.data[d].size).sum();
     let mut peak: u64 = live;
     let mut allocated: std::collections::HashSet<usize> = held.iter().copied().collect();
@@ -341,7 +342,7 @@ fn replay(
                 fresh += g.data[d].size;
             }
         }
-        peak = peak.max(live + fresh + node.tmp);
+        peak = peak.max(live + fresh + g.compute_tmp(c, no_grad));
         live += fresh;
         let later = &nodes[k + 1..];
         for &d in node.inputs.iter().chain(&node.outputs) {

@@ -119,6 +119,15 @@ impl TrainingGraph {
         kind == DataKind::Input || kind.is_static() && !(kind == DataKind::ParamGrad && self.param_grads_from_backward)
     }
 
+    /// The temporary bytes compute node `c` holds while it runs: its declared `tmp`, and
+    /// without grad also the `Saved` outputs it still makes (attention's weights, a
+    /// dropout's mask) and drops at its end.
+    pub fn compute_tmp(&self, c: ComputeId, no_grad: bool) -> u64 {
+        let node = &self.compute[c];
+        let dropped = || node.outputs.iter().filter(|&&d| self.data[d].kind == DataKind::Saved);
+        node.tmp + if no_grad { dropped().map(|&d| self.data[d].size).sum() } else { 0 }
+    }
+
     /// For each data node, the compute nodes that produce it.
     pub fn producers(&self) -> Vec<Vec<ComputeId>> {
         let mut p = vec![Vec::new(); self.data.len()];

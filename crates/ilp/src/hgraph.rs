@@ -142,11 +142,17 @@ impl HGraph {
 /// one option.
 pub fn op_options(g: &TrainingGraph, k: usize) -> Vec<HOption> {
     let c = &g.compute[k];
-    let one = |phantom| HOption { time: c.time, overhead: c.tmp, phantom, reads: Vec::new(), substeps: Vec::new() };
+    let one = |phantom, no_grad| HOption {
+        time: c.time,
+        overhead: g.compute_tmp(k, no_grad),
+        phantom,
+        reads: Vec::new(),
+        substeps: Vec::new(),
+    };
     let saved: u64 = c.outputs.iter().filter(|&&d| g.data[d].kind == DataKind::Saved).map(|&d| g.data[d].size).sum();
     if c.kind == ComputeKind::Forward && saved > 0 {
-        vec![one(saved), one(0)]
+        vec![one(saved, false), one(0, true)]
     } else {
-        vec![one(0)]
+        vec![one(0, false)]
     }
 }

@@ -28,10 +28,9 @@ pub(crate) fn simulate(graph: &TrainingGraph, schedule: &Schedule, config: &SimC
         let ran = match (step.fault, step.action) {
             (Some(Fault::Missing(d)), _) => Err(eng.missing(k, d)),
             (Some(Fault::Already(d)), _) => Err(eng.already(k, d)),
-            (None, GraphAction::Compute { node, .. }) => {
-                let c = &graph.compute[node];
-                let effect =
-                    Effect { duration: c.time, tmp: c.tmp, reads: &step.reads, allocs: &step.creates, frees: &[] };
+            (None, GraphAction::Compute { node, no_grad }) => {
+                let (duration, tmp) = (graph.compute[node].time, graph.compute_tmp(node, no_grad));
+                let effect = Effect { duration, tmp, reads: &step.reads, allocs: &step.creates, frees: &[] };
                 eng.compute(k, &effect)
             }
             (None, GraphAction::Free { data }) => eng.free(k, data),

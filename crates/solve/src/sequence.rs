@@ -140,7 +140,7 @@ impl<'g> Liveness<'g> {
                     bytes += self.g.data[d].size;
                 }
             }
-            let peak = bytes + self.g.compute[step.0].tmp;
+            let peak = bytes + self.g.compute_tmp(step.0, step.1);
             for &d in f {
                 if std::mem::replace(&mut resident[d], false) {
                     bytes -= self.g.data[d].size;

@@ -11,8 +11,9 @@
 //!   it was created). It creates each output not on the device; a multi-producer gradient
 //!   is created by its first producer and accumulated into by the others (which then read
 //!   it). Producing a complete resident output again is a fault. Static outputs (parameter
-//!   gradients) create nothing but must be resident. `no_grad` (forward nodes only) skips
-//!   the `Saved` outputs. The loss and each backward node run exactly once.
+//!   gradients) create nothing but must be resident. `no_grad` (forward nodes only) keeps
+//!   none of its `Saved` outputs: it still makes them, so they count in its temporary
+//!   memory ([`TrainingGraph::compute_tmp`]), and drops them at its end. The loss and each backward node run exactly once.
 //! * Nothing is freed implicitly: schedules free with explicit `Free` ops. Static nodes
 //!   cannot be freed (offload them instead).
 

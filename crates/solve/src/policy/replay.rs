@@ -371,7 +371,7 @@ impl Replay<'_> {
             }
             allocs.push(d);
         }
-        let need: u64 = allocs.iter().map(|&d| self.g.data[d].size).sum::<u64>() + node.tmp;
+        let need: u64 = allocs.iter().map(|&d| self.g.data[d].size).sum::<u64>() + self.g.compute_tmp(c, no_grad);
         for &d in &node.outputs {
             self.pinned[d] += 1;
         }
