@@ -65,7 +65,7 @@ impl LinkSpeed {
 }
 
 /// How a step moves tensors and bounds device memory.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TransferOptions {
     /// The device→host link (offloads).
     pub d2h: LinkSpeed,
@@ -90,6 +90,13 @@ pub struct TransferOptions {
     /// synchronizing the device after each: on an asynchronous backend (CUDA) that
     /// drains the compute queue once per stage.
     pub time_ops: bool,
+    /// Prefetch ops (by schedule index) each held until a compute op (by schedule index)
+    /// has taken its memory: the simulator's order of allocations (`pebble-sim`'s
+    /// `SimReport::prefetch_gates`, which `pebble-train` passes on). Without
+    /// it, a link faster than the simulator's can take memory for two prefetches before
+    /// the op the simulator ran between them, and that op finds the pool full. Empty: each
+    /// prefetch starts as soon as the link is free.
+    pub prefetch_gates: Arc<HashMap<usize, usize>>,
 }
 
 /// The temporary memory of each stage's forward (`ftmp`) and backward (`btmp`, the
@@ -196,6 +203,7 @@ impl Default for TransferOptions {
             host_cap: None,
             cpu_rate: f64::INFINITY,
             time_ops: false,
+            prefetch_gates: Arc::default(),
         }
     }
 }
@@ -377,6 +385,8 @@ struct Prefetch<K> {
     /// listed.
     sources: Vec<(usize, Option<Vec<K>>)>,
     bytes: u64,
+    /// The compute op it waits for ([`TransferOptions::prefetch_gates`]).
+    after: Option<usize>,
 }
 
 struct CpuJob<K> {
@@ -413,6 +423,10 @@ struct Board<B: Backend, K> {
     arrived: HashMap<usize, Parts<B, K>>,
     /// The compute stream is waiting (or done): it will release nothing until woken.
     compute_idle: bool,
+    /// The last compute op that took its memory from the pool.
+    reached: Option<usize>,
+    /// The compute stream waits for a prefetch (or is done): prefetches pass their gates.
+    awaiting: bool,
     d2h_busy: f64,
     h2d_busy: f64,
     cpu_busy: f64,
@@ -504,6 +518,8 @@ impl<'scope, 'env, B: Backend, K: Clone + PartialEq + Send + Sync + 'static> Tra
             release_on_done: HashMap::new(),
             arrived: HashMap::new(),
             compute_idle: false,
+            reached: None,
+            awaiting: false,
             d2h_busy: 0.0,
             h2d_busy: 0.0,
             cpu_busy: 0.0,
@@ -596,6 +612,8 @@ impl<'scope, 'env, B: Backend, K: Clone + PartialEq + Send + Sync + 'static> Tra
         }
         b.used += bytes;
         b.peak = b.peak.max(b.used);
+        b.reached = b.reached.max(Some(index));
+        self.shared.changed.notify_all();
         Ok(())
     }
 
@@ -672,7 +690,9 @@ impl<'scope, 'env, B: Backend, K: Clone + PartialEq + Send + Sync + 'static> Tra
     ) -> Result<(), RuntimeError> {
         self.start(job, op)?;
         issue_sync::<B>(self.device)?;
-        let sent = self.h2d.as_ref().expect("started").send(Prefetch { job, op: op.to_string(), sources, bytes });
+        let after = self.options.prefetch_gates.get(&job).copied();
+        let prefetch = Prefetch { job, op: op.to_string(), sources, bytes, after };
+        let sent = self.h2d.as_ref().expect("started").send(prefetch);
         sent.map_err(|_| self.check().err().unwrap_or_else(|| transfer_err(job, op, "the host→device thread stopped")))
     }
 
@@ -718,9 +738,11 @@ impl<'scope, 'env, B: Backend, K: Clone + PartialEq + Send + Sync + 'static> Tra
         }
         let start = Instant::now();
         b.compute_idle = true;
+        b.awaiting = true;
         self.shared.changed.notify_all();
         let parts = loop {
             if let Some(e) = b.error.take() {
+                b.awaiting = false;
                 return Err(e);
             }
             if let Some(parts) = b.arrived.remove(&job) {
@@ -729,6 +751,7 @@ impl<'scope, 'env, B: Backend, K: Clone + PartialEq + Send + Sync + 'static> Tra
             b = self.shared.wait(b);
         };
         b.compute_idle = false;
+        b.awaiting = false;
         self.stall += start.elapsed();
         Ok(parts)
     }
@@ -740,6 +763,7 @@ impl<'scope, 'env, B: Backend, K: Clone + PartialEq + Send + Sync + 'static> Tra
         {
             let mut b = self.shared.lock();
             b.compute_idle = true;
+            b.awaiting = true;
             b.closing |= !ok;
             self.shared.changed.notify_all();
         }
@@ -844,8 +868,15 @@ fn prefetches<B: Backend, K: Clone + PartialEq + Send + Sync>(
     device: &B::Device,
 ) {
     memory::device_thread();
-    for Prefetch { job, op, sources, bytes } in jobs {
+    for Prefetch { job, op, sources, bytes, after } in jobs {
         let mut b = shared.lock();
+        // In the simulator's order: after the compute op it ran before this prefetch.
+        while after.is_some_and(|a| b.reached.is_none_or(|r| r < a)) && !b.awaiting {
+            if b.closing {
+                return;
+            }
+            b = shared.wait(b);
+        }
         if b.closing {
             return;
         }
@@ -993,5 +1024,41 @@ fn cpu_updates<B: Backend, K: Clone + Send + Sync>(shared: &Shared<B, K>, jobs: 
             }
         }
         shared.changed.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn_flex::{Flex, FlexDevice};
+
+    /// The pool's bytes in use, `wait` after the prefetch of a 1 KiB host copy gated on
+    /// compute op 5 (or not gated) is issued, and once op 5 has taken 100 bytes and the
+    /// prefetch has landed.
+    fn pool_around_a_prefetch(gated: bool, wait: Duration) -> (u64, u64) {
+        let gates = if gated { HashMap::from([(1, 5)]) } else { HashMap::new() };
+        let options = TransferOptions { prefetch_gates: Arc::new(gates), ..TransferOptions::default() };
+        std::thread::scope(|scope| {
+            let mut x = Transfers::<Flex, usize>::new(scope, &FlexDevice, options, 0, HashMap::new());
+            let value = Value::Float(crate::value::zeros::<Flex>(vec![256], &FlexDevice));
+            x.offload(0, "offload", vec![(0, value)], 1024, true).expect("offload");
+            x.prefetch(1, "prefetch", vec![(0, None)], 1024).expect("prefetch");
+            std::thread::sleep(wait);
+            let before = x.shared.lock().used;
+            x.reserve(5, "C5", 100).expect("op 5 fits: no cap");
+            x.wait_prefetch(1).expect("the prefetch lands");
+            let after = x.shared.lock().used;
+            x.finish(true).expect("the transfers end");
+            (before, after)
+        })
+    }
+
+    #[test]
+    fn a_gated_prefetch_waits_for_its_compute_op_to_take_memory_first() {
+        let wait = Duration::from_millis(100);
+        // Ungated, the (unthrottled) link has brought it back long before op 5.
+        assert_eq!(pool_around_a_prefetch(false, wait), (1024, 1124));
+        // Gated on op 5, it takes nothing until op 5 has, then lands.
+        assert_eq!(pool_around_a_prefetch(true, wait), (0, 1124));
     }
 }

@@ -71,7 +71,7 @@
 //! A node reads its inputs (resident and complete: a multi-producer gradient after all its
 //! producers ran), allocates outputs not resident (a multi-producer gradient is allocated
 //! by its first producer, accumulated by the others), and releases nothing: graph
-//! schedules free explicitly. `no_grad` forward nodes skip their `Saved` outputs. The loss
+//! schedules free explicitly. `no_grad` forward nodes hold their `Saved` outputs as temporary memory only. The loss
 //! and each backward node run exactly once, and all must have run by the end.
 //!
 //! ```
@@ -204,6 +204,25 @@ pub struct SimReport {
     /// How many periods were run: 1, or [`PERIODS`] for a periodic schedule, whose
     /// `makespan` is then the steady-state period and whose times are per period.
     pub periods: usize,
+}
+
+impl SimReport {
+    /// For each prefetch (by op index), the last compute op that took its memory before
+    /// the prefetch took its own: one that started earlier, or at the same time and comes
+    /// first in the schedule. An executor that holds each prefetch until that op has
+    /// started allocates in the simulator's order, not in its threads'. Needs the spans
+    /// ([`SimConfig::timeline`]); a prefetch before any compute op has none, and a
+    /// periodic schedule none at all.
+    pub fn prefetch_gates(&self) -> Vec<(usize, usize)> {
+        if self.periods > 1 {
+            return Vec::new();
+        }
+        let computes: Vec<&Span> = self.spans.iter().filter(|s| s.lane == Lane::Compute).collect();
+        let before = |p: &Span, c: &Span| c.start < p.start || c.start == p.start && c.op < p.op;
+        let gate = |p: &Span| computes.iter().filter(|c| before(p, c)).map(|c| c.op).max();
+        let prefetches = self.spans.iter().filter(|s| s.lane == Lane::H2d);
+        prefetches.filter_map(|p| gate(p).map(|g| (p.op, g))).collect()
+    }
 }
 
 /// Why a schedule is invalid. `op` is the index of the offending op in the schedule.

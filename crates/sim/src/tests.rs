@@ -511,6 +511,10 @@ fn compute_waits_for_an_offload_to_release_memory() {
             (Compute, 22.0, 24.0)
         ]
     );
+    // The prefetch (op 4) took its memory at 12, after the loss (op 3, [9,12]) took its
+    // own, and before F0all (op 5), which starts at 12 too but comes after it: an executor
+    // holds it until the loss has started.
+    assert_eq!(r.prefetch_gates(), vec![(4, 3)]);
     // Under the progressive relaxation (O.7″) a_1 leaves at 0.5 byte per unit from 1 on:
     // the loss needs memory down to 16 − 11 = 5, i.e. 2 of a_1's 4 bytes gone, at 5.
     let relaxed = SimConfig { transfers: TransferMemory::Progressive, ..config };
@@ -855,11 +859,13 @@ fn graph_param_grads_made_by_the_backward() {
 
 #[test]
 fn graph_no_grad_recompute() {
-    // C0ng [0,1]: 14 + h 4 + 1 = 19 -> 18 (no s1).  C1: 18 + 1 + 2 = 21 -> 19.
-    // C2: 19 + 5 = 24.  free y -> 23.  C3: 23 + 3 = 26 -> 23.  free dy, h -> 18.
-    // C0 [10,11]: 18 + 4 + 5 + 1 = 28 -> 27.  free h -> 23.  C4 [11,16]: 25.
-    let r = grun("C0ng C1 C2 f7 C3 f8 f5 C0 f5 C4 f9 f6 f0", &cfg()).unwrap();
+    // C0ng [0,1]: 14 + h 4 + 1, and s1 5, made and dropped at its end = 24 -> 18.
+    // C1: 18 + 1 + 2 = 21 -> 19.  C2: 19 + 5 = 24.  free y -> 23.  C3: 23 + 3 = 26 -> 23.
+    // free dy, h -> 18.  C0 [10,11]: 18 + 4 + 5 + 1 = 28 -> 27.  free h -> 23.  C4 [11,16]: 25.
+    let r = grun("C0ng C1 C2 f7 C3 f8 f5 C0 f5 C4 f9 f6 f0", &SimConfig { timeline: true, ..cfg() }).unwrap();
     assert_eq!(r.peak_bytes, 28);
+    let during_c0ng = r.timeline.iter().filter(|p| p.time < 1.0).map(|p| p.bytes).max();
+    assert_eq!(during_c0ng, Some(24));
     assert_eq!(r.makespan, 16.0);
     assert_eq!(r.compute_ops, 6);
     // Without the recomputation, b1 misses s1.

@@ -112,6 +112,11 @@ pub struct TrainReport {
     /// first), links and optimizer rate unchanged: what is left of the step-time error
     /// once the profile's own error is taken out (chain schedules; `None` otherwise).
     pub replayed_time: Option<f64>,
+    /// The simulator's peak for the same replay: where transfers overlap compute, the
+    /// peak depends on how long the compute takes beside the link, and a CPU standing in
+    /// for the profile's device computes slower than its roofline (chain schedules;
+    /// `None` otherwise).
+    pub replayed_peak_bytes: Option<u64>,
     /// The simulator's device→host busy time.
     pub predicted_d2h_busy: f64,
     /// The simulator's host→device busy time.
@@ -287,7 +292,26 @@ pub fn transfer_options(machine: &Machine, cap: Option<u64>) -> TransferOptions 
         host_cap: None,
         cpu_rate: machine.cpu_optimizer_rate,
         time_ops: false,
+        prefetch_gates: Default::default(),
     }
+}
+
+/// Each prefetch of `plan` held until the compute op the simulator ran before it has
+/// taken its memory ([`SimReport::prefetch_gates`](pebble_sim::SimReport::prefetch_gates)):
+/// the plan's simulation at `budget` again, with its spans.
+pub fn prefetch_gates(
+    problem: Problem<'_>,
+    plan: &pebble_solve::Plan,
+    budget: u64,
+    solve: &SolveOptions,
+) -> std::sync::Arc<std::collections::HashMap<usize, usize>> {
+    let prefetches = plan.schedule.ops.iter().any(|op| matches!(op, pebble_schedule::Op::Prefetch { .. }));
+    if !prefetches {
+        return Default::default();
+    }
+    let config = pebble_sim::SimConfig { budget: Some(budget), timeline: true, ..solve.sim_config() };
+    let report = pebble_solve::simulate(problem, &plan.schedule, &config);
+    std::sync::Arc::new(report.map(|r| r.prefetch_gates().into_iter().collect()).unwrap_or_default())
 }
 
 /// A [`Drive`](pebble_runtime::exec::Drive) that runs `policy` on `graph` under
@@ -350,7 +374,10 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     // Likewise the host's copies, at the simulated host peak: an offload waits for the
     // host CPU's updates the simulator has done by then.
     let host_cap = (plan.report.peak_host_bytes > 0).then_some(plan.report.peak_host_bytes);
-    session.set_transfers(TransferOptions { host_cap, time_ops: true, ..transfer_options(&solve.machine, Some(cap)) });
+    let prefetch_gates = prefetch_gates(problem, &plan, budget.planned_bytes, &solve);
+    let options =
+        TransferOptions { host_cap, time_ops: true, prefetch_gates, ..transfer_options(&solve.machine, Some(cap)) };
+    session.set_transfers(options);
     session.set_temporaries(StageTemporaries::of_views(&lowered.chain, &lowered.graph));
     // One unmeasured pass first, without an update (the losses stay those of the steps):
     // what the backend allocates once and keeps (kernel caches, thread pools) is not the
@@ -362,10 +389,13 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
     let run = Steps { graph: &lowered.graph, schedule: &plan.schedule, budget: budget.planned_bytes };
     let m = run.measure(config, &mut session, policy.as_deref())?;
     let moves = plan.schedule.moves();
-    let replayed_time = match problem {
-        Problem::Chain(chain) => replay_on_measured(chain, &plan.schedule, &m.op_seconds, &solve),
+    let replayed = match problem {
+        Problem::Chain(chain) => {
+            replay_on_measured(chain, &plan.schedule, &m.op_seconds, &solve, Some(budget.planned_bytes))
+        }
         Problem::Graph(_) => None,
     };
+    let (replayed_time, replayed_peak_bytes) = (replayed.as_ref().map(|r| r.makespan), replayed.map(|r| r.peak_bytes));
     Ok(TrainReport {
         model: config.model.clone(),
         solver: solver.name().to_string(),
@@ -391,6 +421,7 @@ pub fn train<B: Backend>(config: &TrainConfig, device: B::Device) -> Result<Trai
         predicted_host_peak_bytes: plan.report.peak_host_bytes,
         predicted_time: plan.report.makespan,
         replayed_time,
+        replayed_peak_bytes,
         predicted_d2h_busy: plan.report.d2h_busy,
         predicted_h2d_busy: plan.report.h2d_busy,
         predicted_compute_stall: plan.report.compute_stall,
@@ -509,18 +540,21 @@ impl Steps<'_> {
     }
 }
 
-/// The simulated time of chain schedule `schedule` on `chain` with each stage's forward
+/// The simulation of chain schedule `schedule` on `chain` with each stage's forward
 /// and backward time replaced by the median of what the steps measured (`op_seconds`,
-/// one entry per step and schedule op; the first step left out where there are more).
-/// `None` where nothing was measured or the simulator rejects the schedule.
+/// one entry per step and schedule op; the first step left out where there are more),
+/// under `budget` as the plan was simulated. `None` where nothing was measured or the
+/// simulator rejects the schedule.
 pub fn replay_on_measured(
     chain: &Chain,
     schedule: &pebble_schedule::Schedule,
     op_seconds: &[Vec<f64>],
     solve: &SolveOptions,
-) -> Option<f64> {
+    budget: Option<u64>,
+) -> Option<pebble_sim::SimReport> {
     let measured = measured_chain(chain, schedule, op_seconds)?;
-    pebble_solve::simulate(Problem::Chain(&measured), schedule, &solve.sim_config()).ok().map(|r| r.makespan)
+    let config = pebble_sim::SimConfig { budget, ..solve.sim_config() };
+    pebble_solve::simulate(Problem::Chain(&measured), schedule, &config).ok()
 }
 
 /// `chain` with each stage's forward and backward time replaced by the median of what
@@ -589,6 +623,7 @@ mod tests {
         let profile = OpProfile {
             forward: (0..net.ops.len()).map(|o| roofline.forward(net, o)).collect(),
             backward: (0..net.ops.len()).map(|o| roofline.backward(net, o)).collect(),
+            leftover: vec![0; net.ops.len()],
         };
         let planned = lower::<burn_flex::Flex>("gpt", &options, Some(&profile)).unwrap().chain;
         let mut measured = planned.clone();
@@ -623,7 +658,7 @@ mod tests {
         let planned = pebble_solve::simulate(Problem::Chain(&chain), &schedule, &solve.sim_config()).unwrap().makespan;
         // The first step is left out: its times do not count.
         let own = [seconds(&chain, &schedule, 100.0), seconds(&chain, &schedule, 1.0)];
-        let replayed = replay_on_measured(&chain, &schedule, &own, &solve).unwrap();
+        let replayed = replay_on_measured(&chain, &schedule, &own, &solve, None).unwrap().makespan;
         assert!((replayed - planned).abs() < 1e-9, "{replayed} against {planned}");
         // Each stage's median over the steps: two steps at twice the time, one at the time.
         let doubled = [
@@ -632,10 +667,10 @@ mod tests {
             seconds(&chain, &schedule, 2.0),
             seconds(&chain, &schedule, 1.0),
         ];
-        let replayed = replay_on_measured(&chain, &schedule, &doubled, &solve).unwrap();
+        let replayed = replay_on_measured(&chain, &schedule, &doubled, &solve, None).unwrap().makespan;
         assert!((replayed - 2.0 * planned).abs() < 1e-9, "{replayed} against {}", 2.0 * planned);
         // A step that did not time every op of the schedule gives no replay.
-        assert_eq!(replay_on_measured(&chain, &schedule, &[vec![], vec![1.0]], &solve), None);
-        assert_eq!(replay_on_measured(&chain, &schedule, &[], &solve), None);
+        assert_eq!(replay_on_measured(&chain, &schedule, &[vec![], vec![1.0]], &solve, None), None);
+        assert_eq!(replay_on_measured(&chain, &schedule, &[], &solve, None), None);
     }
 }

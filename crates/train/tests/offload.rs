@@ -319,6 +319,43 @@ fn train_reports_measured_transfers_beside_simulated_ones() {
     assert!((host / r.predicted_host_peak_bytes as f64 - 1.0).abs() <= 0.01, "{r:?}");
 }
 
+/// DELTA on a 4-layer GPT at 40% and 50% brings two tensors back just before the loss.
+/// The simulator starts the second once the loss has begun (one link), and the plan is
+/// tight there; the executor's link, faster than the profile's beside a slow CPU, took
+/// both before the compute stream reached the loss, which then found the pool full ("no
+/// offload in flight will release any": in release builds, every time). Each prefetch
+/// now waits for the compute op the simulator ran before it (`SimReport::prefetch_gates`;
+/// the gate itself is tested in `pebble-runtime`'s `transfer.rs`, where no race decides).
+#[test]
+fn prefetches_take_memory_in_the_simulators_order() {
+    let _turn = lock();
+    let options = ModelOptions {
+        layers: Some(4),
+        width: Some(128),
+        heads: Some(4),
+        seq: Some(256),
+        batch: Some(8),
+        ..Default::default()
+    };
+    for percent in [40.0, 50.0] {
+        let config = TrainConfig {
+            model: "gpt".into(),
+            solve: SolveOptions { machine: options.profile.machine, ..SolveOptions::default() },
+            options: options.clone(),
+            budget: BudgetRequest::Activation(BudgetSpec::Percent(percent)),
+            solver: "delta".into(),
+            online: true,
+            steps: 1,
+            seed: 1,
+            optimizer: OptimizerKind::AdamW { lr: 1e-3, weight_decay: 0.01 },
+            costs: Costs::Analytic,
+        };
+        let r = train::<Flex>(&config, FlexDevice).unwrap_or_else(|e| panic!("delta at {percent}%: {e}"));
+        assert!(r.reloads > 0, "delta at {percent}% brought nothing back: {r:?}");
+        assert!(r.measured_peak_bytes.expect("counting") <= r.budget_bytes, "{r:?}");
+    }
+}
+
 #[test]
 fn partial_transfers_are_refused_naming_the_op() {
     let _turn = lock();

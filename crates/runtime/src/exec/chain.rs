@@ -71,7 +71,7 @@ impl<B: Backend> Runner<'_, B> {
         let fused = placement::names_statics(schedule);
         let st = StaticRun { dev: statics.device.clone(), fresh, pending: HashMap::new(), on_cpu, fused };
         let (result, finished) = std::thread::scope(|scope| {
-            let xfer = Transfers::new(scope, device, *options, base, hosts);
+            let xfer = Transfers::new(scope, device, options.clone(), base, hosts);
             let mut run = ChainRun { held, track, sizes, xfer, st };
             let result = self.chain_ops(schedule, steps, &mut run);
             let ok = result.is_ok();

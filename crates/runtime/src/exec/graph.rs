@@ -74,9 +74,10 @@ impl<B: Backend> Runner<'_, B> {
         // as the simulator's does. Without them it counts nothing and caps nothing.
         let sizes = &self.step.temporaries.graph;
         let (options, base) = if sizes.fits(index.data) {
-            (TransferOptions { host_cap: None, ..*options }, sizes.resident)
+            (TransferOptions { host_cap: None, ..options.clone() }, sizes.resident)
         } else {
-            (TransferOptions { device_cap: None, host_cap: None, ..*options }, 0)
+            let prefetch_gates = Default::default(); // nothing reserves: no op would pass them
+            (TransferOptions { device_cap: None, host_cap: None, prefetch_gates, ..options.clone() }, 0)
         };
         let (result, finished) = std::thread::scope(|scope| {
             let mut xfer = Transfers::<B, usize>::new(scope, device, options, base, HashMap::new());
@@ -227,15 +228,17 @@ impl<B: Backend> Runner<'_, B> {
             return Ok(0);
         }
         let sizes = &self.step.temporaries.graph;
-        let tmp = sizes.tmp.get(node).copied().unwrap_or(0);
-        let mut need = tmp;
+        let mut tmp = sizes.tmp.get(node).copied().unwrap_or(0);
+        let mut need = 0;
         for &(d, saved) in sizes.outputs.get(node).map_or(&[][..], Vec::as_slice) {
-            if run.dev[d] == 0 && !(no_grad && saved) {
+            if no_grad && saved {
+                tmp += sizes.data[d]; // made and dropped inside the op
+            } else if run.dev[d] == 0 {
                 run.dev[d] = sizes.data[d];
                 need += sizes.data[d];
             }
         }
-        xfer.reserve(k, &sop.to_string(), need)?;
+        xfer.reserve(k, &sop.to_string(), need + tmp)?;
         Ok(tmp)
     }
 
