@@ -29,6 +29,11 @@ pub struct Profile {
     pub forward: Vec<(f64, u64)>,
     /// Backward of each op (for the loss: forward and backward at once).
     pub backward: Vec<(f64, u64)>,
+    /// Bytes each op (forward or backward, the larger) leaves live beyond its results'
+    /// own sizes: a buffer a result keeps alive whole where it is a slice of it (0
+    /// where nothing counts allocations). The simulator frees an op's temporaries at
+    /// its end; what is left here, it never counts.
+    pub leftover: Vec<u64>,
 }
 
 impl OpCosts for Profile {
@@ -59,7 +64,11 @@ impl Profile {
                 .map(|(&(t, tmp), &s)| (t * ratio(times(planned).get(s), times(measured).get(s)), tmp))
                 .collect()
         };
-        Profile { forward: scale(&self.forward, |c| &c.ftime), backward: scale(&self.backward, |c| &c.btime) }
+        Profile {
+            forward: scale(&self.forward, |c| &c.ftime),
+            backward: scale(&self.backward, |c| &c.btime),
+            leftover: self.leftover.clone(),
+        }
     }
 }
 
@@ -85,16 +94,23 @@ fn operand<B: Backend>(shape: &[usize], elem: Elem, range: u64, rng: &mut SplitM
     }
 }
 
-/// Times `f` (median of [`REPEATS`] after a warm-up) and measures its temporary bytes:
-/// the peak above `live before + kept(result)`.
+/// What [`measure`] found: seconds, temporary bytes and bytes left over (`None` where
+/// nothing counts allocations).
+type Measured = (f64, Option<(u64, u64)>);
+
+/// Times `f` (median of [`REPEATS`] after a warm-up) and measures its temporary bytes,
+/// the peak above `live before + kept(result)`, and what it leaves live beyond
+/// `kept(result)`: the least over the repeats, since a cache the backend grows (a
+/// thread's packing buffer, met on another thread) is left once, a result's buffer
+/// every time.
 fn measure<B: Backend, T>(
     device: &B::Device,
     mut f: impl FnMut() -> Result<T, RuntimeError>,
     kept: impl Fn(&T) -> u64,
-) -> Result<(f64, Option<u64>), RuntimeError> {
+) -> Result<Measured, RuntimeError> {
     drop(f()?);
     let mut times = Vec::with_capacity(REPEATS);
-    let mut tmp = 0u64;
+    let (mut tmp, mut left) = (0u64, u64::MAX);
     for _ in 0..REPEATS {
         sync::<B>(device)?;
         let before = memory::start_step();
@@ -103,10 +119,11 @@ fn measure<B: Backend, T>(
         sync::<B>(device)?;
         times.push(start.elapsed().as_secs_f64());
         tmp = tmp.max(memory::peak().saturating_sub(before + kept(&out)));
+        left = left.min(memory::live().saturating_sub(before + kept(&out)));
         drop(out);
     }
     let time = median(times).expect("REPEATS is at least one");
-    Ok((time, memory::counting().then_some(tmp)))
+    Ok((time, memory::counting().then_some((tmp, left))))
 }
 
 /// The median of `samples` (the upper one of an even count); `None` when there are none.
@@ -120,19 +137,19 @@ pub fn profile<B: Backend>(net: &Network, device: &B::Device, seed: u64) -> Resu
     let float = net.dtype.bytes();
     let mut rng = SplitMix(seed ^ 0x9F0F);
     // Ops of one kind on the same shapes: (forward, backward) costs, measured once.
-    type Costs = ((f64, u64), (f64, u64));
+    type Costs = ((f64, u64), (f64, u64), u64);
     let mut seen: HashMap<String, Costs> = HashMap::new();
     let mut forward = vec![(0.0, 0); net.ops.len()];
     let mut backward = vec![(0.0, 0); net.ops.len()];
+    let mut leftover = vec![0; net.ops.len()];
     for (o, op) in net.ops.iter().enumerate() {
         if op.decl.view {
             continue;
         }
         let shapes: Vec<&Vec<usize>> = op.inputs.iter().map(|&t| &net.tensors[t].shape).collect();
         let key = format!("{:?}{:?}", op.kind, shapes);
-        if let Some(&(f, b)) = seen.get(&key) {
-            forward[o] = f;
-            backward[o] = b;
+        if let Some(&(f, b, l)) = seen.get(&key) {
+            (forward[o], backward[o], leftover[o]) = (f, b, l);
             continue;
         }
         let range = |k: usize| -> u64 {
@@ -158,20 +175,22 @@ pub fn profile<B: Backend>(net: &Network, device: &B::Device, seed: u64) -> Resu
         // Where nothing counts allocations, the declarations for this network's executor.
         let (declared_f, declared_b) = op.decl.tmp_bytes(net.temporaries, float);
         if op.decl.loss {
-            let (t, tmp) = measure::<B, _>(
+            let (t, m) = measure::<B, _>(
                 device,
                 || ops::loss(op, inputs.clone(), &needs, &ctx),
                 |out| out.inputs.iter().flatten().map(float_bytes::<B>).sum::<u64>() + float_bytes::<B>(&out.value),
             )?;
-            backward[o] = (t, tmp.unwrap_or(declared_b));
+            backward[o] = (t, m.map_or(declared_b, |m| m.0));
+            leftover[o] = m.map_or(0, |m| m.1);
             continue;
         }
-        let (tf, tmp_f) = measure::<B, _>(
+        let (tf, mf) = measure::<B, _>(
             device,
             || ops::forward(op, inputs.clone(), &params, &ctx),
             |out| out.output.bytes() + out.extras.iter().map(Value::bytes).sum::<u64>(),
         )?;
-        forward[o] = (tf, tmp_f.unwrap_or(declared_f));
+        forward[o] = (tf, mf.map_or(declared_f, |m| m.0));
+        leftover[o] = mf.map_or(0, |m| m.1);
         if net.tensors[op.output].requires_grad {
             let out = ops::forward(op, inputs.clone(), &params, &ctx)?;
             let grad_out =
@@ -191,16 +210,17 @@ pub fn profile<B: Backend>(net: &Network, device: &B::Device, seed: u64) -> Resu
             // Parameter gradients are resident buffers the backward writes (the executor
             // frees their zeros before it, [`Runner::zeroed`](crate::exec)): what it
             // leaves, as the input gradients are.
-            let (tb, tmp_b) = measure::<B, _>(
+            let (tb, mb) = measure::<B, _>(
                 device,
                 || ops::backward(op, &dims, grad_out.clone(), saved.clone(), &params, &needs, &ctx),
                 |g| g.inputs.iter().flatten().chain(&g.params).map(float_bytes::<B>).sum::<u64>(),
             )?;
-            backward[o] = (tb, tmp_b.unwrap_or(declared_b));
+            backward[o] = (tb, mb.map_or(declared_b, |m| m.0));
+            leftover[o] = leftover[o].max(mb.map_or(0, |m| m.1));
         }
-        seen.insert(key, (forward[o], backward[o]));
+        seen.insert(key, (forward[o], backward[o], leftover[o]));
     }
-    Ok(Profile { forward, backward })
+    Ok(Profile { forward, backward, leftover })
 }
 
 /// The optimizer's speed, in bytes of gradient updated per second.

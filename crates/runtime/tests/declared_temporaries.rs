@@ -9,6 +9,8 @@
 //! op runs. Where a declaration is under, a plan on the default (analytic) costs runs over
 //! its budget; where it is far over, the planner wastes the budget.
 //!
+//! Each op also leaves nothing live but its results (`Profile::leftover`).
+//!
 //! One test in this binary: the allocation counters are global to the process.
 
 use std::collections::HashSet;
@@ -67,6 +69,12 @@ fn declared_temporaries_bound_what_burn_flex_allocates() {
             let grad = net.tensors[op.output].requires_grad || op.decl.loss;
             let pairs =
                 [("forward", fwd, profile.forward[o].1, !op.decl.loss), ("backward", bwd, profile.backward[o].1, grad)];
+            // An op leaves its results and nothing more (a result that is a slice of a
+            // larger buffer keeps it whole: what no declaration frees).
+            if profile.leftover[o] > SLACK_BYTES {
+                let left = profile.leftover[o];
+                wrong.push(format!("{model} {:?} on {shapes:?}: leaves {left} B beyond its results", op.kind));
+            }
             for (what, declared, measured, ran) in pairs {
                 if !ran {
                     continue;

@@ -3,7 +3,7 @@
 //! per op kind and shapes, forward and backward, in bytes, with OVER where the measure
 //! is above the declaration.
 //!
-//! Usage: cargo run -p pebble-train --example declared_temporaries -- MODEL [LAYERS SEQ BATCH WIDTH HEADS]
+//! Usage: cargo run -p pebble-train --example declared_temporaries -- MODEL [LAYERS SEQ|IMAGE BATCH WIDTH HEADS]
 
 use burn_flex::{Flex, FlexDevice};
 use pebble_runtime::memory::CountingAlloc;
@@ -16,8 +16,10 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |k: usize| args.get(k).and_then(|a| a.parse().ok());
     let model = args.first().map(String::as_str).unwrap_or("gpt");
+    // The second number is the image's side for an image model, the sequence otherwise.
+    let (seq, image) = if model == "resnet" { (None, arg(2)) } else { (arg(2), None) };
     let options =
-        ModelOptions { layers: arg(1), seq: arg(2), batch: arg(3), width: arg(4), heads: arg(5), ..Default::default() };
+        ModelOptions { layers: arg(1), seq, image, batch: arg(3), width: arg(4), heads: arg(5), ..Default::default() };
     // What the ops declare for burn-flex, which is what runs here.
     let options = ModelOptions { temporaries: Some(Temporaries::BurnFlex), ..options };
     let net = pebble_zoo::build(model, &options).expect("a zoo model").network;

@@ -24,7 +24,9 @@ pub(super) fn declare(kind: &OpKind, inputs: &Inputs<'_>) -> Result<OpDecl, ZooE
             d.output = vec![n, *out_channels, ho, wo];
             let macs = count(&[n, *out_channels, ho, wo, c / groups, *kernel, *kernel]);
             d.weighted(vec![*out_channels, c / groups, *kernel, *kernel], bias.then_some(*out_channels), macs);
+            let unsliced = burn_weight_grad(*out_channels * (c / groups), (h, w), (ho, wo), *padding, *stride);
             d.conv_temporaries(inputs, macs / *out_channels as f64, *kernel, *stride);
+            d.burn_flex_tmp.1 = d.burn_flex_tmp.1.max(unsliced);
         }
         OpKind::ConvTranspose2d { out_channels, kernel, bias } => {
             inputs.arity(1)?;
@@ -50,9 +52,24 @@ pub(super) fn declare(kind: &OpKind, inputs: &Inputs<'_>) -> Result<OpDecl, ZooE
             d.output = vec![n, *out_channels, ho, wo];
             let macs = count(&[n, *out_channels, ho, wo, c, *kernel_h, *kernel_w]);
             d.weighted(vec![*out_channels, c, *kernel_h, *kernel_w], bias.then_some(*out_channels), macs);
+            let unsliced = burn_weight_grad(*out_channels * c, (h + 2 * pad_h, w + 2 * pad_w), (ho, wo), 0, *stride);
             d.conv_temporaries(inputs, macs / *out_channels as f64, (*kernel_h).min(*kernel_w), *stride);
+            d.burn_flex_tmp.1 = d.burn_flex_tmp.1.max(unsliced);
         }
         _ => unreachable!("{} is not a convolution", kind.name()),
     }
     Ok(d)
+}
+
+/// Elements of Burn's weight gradient of a strided convolution before it is sliced to the
+/// kernel: `channels` (out × in per group) planes of the input convolved with the output's
+/// gradient dilated by the stride, `h + 2p − s(ho − 1)` by `w + 2p − s(wo − 1)`. The
+/// executor copies the kernel out of it, so both are live for a moment (0 at stride 1,
+/// where it is the kernel).
+fn burn_weight_grad(channels: usize, (h, w): (usize, usize), (ho, wo): (usize, usize), p: usize, s: usize) -> usize {
+    if s == 1 {
+        return 0;
+    }
+    let side = |x: usize, xo: usize| (x + 2 * p).saturating_sub(s * xo.saturating_sub(1));
+    channels * side(h, ho) * side(w, wo)
 }
