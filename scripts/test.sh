@@ -46,9 +46,12 @@ python_tests
 
 echo
 echo "The ten slowest tests:"
+# `sed -n` reads all of sort's output: `head` would close the pipe early, and with more
+# than a pipe's buffer of lines sort dies of SIGPIPE, which pipefail makes the script's
+# exit status (141, after every test had passed).
 grep -E '^ +(PASS|FAIL|SIGSEGV|SIGABRT|TIMEOUT|LEAK)[^[]*\[ *[0-9.]+s\]' "$log" \
     | sed -E 's/^ +([A-Z-]+)[^[]*\[ *([0-9.]+)s\] (\( *[0-9]+\/[0-9]+\) )?/\2 \1 /' \
-    | sort -rn | head -10 | awk '{ printf "  %8.1f s  %s", $1, $2; for (i = 3; i <= NF; i++) printf " %s", $i; print "" }'
+    | sort -rn | sed -n '1,10p' | awk '{ printf "  %8.1f s  %s", $1, $2; for (i = 3; i <= NF; i++) printf " %s", $i; print "" }'
 
 count() { { grep -oE "$1" "$2" || true; } | { grep -oE '[0-9]+' || true; } | awk '{ s += $1 } END { print s + 0 }'; }
 summary=$(grep -E '^ +Summary \[' "$log" | tail -1)

@@ -65,11 +65,12 @@ pub(super) fn declare(kind: &OpKind, inputs: &Inputs<'_>) -> Result<OpDecl, ZooE
 /// kernel: `channels` (out × in per group) planes of the input convolved with the output's
 /// gradient dilated by the stride, `h + 2p − s(ho − 1)` by `w + 2p − s(wo − 1)`. The
 /// executor copies the kernel out of it, so both are live for a moment (0 at stride 1,
-/// where it is the kernel).
+/// where it is the kernel). Saturates far below `usize::MAX`: a byte count is this times
+/// a float's size.
 fn burn_weight_grad(channels: usize, (h, w): (usize, usize), (ho, wo): (usize, usize), p: usize, s: usize) -> usize {
     if s == 1 {
         return 0;
     }
-    let side = |x: usize, xo: usize| (x + 2 * p).saturating_sub(s * xo.saturating_sub(1));
-    channels * side(h, ho) * side(w, wo)
+    let side = |x: usize, xo: usize| (x + 2 * p).saturating_sub(s.saturating_mul(xo.saturating_sub(1)));
+    channels.saturating_mul(side(h, ho)).saturating_mul(side(w, wo)).min(usize::MAX >> 8)
 }
