@@ -282,6 +282,15 @@ pub(crate) enum Reading<B: Backend> {
 }
 
 impl<B: Backend> Reading<B> {
+    /// The device value still to read (`None` where the device queued the read).
+    fn unread(&self) -> Option<&Value<B>> {
+        match self {
+            Reading::Later(v) => Some(v),
+            #[cfg(feature = "cuda")]
+            Reading::Queued(_) => None,
+        }
+    }
+
     /// Starts reading `v` where the backend can queue the read now; otherwise leaves it to
     /// the device→host thread.
     fn start(v: Value<B>) -> Self {
@@ -833,8 +842,12 @@ fn offloads<B: Backend, K: Send + Sync>(shared: &Shared<B, K>, jobs: Receiver<Of
             b.host_used += bytes;
             b.host_peak = b.host_peak.max(b.host_used);
         }
+        // The device copy stays until the link has taken it all, as the simulator and the
+        // pool have it (O.7): on the CPU the read is a memcpy, done long before.
+        let device_copy: Vec<Value<B>> = values.iter().filter_map(|(_, r)| r.unread().cloned()).collect();
         let copy = HostCopy::finish(values);
         throttle(start, link.seconds(bytes));
+        drop(device_copy);
         let busy = start.elapsed().as_secs_f64();
         let mut b = shared.lock();
         b.d2h_busy += busy;
