@@ -6,7 +6,7 @@
 //!
 //! The whole grid (`PEBBLE_SWEEP=all`, 1,216 runs; docs/benchmarks.md, "The budget holds
 //! on burn-flex") takes 25 minutes in a release build: no run goes over its budget, and 10
-//! stay below 90% of the prediction, each named in [`KNOWN_GAPS`] with what was measured.
+//! or 11 stay below 90% of the prediction, each named in [`KNOWN_GAPS`] with what was measured.
 //! CI runs a seeded sample of [`CI_CASES`] runs, the same on every machine (about a minute
 //! in the test build);
 //! `PEBBLE_SWEEP=N` runs another N, `PEBBLE_SWEEP_SEED` picks the draw, and
@@ -155,6 +155,11 @@ const KNOWN_GAPS: &[(&str, &str)] = &[
     ),
     ("gpt opportunist at 60%", OPPORTUNIST_GAP),
     ("gpt opportunist at 70%", OPPORTUNIST_GAP),
+    (
+        "resnet paged-adam at 70%",
+        "0.855-0.901 of the prediction from run to run (173.6-183.0 MB against 203.0): where the pages' transfers \
+         end beside this CPU's compute varies; not isolated further",
+    ),
 ];
 
 const OPPORTUNIST_GAP: &str = "0.87 of the prediction: the plan's link holds ā_3 on the device through four ops \
