@@ -123,9 +123,13 @@ impl TrainingGraph {
     /// without grad also the `Saved` outputs it still makes (attention's weights, a
     /// dropout's mask) and drops at its end.
     pub fn compute_tmp(&self, c: ComputeId, no_grad: bool) -> u64 {
-        let node = &self.compute[c];
-        let dropped = || node.outputs.iter().filter(|&&d| self.data[d].kind == DataKind::Saved);
-        node.tmp + if no_grad { dropped().map(|&d| self.data[d].size).sum() } else { 0 }
+        self.compute[c].tmp + if no_grad { self.saved_bytes(c) } else { 0 }
+    }
+
+    /// Bytes of compute node `c`'s `Saved` outputs: what it keeps for its backward.
+    pub fn saved_bytes(&self, c: ComputeId) -> u64 {
+        let saved = self.compute[c].outputs.iter().filter(|&&d| self.data[d].kind == DataKind::Saved);
+        saved.map(|&d| self.data[d].size).sum()
     }
 
     /// For each data node, the compute nodes that produce it.

@@ -149,7 +149,7 @@ pub fn op_options(g: &TrainingGraph, k: usize) -> Vec<HOption> {
         reads: Vec::new(),
         substeps: Vec::new(),
     };
-    let saved: u64 = c.outputs.iter().filter(|&&d| g.data[d].kind == DataKind::Saved).map(|&d| g.data[d].size).sum();
+    let saved = g.saved_bytes(k);
     if c.kind == ComputeKind::Forward && saved > 0 {
         vec![one(saved, false), one(0, true)]
     } else {

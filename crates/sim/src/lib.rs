@@ -71,8 +71,9 @@
 //! A node reads its inputs (resident and complete: a multi-producer gradient after all its
 //! producers ran), allocates outputs not resident (a multi-producer gradient is allocated
 //! by its first producer, accumulated by the others), and releases nothing: graph
-//! schedules free explicitly. `no_grad` forward nodes hold their `Saved` outputs as temporary memory only. The loss
-//! and each backward node run exactly once, and all must have run by the end.
+//! schedules free explicitly. `no_grad` forward nodes hold their `Saved` outputs as
+//! temporary memory only. The loss and each backward node run exactly once, and all must
+//! have run by the end.
 //!
 //! ```
 //! use pebble_graph::Chain;

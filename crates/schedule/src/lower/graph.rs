@@ -13,7 +13,8 @@
 //!   it). Producing a complete resident output again is a fault. Static outputs (parameter
 //!   gradients) create nothing but must be resident. `no_grad` (forward nodes only) keeps
 //!   none of its `Saved` outputs: it still makes them, so they count in its temporary
-//!   memory ([`TrainingGraph::compute_tmp`]), and drops them at its end. The loss and each backward node run exactly once.
+//!   memory ([`TrainingGraph::compute_tmp`]), and drops them at its end. The loss and each
+//!   backward node run exactly once.
 //! * Nothing is freed implicitly: schedules free with explicit `Free` ops. Static nodes
 //!   cannot be freed (offload them instead).
 

@@ -25,8 +25,7 @@ pub(super) fn declare(kind: &OpKind, inputs: &Inputs<'_>) -> Result<OpDecl, ZooE
             let macs = count(&[n, *out_channels, ho, wo, c / groups, *kernel, *kernel]);
             d.weighted(vec![*out_channels, c / groups, *kernel, *kernel], bias.then_some(*out_channels), macs);
             let unsliced = burn_weight_grad(*out_channels * (c / groups), (h, w), (ho, wo), *padding, *stride);
-            d.conv_temporaries(inputs, macs / *out_channels as f64, *kernel, *stride);
-            d.burn_flex_tmp.1 = d.burn_flex_tmp.1.max(unsliced);
+            d.conv_temporaries(inputs, macs / *out_channels as f64, (*kernel, *stride), unsliced);
         }
         OpKind::ConvTranspose2d { out_channels, kernel, bias } => {
             inputs.arity(1)?;
@@ -35,7 +34,7 @@ pub(super) fn declare(kind: &OpKind, inputs: &Inputs<'_>) -> Result<OpDecl, ZooE
             d.output = vec![n, *out_channels, h * kernel, w * kernel];
             let macs = count(&[n, c, h, w, *out_channels, *kernel, *kernel]);
             d.weighted(vec![c, *out_channels, *kernel, *kernel], bias.then_some(*out_channels), macs);
-            d.conv_temporaries(inputs, macs / c as f64, 1, 2);
+            d.conv_temporaries(inputs, macs / c as f64, (1, 2), 0);
         }
         OpKind::Conv2dRect { out_channels, kernel_h, kernel_w, stride, pad_h, pad_w, bias } => {
             inputs.arity(1)?;
@@ -53,8 +52,7 @@ pub(super) fn declare(kind: &OpKind, inputs: &Inputs<'_>) -> Result<OpDecl, ZooE
             let macs = count(&[n, *out_channels, ho, wo, c, *kernel_h, *kernel_w]);
             d.weighted(vec![*out_channels, c, *kernel_h, *kernel_w], bias.then_some(*out_channels), macs);
             let unsliced = burn_weight_grad(*out_channels * c, (h + 2 * pad_h, w + 2 * pad_w), (ho, wo), 0, *stride);
-            d.conv_temporaries(inputs, macs / *out_channels as f64, (*kernel_h).min(*kernel_w), *stride);
-            d.burn_flex_tmp.1 = d.burn_flex_tmp.1.max(unsliced);
+            d.conv_temporaries(inputs, macs / *out_channels as f64, ((*kernel_h).min(*kernel_w), *stride), unsliced);
         }
         _ => unreachable!("{} is not a convolution", kind.name()),
     }

@@ -366,8 +366,10 @@ impl OpDecl {
     /// unfolded input (im2col). Forward: the input and the weight reordered, the unfolded
     /// tiles, and the output before its last reordering and its aligning copy. Backward:
     /// at stride 1, the unfolded tiles; strided, the input gradient's transposed
-    /// convolution reorders the weight (three times for a 1×1 kernel) and the gradients.
-    fn conv_temporaries(&mut self, inputs: &Inputs<'_>, col: f64, kernel: usize, stride: usize) {
+    /// convolution reorders the weight (three times for a 1×1 kernel) and the gradients,
+    /// and the weight gradient is copied out of Burn's unsliced one (`unsliced` elements)
+    /// while both are live.
+    fn conv_temporaries(&mut self, inputs: &Inputs<'_>, col: f64, (kernel, stride): (usize, usize), unsliced: usize) {
         let w: usize = self.params.first().map_or(0, |(_, s)| numel(s));
         let (x, out, col) = (numel(&inputs.x), numel(&self.output), col as usize);
         let backward = match (stride, kernel) {
@@ -375,7 +377,7 @@ impl OpDecl {
             (_, 1) => 3 * w + 2 * x + 2 * out + col,
             _ => w + 2 * x + 2 * out + 2 * col,
         };
-        self.burn_flex_tmp = (w + x + 2 * out + 2 * col, backward);
+        self.burn_flex_tmp = (w + x + 2 * out + 2 * col, backward.max(unsliced));
     }
 }
 
