@@ -34,3 +34,34 @@ fn delta_on_a_profiled_gpt_fits_every_budget() {
     }
     assert!(checked >= 60, "only {checked} budgets fit");
 }
+
+/// LRU and DELTA evicted attention's saved weights while its output stayed; the backward
+/// that reads both then reran attention with grad, which would have made the output a
+/// second time: "`h.3.attn.weights` would be produced twice", on the zoo's 4-layer `gpt`
+/// at 81.5 MB (DELTA) and 82,293,197 bytes (LRU, which `auto` then reported as having no
+/// plan). The rerun now frees its outputs first, read or not.
+#[test]
+fn a_rerun_with_grad_never_makes_an_output_twice() {
+    let options = pebble_zoo::ModelOptions { layers: Some(4), ..pebble_zoo::ModelOptions::default() };
+    let g = pebble_zoo::build("gpt", &options).unwrap().graph;
+    let machine = options.profile.machine; // the V100's
+    let mut checked = 0;
+    for budget in (70_000_000..100_000_000).step_by(500_000).chain([82_293_197]) {
+        for name in pebble_solve::policy::NAMES {
+            let policy = pebble_solve::policy::policy(name, machine.d2h.bandwidth).unwrap();
+            let r = match replay(&g, budget, policy.as_ref()) {
+                Ok(r) => r,
+                Err(e) => {
+                    assert!(!e.to_string().contains("twice"), "{name} at {budget} bytes: {e}");
+                    continue;
+                }
+            };
+            let config = SimConfig { budget: Some(budget), ..SimConfig::on(machine) };
+            let s = simulate_graph(&g, &r.schedule, &config)
+                .unwrap_or_else(|e| panic!("{name} at {budget} bytes: the simulator refuses: {e}"));
+            assert!(s.peak_bytes <= budget, "{name} at {budget} bytes: peak {}", s.peak_bytes);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 250, "only {checked} of 305 plans fit");
+}

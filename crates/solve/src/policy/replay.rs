@@ -344,12 +344,11 @@ impl Replay<'_> {
                 };
                 let saved = self.g.data[d].kind == DataKind::Saved;
                 if saved {
-                    // Rerun with grad: its resident outputs must go first.
+                    // Rerun with grad: its resident outputs must go first, even one this
+                    // op reads (pinned): the rerun makes it again before the op runs.
                     let outs = self.g.compute[p].outputs.clone();
                     for o in outs {
-                        if self.pinned[o] == 0 {
-                            self.free(o);
-                        }
+                        self.free(o);
                     }
                 }
                 self.counts.recomputes += 1;
