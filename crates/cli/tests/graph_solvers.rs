@@ -112,3 +112,33 @@ fn a_chain_is_not_for_graph_solvers() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `auto` lists every candidate with its simulated time and solve time, keeps the
+/// fastest, and ends with its time limit: each MILP it runs stops by its solver's share
+/// (HiRemate ran hundreds of MILPs of the whole limit each: 54 s for `--time-limit 10`).
+#[test]
+fn auto_reports_its_candidates_and_keeps_its_time_limit() {
+    let args = ["plan", "--model", "gpt", "--layers", "4", "--solver", "auto", "--activation-budget", "50%"];
+    let mut args = args.to_vec();
+    args.extend(["--time-limit", "3", "--json"]);
+    let started = std::time::Instant::now();
+    let (code, j, err) = pebble(&args);
+    let seconds = started.elapsed().as_secs_f64();
+    assert_eq!(code, 0, "{err}");
+    let candidates = j["candidates"].as_array().expect("candidates");
+    let times: Vec<f64> = candidates.iter().filter_map(|c| c["time"].as_f64()).collect();
+    assert!(times.len() >= 3, "{candidates:?}");
+    let best = times.iter().copied().fold(f64::INFINITY, f64::min);
+    assert_eq!(j["predicted_time"].as_f64(), Some(best));
+    let winner = candidates.iter().find(|c| c["time"].as_f64() == Some(best)).unwrap();
+    assert_eq!(j["kept_from"], winner["solver"]);
+    for c in candidates {
+        assert!(c["solve_seconds"].as_f64().is_some() && c["view"] == "graph", "{c}");
+        assert!(c["time"].is_number() != c["error"].is_string(), "a time or an error: {c}");
+    }
+    // The limit is soft (a solver's work outside MILPs is not stopped), but not by much.
+    assert!(seconds < 10.0, "auto took {seconds:.1} s with --time-limit 3");
+    // The text report lists them too.
+    let run = common::pebble(&args[..args.len() - 1]);
+    assert!(run.stdout.contains("candidates") && run.stdout.contains("  hiremate"), "{}", run.stdout);
+}

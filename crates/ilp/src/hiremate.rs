@@ -63,6 +63,7 @@ use pebble_graph::{
     h_partition, identical_clusters, Cluster, ComputeKind, DataKind, HPartitionConfig, Hierarchy, Part, TrainingGraph,
 };
 use pebble_schedule::{Schedule, View};
+use pebble_solve::deadline::within;
 use pebble_solve::{Problem, Progress, SolveError, SolveOptions, Solver};
 
 use crate::hgraph::{op_options, HGraph, HKind, HNode, HOption, Substep};
@@ -232,10 +233,14 @@ impl Solver for Hiremate {
         // The preparations run side by side, each on a thread of its own; alone, one
         // solves two ILPs at a time (this machine class has two cores).
         let threads = if both || with_rockmate { 1 } else { 2 };
+        let deadline = pebble_solve::deadline::current();
         let (first, whole, incumbent) = std::thread::scope(|s| {
-            let whole = both.then(|| s.spawn(|| Prepared::build(g, &alone, options.time_limit, &Progress::none(), 1)));
-            let incumbent = with_rockmate
-                .then(|| s.spawn(|| crate::rockmate::incumbent(g, options.time_limit, &options.progress, 1)));
+            let whole = both.then(|| {
+                s.spawn(|| within(deadline, || Prepared::build(g, &alone, options.time_limit, &Progress::none(), 1)))
+            });
+            let incumbent = with_rockmate.then(|| {
+                s.spawn(|| within(deadline, || crate::rockmate::incumbent(g, options.time_limit, &options.progress, 1)))
+            });
             let first = Prepared::build(g, cfg, options.time_limit, &options.progress, threads);
             let whole = whole.map(|w| w.join().expect("H-Partition's preparation does not panic"));
             let incumbent = incumbent.and_then(|r| r.join().expect("Rockmate's preparation does not panic"));

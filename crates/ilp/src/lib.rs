@@ -203,7 +203,11 @@ impl GridAnswers {
             }
             let solve = &solve;
             let answers: Vec<_> = std::thread::scope(|s| {
-                let others: Vec<_> = batch[1..].iter().map(|&i| s.spawn(move || solve(points[i]))).collect();
+                let deadline = pebble_solve::deadline::current();
+                let others: Vec<_> = batch[1..]
+                    .iter()
+                    .map(|&i| s.spawn(move || pebble_solve::deadline::within(deadline, || solve(points[i]))))
+                    .collect();
                 let first = solve(points[batch[0]]);
                 std::iter::once(first)
                     .chain(others.into_iter().map(|h| h.join().expect("a solver thread panicked")))

@@ -194,7 +194,8 @@ impl Milp {
         e.constant >= lo - tol && e.constant <= hi + tol
     }
 
-    /// Minimizes the objective with HiGHS. `time_limit` in seconds; `warm` passes the
+    /// Minimizes the objective with HiGHS. `time_limit` in seconds, and no later than the
+    /// thread's deadline (`pebble_solve::deadline`); `warm` passes the
     /// warm-start values (HiGHS ignores them if they are infeasible or incomplete).
     /// `options` are extra HiGHS options (name, value).
     pub fn solve(self, time_limit: Option<f64>, warm: bool, options: &[(&str, f64)]) -> Result<Outcome, IlpError> {
@@ -207,7 +208,7 @@ impl Milp {
         let highs_err = |what: &'static str, status: String| IlpError::Highs { what, status };
         let mut model =
             self.problem.try_optimise(Sense::Minimise).map_err(|s| highs_err("load the model", format!("{s:?}")))?;
-        if let Some(limit) = time_limit {
+        if let Some(limit) = pebble_solve::deadline::left(time_limit) {
             model
                 .try_set_option("time_limit", limit.max(0.0))
                 .map_err(|e| highs_err("set time_limit", e.to_string()))?;

@@ -166,21 +166,7 @@ fn plan_json(
         "optimal": plan.schedule.optimal,
         "kept_from": plan.schedule.kept_from,
         "moves": to_value(&plan.schedule.moves()),
-        "candidates": candidates.iter().map(candidate_json).collect::<Vec<_>>(),
-    })
-}
-
-/// One of `auto`'s candidates.
-fn candidate_json(c: &Candidate) -> Value {
-    json!({
-        "solver": c.solver,
-        "view": to_value(&c.view),
-        "time": c.time,
-        "peak_bytes": c.peak,
-        "solve_seconds": c.solve_seconds,
-        "optimal": c.optimal,
-        "kept_from": c.kept_from,
-        "error": c.error,
+        "candidates": candidates,
     })
 }
 

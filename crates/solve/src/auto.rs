@@ -15,8 +15,10 @@
 //!   the solvers of the slower tiers not yet run, as its own `time_limit` (which the MILP
 //!   solvers honour per MILP). Once the time is spent, no solver beyond the first tier
 //!   starts; the first tier's take milliseconds and always run, so that `auto` has a plan
-//!   wherever one of them does. The limit is a soft one: a solver that has started is
-//!   not stopped (a solver is a pure function and cannot be interrupted).
+//!   wherever one of them does. A solver that has started is not stopped (a solver is a
+//!   pure function and cannot be interrupted), but every MILP it runs ends by its share's
+//!   end ([`crate::deadline`]): HiRemate's hundreds of MILPs no longer take their own
+//!   limit each.
 //! * **Score**: each schedule is scored by [`crate::plan`] (the simulator at the budget);
 //!   the fastest simulated time wins, the first of equals (so the cheaper solver). Once a
 //!   plan runs in store-all's time (simulated with no budget), which no schedule beats,
@@ -98,8 +100,9 @@ fn order(name: &str) -> (usize, usize, &str) {
     (tier(name), listed, name)
 }
 
-/// One solver's result in an `auto` run.
-#[derive(Debug, Clone, PartialEq)]
+/// One solver's result in an `auto` run (its JSON, in `plan --json` and Python's
+/// report, names `peak` `peak_bytes`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Candidate {
     /// The solver.
     pub solver: &'static str,
@@ -108,6 +111,7 @@ pub struct Candidate {
     /// The simulated time of its plan within the budget; `None` if it has none.
     pub time: Option<f64>,
     /// The simulated peak of its plan, bytes.
+    #[serde(rename = "peak_bytes")]
     pub peak: Option<u64>,
     /// Wall-clock seconds it took (0 when not run).
     pub solve_seconds: f64,
@@ -241,7 +245,10 @@ fn run_jobs(
         let share = if tier(name) > 0 { left / slow_left as u32 } else { left };
         let opts = SolveOptions { time_limit: Some(share.as_secs_f64()), ..options.clone() };
         let started = Instant::now();
-        let result = catch_unwind(AssertUnwindSafe(|| plan(solver, problem, budget, &opts)));
+        // The slower tiers' MILPs end with the share (`crate::deadline`).
+        let until = (tier(name) > 0).then(|| started + share);
+        let result =
+            catch_unwind(AssertUnwindSafe(|| crate::deadline::within(until, || plan(solver, problem, budget, &opts))));
         candidate.solve_seconds = started.elapsed().as_secs_f64();
         match result {
             Ok(Ok(plan)) => {

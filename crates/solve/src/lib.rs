@@ -21,6 +21,7 @@ pub mod auto;
 pub mod baseline;
 pub mod bound;
 pub mod budget;
+pub mod deadline;
 mod discretize;
 pub mod offload;
 pub mod oracle;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use pebble_machine::Machine;
 use pebble_sim::{SimConfig, SimReport};
+use pebble_solve::auto::Candidate;
 use pebble_solve::budget::Budget;
 use pebble_solve::{Fit, Plan, PlanError, SolveError, SolveOptions, Solver};
 use serde_json::json;
@@ -81,7 +82,8 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     let (units, planned) = (source.units(), setup.resolved.planned_bytes);
     let report = cx.head_json();
     let start = std::time::Instant::now();
-    let mut plan = match pebble_solve::plan_or_least(solver, subject.problem(), planned, &setup.options) {
+    let (fit, candidates) = fit(solver, subject.problem(), planned, &setup.options);
+    let mut plan = match fit {
         Ok(Fit::Plan { plan, at }) => {
             if let Some(m) = at {
                 eprintln!(
@@ -118,11 +120,51 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         Subject::Graph(_) => None,
     };
     if args.json {
-        out::print_json(&cx.plan_json(report, &plan, bound))?;
+        let mut report = cx.plan_json(report, &plan, bound);
+        if let Some(c) = &candidates {
+            extend(&mut report, json!({ "candidates": c }));
+        }
+        out::print_json(&report)?;
         return Ok(ExitCode::SUCCESS);
     }
-    out::print(&cx.text(&plan, bound))?;
+    let mut text = cx.text(&plan, bound);
+    if let Some(c) = &candidates {
+        text.push_str(&candidates_text(c, source.units()));
+    }
+    out::print(&text)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Plans with `solver`, or finds the least budget where it fails. For `auto`, also its
+/// candidates: its run at `budget` is kept, and only an infeasible one is searched again.
+fn fit(
+    solver: &'static dyn Solver,
+    problem: pebble_solve::Problem<'_>,
+    budget: u64,
+    options: &SolveOptions,
+) -> (Result<Fit, PlanError>, Option<Vec<Candidate>>) {
+    if solver.name() != pebble_solve::auto::AUTO.name() {
+        return (pebble_solve::plan_or_least(solver, problem, budget, options), None);
+    }
+    let out = pebble_solve::auto::run(problem, budget, options);
+    match out.best {
+        Some(plan) => (Ok(Fit::Plan { plan: Box::new(plan), at: None }), Some(out.candidates)),
+        None => (pebble_solve::plan_or_least(solver, problem, budget, options), Some(out.candidates)),
+    }
+}
+
+/// `auto`'s candidates, one line each: its time or why it has none, and its solve time.
+fn candidates_text(candidates: &[Candidate], units: crate::source::Units) -> String {
+    let mut text = String::from("candidates (simulated time; solve time)\n");
+    for c in candidates {
+        let what = match (c.time, &c.error) {
+            (Some(t), _) => units.time(t),
+            (None, Some(e)) => e.clone(),
+            (None, None) => "no plan".into(),
+        };
+        text.push_str(&format!("  {:<24} {what} ({:.2} s)\n", c.solver, c.solve_seconds));
+    }
+    text
 }
 
 /// What `pebble plan` plans: the flags, the solver, the source with the view the solver
