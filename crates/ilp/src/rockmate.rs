@@ -323,6 +323,13 @@ impl<'g> Prepared<'g> {
             Slots::Exact => None,
         };
         crate::sequence_within_budget(self.g, budget, options, |memory| {
+            let cells = rk_rotor::table_cells(&chain, memory, slots);
+            if cells > rk_rotor::MAX_TABLE_CELLS {
+                return Err(SolveError::TooLarge {
+                    solver: "rockmate",
+                    why: format!("rk-Rotor's table would have {cells} cells; use fewer slots (--slots)"),
+                });
+            }
             let sol = rk_rotor::rk_rotor(&chain, memory, slots).ok_or_else(|| SolveError::Infeasible {
                 budget,
                 reason: format!(

@@ -297,10 +297,10 @@ impl Quantized {
                 })
                 .chain([chain.loss.peak])
         };
-        let slot = match slots {
-            Some(s) => memory.div_ceil(s.max(1) as u64).max(1),
-            None if memory <= EXACT_LIMIT => sizes().fold(0, gcd).max(1),
-            None => memory.div_ceil(DEFAULT_SLOTS as u64).max(1),
+        let slot = if slots.is_none() && memory <= EXACT_LIMIT {
+            sizes().fold(0, gcd).max(1)
+        } else {
+            slot_bytes(memory, slots)
         };
         let top = (memory / slot) as usize;
         let q = |b: u64| b.div_ceil(slot).min(top as u64 + 1) as usize;
@@ -318,6 +318,28 @@ impl Quantized {
             loss: q(chain.loss.peak),
         }
     }
+}
+
+/// Bytes per slot for `memory` split in `slots` (`None`: [`DEFAULT_SLOTS`] above
+/// [`EXACT_LIMIT`]; below it the sizes' gcd, which [`Quantized::new`] computes).
+fn slot_bytes(memory: u64, slots: Option<usize>) -> u64 {
+    memory.div_ceil(slots.unwrap_or(DEFAULT_SLOTS).max(1) as u64).max(1)
+}
+
+/// The most cells [`rk_rotor`]'s table may have: 10 bytes each (a time and a choice).
+pub const MAX_TABLE_CELLS: u64 = 1 << 27;
+
+/// The cells of [`rk_rotor`]'s table for `chain` in `memory` bytes: one row per interval
+/// of blocks, one cell per memory slot (at most, where the sizes' gcd sets the slot).
+/// Above [`MAX_TABLE_CELLS`], ask for fewer slots.
+pub fn table_cells(chain: &RkChain, memory: u64, slots: Option<usize>) -> u64 {
+    let l = chain.blocks.len() as u64;
+    let rows = (l + 1) * (l + 2) / 2;
+    let width = match slots {
+        None if memory <= EXACT_LIMIT => memory + 1,
+        _ => memory / slot_bytes(memory, slots) + 1,
+    };
+    rows.saturating_mul(width)
 }
 
 /// The filled table.
