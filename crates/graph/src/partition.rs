@@ -273,11 +273,16 @@ fn temporaries(g: &TrainingGraph, uses: &Uses, l: usize, retention: Retention, c
     let Uses { producers, consumers, last_fwd_use, read_by_backward, .. } = uses;
     let whole_step = retention == Retention::Step;
     let is_static = |d: usize| g.data[d].kind.is_static();
-    let nodes_of = |kind: ComputeKind, s: usize| -> Vec<usize> {
-        (0..g.compute.len()).filter(|&c| g.compute[c].kind == kind && g.compute[c].stage == Some(s)).collect()
-    };
-    for s in 0..l {
-        let fwd = nodes_of(ComputeKind::Forward, s);
+    // Each block's forward and backward nodes, in order, in one pass (not one per block).
+    let (mut forwards, mut backwards) = (vec![Vec::new(); l], vec![Vec::new(); l]);
+    for (c, node) in g.compute.iter().enumerate() {
+        match (node.kind, node.stage) {
+            (ComputeKind::Forward, Some(s)) if s < l => forwards[s].push(c),
+            (ComputeKind::Backward, Some(s)) if s < l => backwards[s].push(c),
+            _ => {}
+        }
+    }
+    for (s, (fwd, bwd)) in forwards.into_iter().zip(backwards).enumerate() {
         let keep = |d: usize| whole_step || read_by_backward[d] || last_fwd_use[d].is_some_and(|u| u > s);
         let with_grad = replay(g, &fwd, consumers, &keep, false, &[]);
         // The chain charges F_all with x[s] + xbar[s+1] + ftmp and F_none with x[s] +
@@ -291,7 +296,6 @@ fn temporaries(g: &TrainingGraph, uses: &Uses, l: usize, retention: Retention, c
             0
         };
         chain.ftmp[s] = with_grad.saturating_sub(chain.xbar[s + 1]).max(without_grad);
-        let bwd = nodes_of(ComputeKind::Backward, s);
         // Gradients that leave the block (inputs' gradients) are the chain's δ_s.
         let keep_b = |d: usize| {
             whole_step
