@@ -471,6 +471,35 @@ pub struct SolveArgs {
     /// `12e9` or `12GB` [default: the device's link, or 16e9 for files].
     #[arg(long, value_name = "BYTES_PER_S", value_parser = bandwidth_value, allow_hyphen_values = true)]
     pub bandwidth: Option<f64>,
+    /// How the simulator counts device memory: `none`, the bytes of live tensors; `caching`,
+    /// what PyTorch's CUDA caching allocator reserves for them (its segments within the
+    /// budget); `expandable`, the same with `expandable_segments:True`.
+    #[arg(long, value_name = "MODEL", value_enum, default_value_t = AllocatorArg::None)]
+    pub allocator: AllocatorArg,
+}
+
+/// `--allocator`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AllocatorArg {
+    /// Bytes of live tensors.
+    None,
+    /// PyTorch's caching allocator.
+    Caching,
+    /// PyTorch's caching allocator with `expandable_segments:True`.
+    Expandable,
+}
+
+impl AllocatorArg {
+    /// The simulator's allocator for this flag.
+    pub fn config(self) -> Option<pebble_sim::allocator::AllocatorConfig> {
+        use pebble_sim::allocator::{AllocatorConfig, AllocatorMode};
+        let mode = match self {
+            AllocatorArg::None => return None,
+            AllocatorArg::Caching => AllocatorMode::Caching,
+            AllocatorArg::Expandable => AllocatorMode::ExpandableSegments,
+        };
+        Some(AllocatorConfig { mode, ..AllocatorConfig::default() })
+    }
 }
 
 /// The chart of one schedule over time, as `plan` and `simulate` draw it.
@@ -529,6 +558,9 @@ pub struct SimulateArgs {
     /// directions [default: the profile's link].
     #[arg(long, value_name = "BYTES_PER_S", value_parser = bandwidth_value, allow_hyphen_values = true)]
     pub bandwidth: Option<f64>,
+    /// How device memory is counted: `none`, `caching` or `expandable` (as `plan`'s).
+    #[arg(long, value_name = "MODEL", value_enum, default_value_t = AllocatorArg::None)]
+    pub allocator: AllocatorArg,
     /// Print JSON instead of a summary.
     #[arg(long)]
     pub json: bool,

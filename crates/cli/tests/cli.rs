@@ -777,3 +777,31 @@ fn weight_offloading_plans_replay_and_stay_above_the_bound() {
     assert_eq!(tight.code, 1, "{}", tight.stderr);
     assert!(tight.json()["min_feasible_budget_bytes"].as_u64().is_some());
 }
+
+/// `--allocator caching`: the plan's bytes as before, and what PyTorch's caching allocator
+/// reserves for them: whole segments (2 MiB, 20 MiB, or a large request's own size in
+/// 2 MiB steps), at least the allocated peak, which is at least the bytes (blocks round up
+/// to 512). A budget the segments do not fit has no plan; an unknown model exits 2.
+#[test]
+fn the_caching_allocator_reserves_whole_segments() {
+    let args = ["plan", "--model", "mlp", "--solver", "store-all", "--budget", "100%", "--json"];
+    let plain: serde_json::Value = serde_json::from_str(&ok(&args).stdout).unwrap();
+    assert!(plain["allocator"].is_null());
+    let mut with = args.to_vec();
+    with[6] = "1GiB";
+    with.extend(["--allocator", "caching"]);
+    let j: serde_json::Value = serde_json::from_str(&ok(&with).stdout).unwrap();
+    let a = &j["allocator"];
+    let (reserved, allocated) = (a["peak_reserved"].as_u64().unwrap(), a["peak_allocated"].as_u64().unwrap());
+    assert_eq!(j["predicted_peak_bytes"], plain["predicted_peak_bytes"]);
+    assert_eq!(reserved % (2 << 20), 0, "{a}");
+    assert!(reserved >= allocated && allocated >= j["predicted_peak_bytes"].as_u64().unwrap(), "{a}");
+    // At the bytes' own budget the segments do not fit.
+    let peak = plain["budget_bytes"].as_u64().unwrap().to_string();
+    let run = pebble(&["plan", "--model", "mlp", "--solver", "store-all", "--budget", &peak, "--allocator", "caching"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stdout.contains("infeasible") || run.stderr.contains("infeasible"), "{}", run.stdout);
+    let run = pebble(&["plan", "--model", "mlp", "--solver", "rotor", "--budget", "50%", "--allocator", "cuda"]);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("--allocator"), "{}", run.stderr);
+}

@@ -1,4 +1,4 @@
-//! The `options` argument: what the CLI's `--profile`, `--time-limit`, `--slots` and
+//! The `options` argument: what the CLI's `--profile`, `--time-limit`, `--slots`, `--allocator` and
 //! `--bandwidth` give `pebble plan` (see the CLI's `cmd::solve_options`), and a link
 //! `latency` (pebble.torch's measured links), as one JSON object. Every field is optional; an unknown one is an error naming it.
 
@@ -31,6 +31,8 @@ struct Raw {
     budget: Option<u64>,
     /// `simulate`: record the memory timeline and the spans.
     timeline: Option<bool>,
+    /// How the simulator counts device memory: `"none"`, `"caching"` or `"expandable"`.
+    allocator: Option<String>,
 }
 
 /// The options, resolved.
@@ -129,11 +131,33 @@ pub fn parse(text: &str, call: Call) -> Result<Options> {
         Some(v) => slots(v)?,
     };
     Ok(Options {
-        solve: SolveOptions { slots, time_limit: raw.time_limit, machine, progress: defaults.progress },
+        solve: SolveOptions {
+            slots,
+            time_limit: raw.time_limit,
+            machine,
+            progress: defaults.progress,
+            allocator: allocator(raw.allocator.as_deref())?,
+        },
         solvers: raw.solvers,
         budget: raw.budget,
         timeline: raw.timeline.unwrap_or(false),
     })
+}
+
+/// `allocator`: as `--allocator`.
+fn allocator(name: Option<&str>) -> Result<Option<pebble_sim::allocator::AllocatorConfig>> {
+    use pebble_sim::allocator::{AllocatorConfig, AllocatorMode};
+    let mode = match name {
+        None | Some("none") => return Ok(None),
+        Some("caching") => AllocatorMode::Caching,
+        Some("expandable") => AllocatorMode::ExpandableSegments,
+        Some(other) => {
+            return Err(ApiError::bad(format!(
+                "options.allocator: `{other}` is not one of \"none\", \"caching\", \"expandable\""
+            )))
+        }
+    };
+    Ok(Some(AllocatorConfig { mode, ..AllocatorConfig::default() }))
 }
 
 /// `slots`: a positive count, or `"exact"` (as `--slots`).
@@ -166,6 +190,9 @@ mod tests {
         assert_eq!(parse(r#"{"slots": 40}"#, Call::Plan).unwrap().solve.slots, Slots::Count(40));
         let m = parse(r#"{"bandwidth": 4e9, "latency": 2e-5}"#, Call::Simulate).unwrap().solve.machine;
         assert_eq!((m.d2h.bandwidth, m.d2h.latency, m.h2d.bandwidth, m.h2d.latency), (4e9, 2e-5, 4e9, 2e-5));
+        let a = parse(r#"{"allocator": "expandable"}"#, Call::Plan).unwrap().solve.allocator.unwrap();
+        assert_eq!(a.mode, pebble_sim::allocator::AllocatorMode::ExpandableSegments);
+        assert!(parse(r#"{"allocator": "none"}"#, Call::Plan).unwrap().solve.allocator.is_none());
     }
 
     #[test]
@@ -176,6 +203,7 @@ mod tests {
         assert!(e(r#"{"time_limit": -1}"#, Call::Plan).starts_with("options.time_limit"));
         assert!(e(r#"{"budget": 5}"#, Call::Plan).starts_with("options.budget"));
         assert!(e(r#"{"latency": -1}"#, Call::Plan).starts_with("options.latency"));
+        assert!(e(r#"{"allocator": "cuda"}"#, Call::Plan).starts_with("options.allocator"));
         let m = e(r#"{"profile": "v10"}"#, Call::Plan);
         assert!(m.starts_with("profile:") && m.contains("v100"), "{m}");
         let m = e(r#"{"machine": {"device_memory": "x"}}"#, Call::Simulate);

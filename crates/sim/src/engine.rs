@@ -30,6 +30,8 @@
 use pebble_machine::Link;
 use pebble_schedule::{Op, Tensor};
 
+use crate::allocator::{AllocatorConfig, AllocatorStats};
+use crate::reserved::Event;
 use crate::{Lane, MemoryPoint, SimConfig, SimError, SimReport, Span, TransferMemory};
 
 /// Tolerance on fractions.
@@ -42,6 +44,19 @@ struct Ev {
     time: f64,
     key: u64,
     delta: i128,
+    /// What the bytes are: a tensor's id, [`TMP`] (the op's temporary memory) or [`NONE`],
+    /// for the caching allocator's replay ([`crate::reserved`]).
+    tag: u32,
+}
+
+/// [`Ev::tag`] of an op's temporary memory.
+pub(crate) const TMP: u32 = u32::MAX;
+/// [`Ev::tag`] of what no block holds (host memory, a ramp's ends).
+pub(crate) const NONE: u32 = u32::MAX - 1;
+
+/// A tensor's [`Ev::tag`].
+fn tag(id: usize) -> u32 {
+    u32::try_from(id).unwrap_or(NONE).min(NONE)
 }
 
 /// Bytes in use as a `u64`: sums of sizes are kept in `i128`, so that no size up to
@@ -70,6 +85,9 @@ struct Ramp {
     t0: f64,
     t1: f64,
     delta: i128,
+    /// The tensor's [`Ev::tag`], and the op that moves it.
+    tag: u32,
+    op: usize,
 }
 
 impl Ramp {
@@ -187,6 +205,10 @@ pub(crate) struct Engine<'s> {
     d2h_busy: f64,
     h2d_busy: f64,
     spans: Vec<Span>,
+    /// The caching allocator to replay the events through, if any.
+    allocator: Option<AllocatorConfig>,
+    /// The blocks resident at time 0 (tag, bytes): the baseline, then tensors by id.
+    initial: Vec<(u32, u64)>,
 }
 
 impl<'s> Engine<'s> {
@@ -201,6 +223,7 @@ impl<'s> Engine<'s> {
         let mut names = Vec::new();
         let mut base = baseline;
         let mut host = Vec::new();
+        let mut initial = vec![(NONE, baseline)];
         for spec in tensors {
             let mut s = TState { size: spec.size, ..TState::default() };
             if spec.resident {
@@ -208,11 +231,12 @@ impl<'s> Engine<'s> {
                 s.dev_bytes = spec.size;
                 s.intact = true;
                 base = base.saturating_add(spec.size);
+                initial.push((tag(t.len()), spec.size));
             }
             if spec.host {
                 s.host_frac = 1.0;
                 s.host_bytes = spec.size;
-                host.push(Ev { time: 0.0, key: key(1, 0, ALLOC), delta: spec.size as i128 });
+                host.push(Ev { time: 0.0, key: key(1, 0, ALLOC), delta: spec.size as i128, tag: NONE });
             }
             t.push(s);
             names.push(spec.name);
@@ -243,6 +267,8 @@ impl<'s> Engine<'s> {
             d2h_busy: 0.0,
             h2d_busy: 0.0,
             spans: Vec::new(),
+            allocator: config.allocator_config(),
+            initial,
         }
     }
 
@@ -329,7 +355,10 @@ impl<'s> Engine<'s> {
         let ready = start;
         start = self.wait_for_memory(start, need, eff.tmp, eff.duration);
         let end = start + eff.duration;
-        let mut grow = eff.tmp;
+        // One event per block: the op's temporary memory, then each output.
+        if eff.tmp > 0 {
+            self.dev.push(Ev { time: start, key: key(1, op, ALLOC), delta: eff.tmp as i128, tag: TMP });
+        }
         for &a in eff.allocs {
             let s = &mut self.t[a];
             s.dev_frac = 1.0;
@@ -337,10 +366,9 @@ impl<'s> Engine<'s> {
             s.intact = true;
             s.ready = end;
             s.last_alloc = start;
-            grow = grow.saturating_add(s.size);
-        }
-        if grow > 0 {
-            self.dev.push(Ev { time: start, key: key(1, op, ALLOC), delta: grow as i128 });
+            if s.size > 0 {
+                self.dev.push(Ev { time: start, key: key(1, op, ALLOC), delta: s.size as i128, tag: tag(a) });
+            }
         }
         for &r in eff.reads {
             for p in &mut self.t[r].pending {
@@ -350,7 +378,7 @@ impl<'s> Engine<'s> {
         }
         if eff.tmp > 0 {
             let class = Self::class(end, start, start);
-            self.dev.push(Ev { time: end, key: key(class, op, RELEASE), delta: -(eff.tmp as i128) });
+            self.dev.push(Ev { time: end, key: key(class, op, RELEASE), delta: -(eff.tmp as i128), tag: TMP });
         }
         for &f in eff.frees {
             if self.t[f].present() {
@@ -405,7 +433,12 @@ impl<'s> Engine<'s> {
         let s = &mut self.t[id];
         if s.host_bytes > 0 {
             let class = Self::class(self.cursor, s.host_last_alloc, self.last_start);
-            self.host.push(Ev { time: self.cursor, key: key(class, op, RELEASE), delta: -(s.host_bytes as i128) });
+            self.host.push(Ev {
+                time: self.cursor,
+                key: key(class, op, RELEASE),
+                delta: -(s.host_bytes as i128),
+                tag: NONE,
+            });
         }
         s.host_frac = 0.0;
         s.host_bytes = 0;
@@ -423,7 +456,7 @@ impl<'s> Engine<'s> {
         s.ready = self.cursor;
         s.last_alloc = self.cursor;
         if s.size > 0 {
-            self.dev.push(Ev { time: self.cursor, key: key(1, op, ALLOC), delta: s.size as i128 });
+            self.dev.push(Ev { time: self.cursor, key: key(1, op, ALLOC), delta: s.size as i128, tag: tag(id) });
         }
         Ok(())
     }
@@ -482,7 +515,7 @@ impl<'s> Engine<'s> {
         let g = &mut self.t[grad];
         if g.host_bytes > 0 {
             let class = Self::class(end, g.host_last_alloc, start);
-            self.host.push(Ev { time: end, key: key(class, op, RELEASE), delta: -(g.host_bytes as i128) });
+            self.host.push(Ev { time: end, key: key(class, op, RELEASE), delta: -(g.host_bytes as i128), tag: NONE });
         }
         g.host_frac = 0.0;
         g.host_bytes = 0;
@@ -549,7 +582,12 @@ impl<'s> Engine<'s> {
         let host_frac = (s.host_frac + fraction).min(1.0);
         let host_bytes = if host_frac >= 1.0 - EPS { s.size } else { Self::part(s.size, host_frac).max(s.host_bytes) };
         if host_bytes > s.host_bytes {
-            self.host.push(Ev { time: start, key: key(1, op, ALLOC), delta: (host_bytes - s.host_bytes) as i128 });
+            self.host.push(Ev {
+                time: start,
+                key: key(1, op, ALLOC),
+                delta: (host_bytes - s.host_bytes) as i128,
+                tag: NONE,
+            });
             s.host_last_alloc = start;
         }
         s.host_frac = host_frac;
@@ -585,7 +623,7 @@ impl<'s> Engine<'s> {
         s.pending.push(Pending { bytes: held, time: end, op, floor: self.last_start });
         s.busy_until = s.busy_until.max(end);
         if progressive && bytes > 0 {
-            self.ramps.push(Ramp { t0: start, t1: end, delta: -(bytes as i128) });
+            self.ramps.push(Ramp { t0: start, t1: end, delta: -(bytes as i128), tag: tag(id), op });
         }
         self.horizon = self.horizon.max(end);
         Ok(())
@@ -638,9 +676,9 @@ impl<'s> Engine<'s> {
         }
         if bytes > 0 {
             if progressive {
-                self.ramps.push(Ramp { t0: start, t1: end, delta: bytes as i128 });
+                self.ramps.push(Ramp { t0: start, t1: end, delta: bytes as i128, tag: tag(id), op });
             } else {
-                self.dev.push(Ev { time: start, key: key(1, op, ALLOC), delta: bytes as i128 });
+                self.dev.push(Ev { time: start, key: key(1, op, ALLOC), delta: bytes as i128, tag: tag(id) });
             }
         }
         let s = &mut self.t[id];
@@ -763,7 +801,12 @@ impl<'s> Engine<'s> {
         for p in s.pending.drain(..) {
             if p.bytes > 0 {
                 let class = Self::class(p.time, s.last_alloc, p.floor);
-                self.dev.push(Ev { time: p.time, key: key(class, p.op, RELEASE), delta: -(p.bytes as i128) });
+                self.dev.push(Ev {
+                    time: p.time,
+                    key: key(class, p.op, RELEASE),
+                    delta: -(p.bytes as i128),
+                    tag: tag(id),
+                });
             }
         }
         s.intact = s.dev_frac >= 1.0 - EPS;
@@ -782,7 +825,7 @@ impl<'s> Engine<'s> {
         let s = &mut self.t[id];
         if s.host_bytes > 0 {
             let class = Self::class(when, s.host_last_alloc, floor);
-            self.host.push(Ev { time: when, key: key(class, op, RELEASE), delta: -(s.host_bytes as i128) });
+            self.host.push(Ev { time: when, key: key(class, op, RELEASE), delta: -(s.host_bytes as i128), tag: NONE });
         }
         s.host_frac = 0.0;
         s.host_bytes = 0;
@@ -805,13 +848,13 @@ impl<'s> Engine<'s> {
         // however late the free comes.
         for p in pending.into_iter().filter(|p| p.bytes > 0) {
             let class = Self::class(p.time, last_alloc, p.floor);
-            self.dev.push(Ev { time: p.time, key: key(class, p.op, RELEASE), delta: -(p.bytes as i128) });
+            self.dev.push(Ev { time: p.time, key: key(class, p.op, RELEASE), delta: -(p.bytes as i128), tag: tag(id) });
             self.horizon = self.horizon.max(p.time);
         }
         let s = &mut self.t[id];
         if bytes > 0 {
             let class = Self::class(when, s.last_alloc, floor);
-            self.dev.push(Ev { time: when, key: key(class, op, RELEASE), delta: -(bytes as i128) });
+            self.dev.push(Ev { time: when, key: key(class, op, RELEASE), delta: -(bytes as i128), tag: tag(id) });
             self.horizon = self.horizon.max(when);
         }
         s.dev_frac = 0.0;
@@ -832,7 +875,7 @@ impl<'s> Engine<'s> {
     fn scan(&mut self) -> Result<(u64, u64, Vec<MemoryPoint>), SimError> {
         for r in &self.ramps {
             for time in [r.t0, r.t1] {
-                self.dev.push(Ev { time, key: key(0, 0, RELEASE), delta: 0 });
+                self.dev.push(Ev { time, key: key(0, 0, RELEASE), delta: 0, tag: NONE });
             }
         }
         Self::sort(&mut self.dev);
@@ -902,7 +945,9 @@ impl<'s> Engine<'s> {
             while i < evs.len() && evs[i].time == time {
                 let e = evs[i];
                 running += e.delta;
-                if e.delta > 0 {
+                // An op's blocks (its temporary memory, each output) count together.
+                let more = evs.get(i + 1).is_some_and(|n| n.time == time && n.key == e.key);
+                if e.delta > 0 && !more {
                     top = top.max(running);
                     if let Some(err) = exceeded(e.key, running) {
                         return Err(err);
@@ -943,6 +988,7 @@ impl<'s> Engine<'s> {
     /// Ends the simulation: settles the offloads and derives the report.
     pub fn finish(mut self) -> Result<SimReport, SimError> {
         self.settle_all();
+        let allocator = self.allocator.map(|config| self.reserved(config)).transpose()?;
         let (peak_bytes, peak_host_bytes, timeline) = self.scan()?;
         Ok(SimReport {
             makespan: self.cursor.max(self.d2h_free).max(self.h2d_free).max(self.cpu_free),
@@ -957,6 +1003,21 @@ impl<'s> Engine<'s> {
             timeline,
             spans: self.spans,
             periods: 1,
+            allocator,
+        })
+    }
+
+    /// The device events replayed through the caching allocator ([`crate::reserved`]).
+    fn reserved(&self, config: AllocatorConfig) -> Result<AllocatorStats, SimError> {
+        let events =
+            self.dev.iter().map(|e| Event { time: e.time, key: e.key, delta: e.delta, tag: e.tag, op: key_op(e.key) });
+        let ramps = self.ramps.iter().map(|r| {
+            // Whole blocks: a prefetch's from its start, an offload's until its end.
+            let (time, k) = if r.delta > 0 { (r.t0, key(1, r.op, ALLOC)) } else { (r.t1, key(0, r.op, RELEASE)) };
+            Event { time, key: k, delta: r.delta, tag: r.tag, op: r.op }
+        });
+        crate::reserved::replay(events.chain(ramps).collect(), &self.initial, config).map_err(|r| {
+            SimError::OutOfMemory { op: r.op, text: self.text(r.op), time: r.time, why: r.oom.to_string() }
         })
     }
 }

@@ -89,12 +89,14 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod allocator;
 mod chain;
 mod engine;
 
 pub use chain::{PERIODS, STEADY_FROM};
 mod graph;
 pub mod pipeline;
+mod reserved;
 pub use pipeline::{simulate_pipeline, PipeConfig, PipeLane, PipeReport, PipeSpan};
 
 use pebble_graph::{Chain, TrainingGraph};
@@ -116,6 +118,11 @@ pub struct SimConfig {
     pub timeline: bool,
     /// When a transfer takes and gives back device memory.
     pub transfers: TransferMemory,
+    /// Replay the device memory through PyTorch's CUDA caching allocator
+    /// ([`allocator`]); `None` (the default) counts allocated bytes only. Its capacity,
+    /// where it gives none, is the budget: a schedule whose allocator runs out of it fails
+    /// with [`SimError::OutOfMemory`].
+    pub allocator: Option<allocator::AllocatorConfig>,
 }
 
 /// When a transfer takes and gives back device memory (Shilova, Assumptions 1).
@@ -134,6 +141,11 @@ pub enum TransferMemory {
 }
 
 impl SimConfig {
+    /// The allocator to replay through, its capacity the budget unless it names one.
+    pub(crate) fn allocator_config(&self) -> Option<allocator::AllocatorConfig> {
+        self.allocator.map(|a| allocator::AllocatorConfig { capacity: a.capacity.or(self.budget), ..a })
+    }
+
     /// No budget, no timeline, on `machine`.
     pub fn on(machine: Machine) -> SimConfig {
         SimConfig { machine, ..SimConfig::default() }
@@ -205,6 +217,9 @@ pub struct SimReport {
     /// How many periods were run: 1, or [`PERIODS`] for a periodic schedule, whose
     /// `makespan` is then the steady-state period and whose times are per period.
     pub periods: usize,
+    /// What the caching allocator reserved and allocated (only with
+    /// [`SimConfig::allocator`]): its peaks and the fragmentation at the reserved peak.
+    pub allocator: Option<allocator::AllocatorStats>,
 }
 
 impl SimReport {
@@ -277,6 +292,19 @@ pub enum SimError {
         /// The op as text.
         text: String,
         /// Why.
+        why: String,
+    },
+    /// The caching allocator ([`SimConfig::allocator`]) could not serve a request within
+    /// its capacity: fragmentation, where the allocated bytes fit.
+    #[error("op {op} ({text}) at time {time}: the caching allocator runs out of memory: {why}")]
+    OutOfMemory {
+        /// Op index.
+        op: usize,
+        /// The op as text.
+        text: String,
+        /// When.
+        time: f64,
+        /// The allocator's message (PyTorch's words).
         why: String,
     },
     /// Device memory exceeds the budget.

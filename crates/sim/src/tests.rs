@@ -86,6 +86,24 @@ fn store_all_by_hand() {
     assert!(run(&chain, "F0all F1all L B1 B0").timeline.is_empty());
 }
 
+/// Through the caching allocator every block is at least 512 bytes, in one 2 MiB segment
+/// here: at `B1`'s start 7 blocks live (static, a_0, ā_1, ā_2, δ_2, δ_1 and its
+/// temporary), 3,584 bytes allocated. A budget that holds the bytes (26) cannot hold the
+/// segment: the allocator is out of memory before the first op.
+#[test]
+fn store_all_through_the_caching_allocator() {
+    let chain = chain2();
+    let caching = Some(crate::allocator::AllocatorConfig::default());
+    let s = sched("F0all F1all B2 B1 B0", 2);
+    let r = simulate_chain(&chain, &s, &SimConfig { allocator: caching, ..cfg() }).unwrap();
+    let a = r.allocator.expect("the allocator's report");
+    assert_eq!((a.peak_allocated, a.peak_reserved), (7 * 512, 2 << 20));
+    assert_eq!(r.peak_bytes, 26, "the bytes are counted as without it");
+    assert!(run(&chain, "F0all F1all B2 B1 B0").allocator.is_none());
+    let e = simulate_chain(&chain, &s, &SimConfig { allocator: caching, ..budget(26) }).unwrap_err();
+    assert!(matches!(e, SimError::OutOfMemory { op: 0, .. }), "{e}");
+}
+
 #[test]
 fn recompute_by_hand() {
     // F0ck  [0,1]:   11 + a_1 2 + 1 = 14 -> 13

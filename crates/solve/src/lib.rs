@@ -86,6 +86,9 @@ pub struct SolveOptions {
     pub machine: Machine,
     /// Where long solves report how far they are.
     pub progress: Progress,
+    /// The simulator replays device memory through PyTorch's caching allocator (its
+    /// capacity the budget): `None`, the default, counts allocated bytes only.
+    pub allocator: Option<pebble_sim::allocator::AllocatorConfig>,
 }
 
 impl Default for SolveOptions {
@@ -95,6 +98,7 @@ impl Default for SolveOptions {
             time_limit: None,
             machine: Machine::default(),
             progress: Progress::none(),
+            allocator: None,
         }
     }
 }
@@ -102,7 +106,7 @@ impl Default for SolveOptions {
 impl SolveOptions {
     /// The simulator's configuration for these options: no budget, no timeline.
     pub fn sim_config(&self) -> SimConfig {
-        SimConfig::on(self.machine)
+        SimConfig { allocator: self.allocator, ..SimConfig::on(self.machine) }
     }
 }
 
@@ -321,7 +325,15 @@ fn plan_prepared(
     let schedule = prepared.solve(budget)?.with_solver(solver);
     let solve_seconds = start.elapsed().as_secs_f64();
     let config = SimConfig { budget: Some(budget), ..options.sim_config() };
-    let report = simulate(problem, &schedule, &config).map_err(|error| PlanError::Invalid { solver, error })?;
+    let report = simulate(problem, &schedule, &config).map_err(|error| match error {
+        // Solvers plan bytes, not the caching allocator's segments: a plan whose segments
+        // do not fit is no solver's bug, but no plan at this budget.
+        SimError::OutOfMemory { .. } => PlanError::Solve(SolveError::Infeasible {
+            budget,
+            reason: format!("{solver}'s schedule fits in bytes, but not in the caching allocator's segments: {error}"),
+        }),
+        error => PlanError::Invalid { solver, error },
+    })?;
     Ok(Plan { schedule, report, solve_seconds })
 }
 

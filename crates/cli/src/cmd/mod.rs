@@ -98,6 +98,17 @@ pub fn overhead(predicted: f64, baseline: f64) -> f64 {
     }
 }
 
+/// The caching allocator's line of a text report, where the simulator ran it.
+pub fn allocator_text(report: &pebble_sim::SimReport, units: crate::source::Units) -> String {
+    let Some(a) = report.allocator else { return String::new() };
+    format!(
+        "allocator reserved {} at its peak (allocated {}; {:.1}% of the reserved peak never in use while it lasted)\n",
+        units.size(a.peak_reserved),
+        units.size(a.peak_allocated),
+        100.0 * a.fragmentation_at_peak
+    )
+}
+
 /// The solver options from the flags on `machine`: `--bandwidth` replaces both host-link
 /// directions' bandwidth; long solves draw progress on a terminal.
 pub fn solve_options(args: &crate::flags::SolveArgs, machine: &Machine) -> pebble_solve::SolveOptions {
@@ -110,6 +121,7 @@ pub fn solve_options(args: &crate::flags::SolveArgs, machine: &Machine) -> pebbl
             None => *machine,
         },
         progress: crate::progress::solver_progress(),
+        allocator: args.allocator.config(),
     }
 }
 

@@ -292,6 +292,7 @@ impl Context<'_> {
                 "periodic": plan.schedule.periodic,
                 "periods_simulated": plan.report.periods,
                 "moves": plan.schedule.moves(),
+                "allocator": plan.report.allocator,
             }),
         );
         report
@@ -336,6 +337,7 @@ impl Context<'_> {
                 units.time(plan.report.compute_stall)
             ));
         }
+        text.push_str(&super::allocator_text(&plan.report, units));
         if plan.report.cpu_busy > 0.0 {
             text.push_str(&format!(
                 "cpu       optimizer steps on the host CPU busy {}\n",

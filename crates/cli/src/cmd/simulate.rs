@@ -44,7 +44,13 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let budget = resolved.map(|b| b.planned_bytes);
-    let config = SimConfig { budget, machine, timeline: args.timeline.timeline.is_some(), ..SimConfig::default() };
+    let config = SimConfig {
+        budget,
+        machine,
+        timeline: args.timeline.timeline.is_some(),
+        allocator: args.allocator.config(),
+        ..SimConfig::default()
+    };
     let report = match pebble_solve::simulate(subject.problem(), &schedule, &config) {
         Ok(r) => r,
         Err(e) => {
@@ -106,6 +112,7 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
             "periodic": schedule.periodic,
             "periods_simulated": report.periods,
             "moves": schedule.moves(),
+            "allocator": report.allocator,
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -130,6 +137,7 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
     if report.cpu_busy > 0.0 {
         text.push_str(&format!("cpu       optimizer steps on the host CPU busy {}\n", units.time(report.cpu_busy)));
     }
+    text.push_str(&super::allocator_text(&report, units));
     if schedule.periodic {
         text.push_str(&format!(
             "periodic  the makespan is the steady-state period, after {} periods simulated; the times are per period\n",
