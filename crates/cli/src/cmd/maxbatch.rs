@@ -7,6 +7,10 @@
 //! assumes feasibility is monotone in the batch, which holds for store-all and the exact
 //! solvers; for a heuristic it is the largest batch this search finds.
 //!
+//! With `--allocator caching`, a batch fits when the plan's segments fit the memory: the
+//! planner is given all of it, then 90%, 80% … 50% (`PLANNER_SHARES`), as a user of DTR
+//! lowers its budget until the allocator stops running out.
+//!
 //! With `--run`, the answer is then checked for real: one training step at that batch,
 //! the device pool capped at the memory, and a bisection below it with real steps if it
 //! does not run within the memory (a step that cannot be planned does not run either, so
@@ -25,10 +29,19 @@ use crate::flags::{BatchArg, BudgetArgs, MaxbatchArgs, SourceArgs};
 use crate::out;
 use crate::source::{find_solver, solver_or_policy, Source, Subject};
 
-/// One batch tried: its step time if it fits.
+/// One batch tried: how it fits, if it does.
 struct Tried {
     batch: usize,
-    step: Option<f64>,
+    fit: Option<Fit>,
+}
+
+/// A batch that fits: its step time; under `--allocator`, the planner's share of the
+/// memory and what the allocator held.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fit {
+    pub step: f64,
+    pub share: f64,
+    pub allocator: Option<pebble_sim::allocator::AllocatorStats>,
 }
 
 /// The search for one solver.
@@ -43,18 +56,12 @@ impl Search<'_> {
     /// The simulated step time at `batch`, or `None` if no schedule fits the memory.
     fn fits(&mut self, batch: usize) -> anyhow::Result<Option<f64>> {
         if let Some(t) = self.tried.iter().find(|t| t.batch == batch) {
-            return Ok(t.step);
+            return Ok(t.fit.map(|f| f.step));
         }
         self.progress.set_message(format!("{}: batch {batch}", self.solver.name()));
-        let step = self.at_batch(batch, |solver, subject, setup, _| {
-            match pebble_solve::plan(solver, subject.problem(), setup.resolved.planned_bytes, &setup.options) {
-                Ok(plan) => Ok(Some(plan.report.makespan)),
-                Err(PlanError::Solve(SolveError::Infeasible { .. })) => Ok(None),
-                Err(e) => Err(e.into()),
-            }
-        })?;
-        self.tried.push(Tried { batch, step });
-        Ok(step)
+        let fit = self.at_batch(batch, |solver, subject, setup, _| fit_within(solver, subject, setup))?;
+        self.tried.push(Tried { batch, fit });
+        Ok(fit.map(|f| f.step))
     }
 
     /// The least memory a step at `batch` fits in under the solver (its least feasible
@@ -129,6 +136,38 @@ impl Search<'_> {
     }
 }
 
+/// Under `--allocator`, the shares of the memory the planner is given, in turn, until its
+/// plan's segments fit the whole memory: a run-time policy's budget counts the bytes it
+/// allocates, and what the allocator reserves beyond them must fit too.
+const PLANNER_SHARES: [f64; 6] = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5];
+
+/// How `solver`'s plan fits the memory `setup` resolved, `None` if none does. Under
+/// `--allocator`, the allocator's capacity is the memory, and the planner is given
+/// [`PLANNER_SHARES`] of it in turn.
+fn fit_within(solver: &dyn Solver, subject: &Subject, setup: &Setup) -> anyhow::Result<Option<Fit>> {
+    let memory = setup.resolved.planned_bytes;
+    let mut options = setup.options.clone();
+    let shares: &[f64] = match &mut options.allocator {
+        Some(a) => {
+            a.capacity = Some(memory);
+            &PLANNER_SHARES
+        }
+        None => &PLANNER_SHARES[..1],
+    };
+    for share in shares {
+        let budget = (memory as f64 * share) as u64;
+        match pebble_solve::plan(solver, subject.problem(), budget, &options) {
+            Ok(plan) => {
+                let allocator = plan.report.allocator;
+                return Ok(Some(Fit { step: plan.report.makespan, share: *share, allocator }));
+            }
+            Err(PlanError::Solve(SolveError::Infeasible { .. })) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(None)
+}
+
 /// The largest batch up to `--max` whose step fits `--memory` under `solver` (with
 /// `args`' model, options and start), and its simulated step time; `None` if not even 1.
 pub(crate) fn largest_batch(
@@ -136,7 +175,18 @@ pub(crate) fn largest_batch(
     solver: &'static dyn Solver,
     progress: &indicatif::ProgressBar,
 ) -> anyhow::Result<Option<(usize, f64)>> {
-    Search { args, solver, tried: Vec::new(), progress }.largest()
+    Ok(largest_fit(args, solver, progress)?.map(|(b, f)| (b, f.step)))
+}
+
+/// [`largest_batch`], with how it fits.
+pub(crate) fn largest_fit(
+    args: &MaxbatchArgs,
+    solver: &'static dyn Solver,
+    progress: &indicatif::ProgressBar,
+) -> anyhow::Result<Option<(usize, Fit)>> {
+    let mut search = Search { args, solver, tried: Vec::new(), progress };
+    let found = search.largest()?;
+    Ok(found.and_then(|(b, _)| Some((b, search.tried.iter().find(|t| t.batch == b)?.fit?))))
 }
 
 /// "1 real step tried", "3 real steps tried".
@@ -303,7 +353,9 @@ pub fn run(args: &MaxbatchArgs) -> anyhow::Result<ExitCode> {
     progress.finish_and_clear();
     let capped = batch == args.max;
     let growth = baseline.map(|(b, _)| batch as f64 / b as f64);
-    let tried: Vec<_> = search.tried.iter().map(|t| json!({ "batch": t.batch, "step_seconds": t.step })).collect();
+    let tried: Vec<_> =
+        search.tried.iter().map(|t| json!({ "batch": t.batch, "step_seconds": t.fit.map(|f| f.step) })).collect();
+    let fit = search.tried.iter().find(|t| t.batch == batch).and_then(|t| t.fit);
     let run = real.as_ref().map(|(found, tried)| {
         let at = |b: usize| tried.iter().find(|t| t.batch == b).and_then(|t| t.ran.as_ref().ok());
         json!({
@@ -327,6 +379,8 @@ pub fn run(args: &MaxbatchArgs) -> anyhow::Result<ExitCode> {
         "store_all_max_batch": baseline.map(|(b, _)| b),
         "store_all_step_seconds": baseline.map(|(_, s)| s),
         "growth": growth,
+        "planner_share": fit.map(|f| f.share),
+        "allocator": fit.and_then(|f| f.allocator),
         "tried": tried,
         "run": run,
     });

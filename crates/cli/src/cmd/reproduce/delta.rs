@@ -32,11 +32,13 @@ use crate::flags::{Cli, Command, PlanArgs, ReproduceArgs};
 use crate::plot::{bars, BarSeries};
 use crate::source::{find_solver, Source};
 
-const FILES: [&str; 4] = ["delta.json", "delta-maxbatch.svg", "delta-memory.svg", "delta-step.svg"];
+const FILES: [&str; 5] =
+    ["delta.json", "delta-maxbatch.svg", "delta-memory.svg", "delta-step.svg", "delta-allocator.svg"];
 
 /// What every command shares: the machine, the memory and the link.
 const SETUP: &str = "--profile a100 --bandwidth 64e9";
 const MEMORY: &str = "80GB";
+const MEMORY_BYTES: u64 = 80_000_000_000;
 
 /// The planners, in the order (and colors) of the charts: `(name, is a run-time policy)`.
 const PLANNERS: [(&str, bool); 8] = [
@@ -73,11 +75,11 @@ const RECORDED_STEP: [(&str, &str, f64); 4] = [
 ];
 
 /// The paper's max-batch table (A100 80 GB): `(model, its name, baseline, DTR, DELTA)`.
-const PAPER_MAX: [(&str, &str, usize, usize, usize); 2] =
+pub(super) const PAPER_MAX: [(&str, &str, usize, usize, usize); 2] =
     [("resnet50", "ResNet-50", 891, 1072, 1814), ("resnet101", "ResNet-101", 594, 761, 1336)];
 
 /// The paper's memory on ResNet-50: `(batch, baseline GB, DELTA GB)`, 63.3% and 60.6% saved.
-const PAPER_MEMORY: [(usize, f64, f64); 2] = [(128, 11.2, 4.11), (256, 21.3, 8.4)];
+pub(super) const PAPER_MEMORY: [(usize, f64, f64); 2] = [(128, 11.2, 4.11), (256, 21.3, 8.4)];
 
 /// The source of a MILP figure on another machine than the recorded one's.
 const NOT_RECORDED: &str = "recorded for the a100 only: --ilp solves it";
@@ -103,22 +105,30 @@ fn planner_flag(name: &str, policy: bool) -> String {
 
 /// `pebble maxbatch`'s answer: the largest batch and its step time, `None` if none fits.
 fn max_batch(words: &str, progress: &indicatif::ProgressBar) -> anyhow::Result<Option<(usize, f64)>> {
+    Ok(max_fit(words, progress)?.map(|(b, f)| (b, f.step)))
+}
+
+/// `pebble maxbatch`'s answer: the largest batch and how it fits, `None` if none fits.
+pub(super) fn max_fit(
+    words: &str,
+    progress: &indicatif::ProgressBar,
+) -> anyhow::Result<Option<(usize, crate::cmd::maxbatch::Fit)>> {
     let Command::Maxbatch(args) = parse(words)? else { return Err(anyhow!("`pebble {words}` is not `maxbatch`")) };
     let (name, policy) = crate::source::solver_or_policy(&args.solver, &args.policy)?;
     let solver = find_solver(name, if policy { "--policy" } else { "--solver" })?;
-    crate::cmd::maxbatch::largest_batch(&args, solver, progress)
+    crate::cmd::maxbatch::largest_fit(&args, solver, progress)
 }
 
 /// One `pebble plan` command, loaded: the solver, its view of the model and the setup.
-struct Planned {
+pub(super) struct Planned {
     solver: &'static dyn pebble_solve::Solver,
     machine: pebble_machine::Machine,
     subject: crate::source::Subject,
-    setup: Setup,
+    pub(super) setup: Setup,
 }
 
 impl Planned {
-    fn load(words: &str) -> anyhow::Result<Planned> {
+    pub(super) fn load(words: &str) -> anyhow::Result<Planned> {
         let args = plan_args(words)?;
         let solver = find_solver(&args.solver, "--solver")?;
         let (source, machine) = Source::load(&args.source, &args.opts)?;
@@ -129,7 +139,7 @@ impl Planned {
 
     /// The least budget (everything resident, the runtime's reserve included) the solver
     /// fits, as `pebble plan` reports it when the budget is too small.
-    fn least_budget(&self) -> anyhow::Result<Option<u64>> {
+    pub(super) fn least_budget(&self) -> anyhow::Result<Option<u64>> {
         let least = pebble_solve::min_feasible_budget(self.solver, self.subject.problem(), &self.setup.options)?;
         Ok(least.map(|planned| pebble_solve::budget::total_for(planned, &self.machine.runtime)))
     }
@@ -137,9 +147,14 @@ impl Planned {
     /// The simulated step time within the budget, `None` if the solver finds nothing
     /// there (no search for a smaller budget: a MILP's would take hours).
     fn step(&self) -> anyhow::Result<Option<f64>> {
+        Ok(self.plan()?.map(|p| p.report.makespan))
+    }
+
+    /// The plan within the budget, `None` if the solver finds nothing there.
+    pub(super) fn plan(&self) -> anyhow::Result<Option<pebble_solve::Plan>> {
         let (problem, budget) = (self.subject.problem(), self.setup.resolved.planned_bytes);
         match pebble_solve::plan(self.solver, problem, budget, &self.setup.options) {
-            Ok(plan) => Ok(Some(plan.report.makespan)),
+            Ok(plan) => Ok(Some(plan)),
             Err(PlanError::Solve(SolveError::Infeasible { .. })) => Ok(None),
             Err(e) => Err(e.into()),
         }
@@ -263,6 +278,10 @@ pub fn delta(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         }
         step_rows.push(row);
     }
+    // What the caching allocator reserves beside the bytes.
+    let names: Vec<&str> = models.iter().map(|m| m.0).collect();
+    let caching_max = super::delta_allocator::max_batch(&names, &setup, MEMORY, &progress)?;
+    let caching_budget = super::delta_allocator::one_budget(&setup, MEMORY_BYTES)?;
     progress.finish_and_clear();
 
     let report = json!({
@@ -273,11 +292,15 @@ pub fn delta(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         "max_batch": max_rows,
         "memory_saved": memory_rows,
         "step_at_delta_batch": step_rows,
+        "caching_allocator": { "max_batch": caching_max, "one_budget": caching_budget },
         "seconds": started.elapsed().as_secs_f64(),
     });
     println!("{}", table(&report));
-    let svgs = charts(&report, &models.iter().map(|m| m.1.to_string()).collect::<Vec<_>>())?;
-    super::write_outputs(args, &paths, &report, &[&svgs[0], &svgs[1], &svgs[2]], started)
+    println!("{}", super::delta_allocator::table(&caching_max, &caching_budget));
+    let model_names: Vec<String> = models.iter().map(|m| m.1.to_string()).collect();
+    let svgs = charts(&report, &model_names)?;
+    let allocator_svg = super::delta_allocator::chart(&caching_max, &model_names)?;
+    super::write_outputs(args, &paths, &report, &[&svgs[0], &svgs[1], &svgs[2], &allocator_svg], started)
 }
 
 /// A planner's series name: marked where its figures are recorded, not computed.

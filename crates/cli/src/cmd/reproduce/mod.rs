@@ -7,6 +7,7 @@
 mod ch4;
 mod ch7;
 mod delta;
+mod delta_allocator;
 mod hiremate;
 mod offmate;
 mod weights;
