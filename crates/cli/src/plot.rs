@@ -630,15 +630,32 @@ pub fn timeline(path: &Path, force: bool, chart: &Timeline<'_>) -> anyhow::Resul
 pub type Series = (String, Vec<(f64, Option<f64>)>);
 
 /// A line chart: one line with markers per series, `None` points left out (the line
-/// broken there). Returns the SVG text.
+/// broken there), its y axis from 0. Returns the SVG text.
 pub fn lines(title: &str, x_desc: &str, y_desc: &str, series: &[Series]) -> anyhow::Result<String> {
+    lines_with(title, x_desc, y_desc, series, &[])
+}
+
+/// [`lines`] with dashed horizontal reference lines (value, label) where `references` has
+/// any; then the y axis spans the data and the references only, not from 0, so that a
+/// band such as 1.0–1.4 fills the chart.
+pub fn lines_with(
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[Series],
+    references: &[(f64, &str)],
+) -> anyhow::Result<String> {
     let draw_err = |e: &dyn std::fmt::Display| anyhow!("cannot draw `{title}`: {e}");
     let xs = series.iter().flat_map(|s| s.1.iter().map(|p| p.0));
     let (x0, x1) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| (a.min(x), b.max(x)));
-    let ys = series.iter().flat_map(|s| s.1.iter().filter_map(|p| p.1));
+    let ys = series.iter().flat_map(|s| s.1.iter().filter_map(|p| p.1)).chain(references.iter().map(|r| r.0));
     let (y0, y1) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| (a.min(y), b.max(y)));
     let (x0, x1) = if x0.is_finite() { (x0, x1) } else { (0.0, 1.0) };
-    let (y0, y1) = if y0.is_finite() { (y0.min(0.0), y1) } else { (0.0, 1.0) };
+    let (y0, y1) = match (y0.is_finite(), references.is_empty()) {
+        (false, _) => (0.0, 1.0),
+        (true, true) => (y0.min(0.0), y1),
+        (true, false) => (y0 - 0.1 * (y1 - y0).max(1e-9), y1),
+    };
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
@@ -651,6 +668,12 @@ pub fn lines(title: &str, x_desc: &str, y_desc: &str, series: &[Series]) -> anyh
             .build_cartesian_2d(padded(x0, x1), y0..(y1 + 0.3 * (y1 - y0).max(1e-9)))
             .map_err(|e| draw_err(&e))?;
         chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw().map_err(|e| draw_err(&e))?;
+        for &(y, label) in references {
+            let line = DashedLineSeries::new(vec![(x0, y), (x1, y)], 8, 5, BLACK.mix(0.5).stroke_width(1));
+            chart.draw_series(line).map_err(|e| draw_err(&e))?;
+            let text = Text::new(label.to_string(), (x0, y), ("sans-serif", 13).into_font().color(&BLACK.mix(0.7)));
+            chart.draw_series(std::iter::once(text)).map_err(|e| draw_err(&e))?;
+        }
         for (i, (name, points)) in series.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
             let pts: Vec<Option<(f64, f64)>> = points.iter().map(|&(x, y)| y.map(|y| (x, y))).collect();

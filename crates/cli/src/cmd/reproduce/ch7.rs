@@ -33,7 +33,10 @@ use crate::source::build_model;
 /// The solvers, MadPipe first (the reference of the ratios).
 pub const SOLVERS: [&str; 7] = ["madpipe", "pipedream", "1f1b", "gpipe", "interleaved-1f1b", "zb-h1", "zb-v"];
 const MODELS: [&str; 4] = ["resnet50", "resnet101", "inception_v3", "densenet121"];
-const FILES: [&str; 3] = ["ch7.json", "ch7-ratio.svg", "ch7-resnet50.svg"];
+const FILES: [&str; 4] = ["ch7.json", "ch7-ratio.svg", "ch7-resnet50.svg", "ch7-ratio-models.svg"];
+
+/// The ratio charts' reference lines: MadPipe itself, and the thesis's "over 20%".
+const REFERENCES: [(f64, &str); 2] = [(1.0, "MadPipe"), (1.2, "thesis: +20% below 10 GB")];
 const GB: f64 = 1e9;
 
 #[derive(Debug, Clone)]
@@ -160,7 +163,8 @@ pub fn ch7(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         "seconds": started.elapsed().as_secs_f64(),
     });
     let (ratio_svg, resnet_svg) = results.charts(&ratio_rows)?;
-    super::write_outputs(args, &paths, &report, &[&ratio_svg, &resnet_svg], started)
+    let models_svg = results.model_chart()?;
+    super::write_outputs(args, &paths, &report, &[&ratio_svg, &resnet_svg, &models_svg], started)
 }
 
 impl Grid {
@@ -296,11 +300,12 @@ impl Results {
                 )
             })
             .collect();
-        let ratio_svg = crate::plot::lines(
+        let ratio_svg = crate::plot::lines_with(
             "period / MadPipe's period (geometric mean over models, P, β)",
             "memory per device (GB)",
             "ratio to MadPipe",
             &ratio_series,
+            &REFERENCES,
         )?;
         let p8 = *devices.last().unwrap_or(&2);
         let resnet: Vec<crate::plot::Series> = SOLVERS
@@ -320,5 +325,36 @@ impl Results {
             &resnet,
         )?;
         Ok((ratio_svg, resnet_svg))
+    }
+
+    /// Fig. 7.8 as the thesis draws it: PipeDream's period over MadPipe's, one line per
+    /// model (geometric mean over P and β where both are feasible).
+    fn model_chart(&self) -> anyhow::Result<String> {
+        let Grid { devices, memories, betas } = &self.grid;
+        let pipedream = SOLVERS.iter().position(|s| *s == "pipedream").expect("pipedream is a solver");
+        let series: Vec<crate::plot::Series> = self
+            .models
+            .iter()
+            .enumerate()
+            .map(|(m, (model, _))| {
+                let at = |mem: f64| {
+                    let both = devices.iter().flat_map(|&p| betas.iter().map(move |&b| (p, b)));
+                    let r: Vec<f64> = both
+                        .filter_map(|(p, b)| {
+                            Some(self.cell(m, p, mem, b, pipedream).period()? / self.cell(m, p, mem, b, 0).period()?)
+                        })
+                        .collect();
+                    geomean(&r)
+                };
+                (model.to_string(), memories.iter().map(|&mem| (mem, at(mem))).collect())
+            })
+            .collect();
+        crate::plot::lines_with(
+            "PipeDream's period / MadPipe's, per model (Fig. 7.8; geometric mean over P and β)",
+            "memory per device (GB)",
+            "ratio to MadPipe",
+            &series,
+            &REFERENCES,
+        )
     }
 }
