@@ -356,6 +356,7 @@ impl Results {
                 &SOLVERS,
                 &alpha_panels,
                 Some(100.0),
+                Some((20.0, "thesis: pofo within +20%")),
             ),
             render(
                 &format!("Time overhead vs bandwidth, α = 0.2; {sizes}"),
@@ -364,6 +365,7 @@ impl Results {
                 &SOLVERS,
                 &beta_panels,
                 Some(100.0),
+                Some((20.0, "thesis: pofo within +20%")),
             ),
             render(
                 &format!("Share of the saved activations offloaded, β = 12 GB/s; {sizes}"),
@@ -371,6 +373,7 @@ impl Results {
                 "offloaded / Σ ā_i (%)",
                 &SOLVERS,
                 &share_panels,
+                None,
                 None,
             ),
         ];
@@ -585,7 +588,8 @@ pub(super) struct Panel {
 }
 
 /// Draws one panel per model in a grid, a line with markers per solver; values above
-/// `cap` are drawn at it (offload-only's overhead at low memory would flatten the rest).
+/// `cap` are drawn at it (offload-only's overhead at low memory would flatten the rest);
+/// `reference` (a value and its label) is a dashed line across every panel.
 pub(super) fn render(
     title: &str,
     x_desc: &str,
@@ -593,6 +597,7 @@ pub(super) fn render(
     names: &[&str],
     panels: &[Panel],
     cap: Option<f64>,
+    reference: Option<(f64, &str)>,
 ) -> Result<String, String> {
     let err = |e: &dyn std::fmt::Display| e.to_string();
     let cols = panels.len().clamp(1, 3);
@@ -631,6 +636,13 @@ pub(super) fn render(
                 .build_cartesian_2d((xmin - xpad)..(xmax + xpad), (-0.03 * top)..top)
                 .map_err(|e| err(&e))?;
             chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw().map_err(|e| err(&e))?;
+            if let Some((y, label)) = reference {
+                let line = DashedLineSeries::new(vec![(xmin, y), (xmax, y)], 8, 5, BLACK.mix(0.5).stroke_width(1));
+                chart.draw_series(line).map_err(|e| err(&e))?;
+                let text =
+                    Text::new(label.to_string(), (xmin, y), ("sans-serif", 12).into_font().color(&BLACK.mix(0.7)));
+                chart.draw_series(std::iter::once(text)).map_err(|e| err(&e))?;
+            }
             for (s, points) in &panel.curves {
                 let color = COLORS[*s % COLORS.len()];
                 let limit = cap.unwrap_or(f64::INFINITY);

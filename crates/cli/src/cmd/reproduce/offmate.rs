@@ -298,6 +298,7 @@ pub fn offmate(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
             curves: curves.into_iter().enumerate().collect(),
         }],
         None,
+        None,
     )
     .map_err(|e| anyhow!("drawing the chart: {e}"))?;
 

@@ -392,6 +392,7 @@ impl Results {
             &PAPER_NAMES,
             &[Panel { title: format!("Σu = {:.0} ms", study_row.compute * 1e3), curves }],
             Some(100.0),
+            None,
         )
         .map_err(|e| anyhow!("drawing the chart: {e}"))?;
         Ok((study_json, svg))
