@@ -14,6 +14,16 @@ use std::collections::HashMap;
 
 use crate::allocator::{AllocatorConfig, AllocatorStats, BlockId, CachingAllocator, OutOfMemory};
 
+/// The tag of an op's temporary memory.
+pub(crate) const TMP: u32 = u32::MAX;
+/// The tag of what no block holds (host memory, a ramp's ends).
+pub(crate) const NONE: u32 = u32::MAX - 1;
+
+/// A tensor's tag: its id (ids from [`NONE`] up, which no schedule reaches, read as none).
+pub(crate) fn tag(id: usize) -> u32 {
+    u32::try_from(id).unwrap_or(NONE).min(NONE)
+}
+
 /// One allocation or release, as the engine records it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Event {
@@ -49,7 +59,7 @@ struct Replay {
 impl Replay {
     fn take(&mut self, tag: u32, op: usize, bytes: u64) -> Result<(), OutOfMemory> {
         let id = self.alloc.malloc(bytes)?;
-        if tag == crate::engine::TMP {
+        if tag == TMP {
             self.tmp.entry(op).or_default().push(id);
         } else {
             self.tensors.entry(tag).or_default().push((id, bytes));
@@ -58,7 +68,7 @@ impl Replay {
     }
 
     fn give_back(&mut self, tag: u32, op: usize, bytes: u64) -> Result<(), OutOfMemory> {
-        if tag == crate::engine::TMP {
+        if tag == TMP {
             if let Some(id) = self.tmp.get_mut(&op).and_then(Vec::pop) {
                 self.alloc.free(id);
             }
@@ -91,7 +101,7 @@ pub(crate) fn replay(
         r.take(tag, 0, bytes).map_err(|oom| Refused { op: 0, time: 0.0, oom })?;
     }
     events.sort_unstable_by(|a, b| a.time.total_cmp(&b.time).then(a.key.cmp(&b.key)));
-    for e in events.iter().filter(|e| e.delta != 0 && e.tag != crate::engine::NONE) {
+    for e in events.iter().filter(|e| e.delta != 0 && e.tag != NONE) {
         let bytes = u64::try_from(e.delta.unsigned_abs()).unwrap_or(u64::MAX);
         let done = if e.delta > 0 { r.take(e.tag, e.op, bytes) } else { r.give_back(e.tag, e.op, bytes) };
         done.map_err(|oom| Refused { op: e.op, time: e.time, oom })?;
@@ -102,7 +112,6 @@ pub(crate) fn replay(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::TMP;
 
     const MIB: i128 = 1 << 20;
 
@@ -148,7 +157,7 @@ mod tests {
             ev(3.0, 3, MIB, 7),
             ev(4.0, 4, -3 * MIB, 7),
         ];
-        let stats = replay(events, &[(crate::engine::NONE, 512)], AllocatorConfig::default()).unwrap();
+        let stats = replay(events, &[(NONE, 512)], AllocatorConfig::default()).unwrap();
         // 512 B static in a 2 MiB small segment; 3 MiB + the 0.5 MiB temporary (small).
         assert_eq!(stats.peak_allocated, 512 + (3 << 20) + (1 << 19));
         // Only the static block is left.

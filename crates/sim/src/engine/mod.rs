@@ -31,6 +31,7 @@ use pebble_machine::Link;
 use pebble_schedule::{Op, Tensor};
 
 use crate::allocator::AllocatorConfig;
+use crate::reserved::{tag, NONE, TMP};
 use crate::{Lane, MemoryPoint, SimConfig, SimError, SimReport, Span, TransferMemory};
 
 mod memory;
@@ -45,19 +46,9 @@ struct Ev {
     time: f64,
     key: u64,
     delta: i128,
-    /// What the bytes are: a tensor's id, [`TMP`] (the op's temporary memory) or [`NONE`],
-    /// for the caching allocator's replay ([`crate::reserved`]).
+    /// What the bytes are: a tensor's id ([`tag`]), [`TMP`] (the op's temporary memory) or
+    /// [`NONE`], for the caching allocator's replay ([`crate::reserved`]).
     tag: u32,
-}
-
-/// [`Ev::tag`] of an op's temporary memory.
-pub(crate) const TMP: u32 = u32::MAX;
-/// [`Ev::tag`] of what no block holds (host memory, a ramp's ends).
-pub(crate) const NONE: u32 = u32::MAX - 1;
-
-/// A tensor's [`Ev::tag`].
-fn tag(id: usize) -> u32 {
-    u32::try_from(id).unwrap_or(NONE).min(NONE)
 }
 
 /// Bytes in use as a `u64`: sums of sizes are kept in `i128`, so that no size up to

@@ -12,7 +12,7 @@
 
 use serde_json::{json, Value};
 
-use super::delta::{max_fit, Planned, PAPER_MAX, PAPER_MEMORY};
+use super::delta_commands::{max_fit, Planned, PAPER_MAX, PAPER_MEMORY};
 use crate::plot::{bars, BarSeries};
 
 /// The planners of these figures: the fast ones (the MILPs' bisections take hours).

@@ -8,6 +8,7 @@ mod ch4;
 mod ch7;
 mod delta;
 mod delta_allocator;
+mod delta_commands;
 mod hiremate;
 mod offmate;
 mod weights;
