@@ -422,18 +422,7 @@ impl<'s> Engine<'s> {
     /// The tensor was modified on the device (a weight's update inside its backward): its
     /// host copy is stale, and is released at the compute cursor.
     pub fn invalidate_host(&mut self, op: usize, id: usize) {
-        let s = &mut self.t[id];
-        if s.host_bytes > 0 {
-            let class = Self::class(self.cursor, s.host_last_alloc, self.last_start);
-            self.host.push(Ev {
-                time: self.cursor,
-                key: key(class, op, RELEASE),
-                delta: -(s.host_bytes as i128),
-                tag: NONE,
-            });
-        }
-        s.host_frac = 0.0;
-        s.host_bytes = 0;
+        self.release_host(id, self.cursor, self.last_start, op);
     }
 
     /// A step input arrives (the next period's batch): resident from the compute cursor.
@@ -504,13 +493,7 @@ impl<'s> Engine<'s> {
         if self.timeline {
             self.spans.push(Span { lane: Lane::Cpu, op, start, end });
         }
-        let g = &mut self.t[grad];
-        if g.host_bytes > 0 {
-            let class = Self::class(end, g.host_last_alloc, start);
-            self.host.push(Ev { time: end, key: key(class, op, RELEASE), delta: -(g.host_bytes as i128), tag: NONE });
-        }
-        g.host_frac = 0.0;
-        g.host_bytes = 0;
+        self.release_host(grad, end, start, op);
         for id in std::iter::once(weight).chain(state) {
             let s = &mut self.t[id];
             s.host_ready = s.host_ready.max(end);
@@ -733,10 +716,16 @@ impl<'s> Engine<'s> {
     /// transfers (and the reads that hold an offloaded copy) end, whichever is later.
     fn release(&mut self, id: usize, time: f64, floor: f64, op: usize) {
         let (when, floor) = self.release_device(id, time, floor, op);
+        self.release_host(id, when, floor, op);
+    }
+
+    /// Releases the tensor's host copy at `time` (`floor`: the latest start of a compute
+    /// op that held it, see [`Engine::class`]).
+    fn release_host(&mut self, id: usize, time: f64, floor: f64, op: usize) {
         let s = &mut self.t[id];
         if s.host_bytes > 0 {
-            let class = Self::class(when, s.host_last_alloc, floor);
-            self.host.push(Ev { time: when, key: key(class, op, RELEASE), delta: -(s.host_bytes as i128), tag: NONE });
+            let class = Self::class(time, s.host_last_alloc, floor);
+            self.host.push(Ev { time, key: key(class, op, RELEASE), delta: -(s.host_bytes as i128), tag: NONE });
         }
         s.host_frac = 0.0;
         s.host_bytes = 0;
