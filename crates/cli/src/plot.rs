@@ -626,6 +626,21 @@ pub fn timeline(path: &Path, force: bool, chart: &Timeline<'_>) -> anyhow::Resul
     write_new_file(path, "--timeline", &svg, force)
 }
 
+/// A dashed horizontal line at `y` from `x.0` to `x.1`, its label (in `font`-point text)
+/// at its left end: a reference value on a chart ([`lines_with`], Ch. 4's panels).
+pub(crate) fn reference_line<'a, DB: DrawingBackend + 'a>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    x: (f64, f64),
+    y: f64,
+    (label, font): (&str, u32),
+) -> Result<(), String> {
+    let line = DashedLineSeries::new(vec![(x.0, y), (x.1, y)], 8, 5, BLACK.mix(0.5).stroke_width(1));
+    chart.draw_series(line).map_err(|e| e.to_string())?;
+    let text = Text::new(label.to_string(), (x.0, y), ("sans-serif", font).into_font().color(&BLACK.mix(0.7)));
+    chart.draw_series(std::iter::once(text)).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
 /// One line of [`lines`]: its name and its points, `None` where it has none.
 pub type Series = (String, Vec<(f64, Option<f64>)>);
 
@@ -669,10 +684,7 @@ pub fn lines_with(
             .map_err(|e| draw_err(&e))?;
         chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw().map_err(|e| draw_err(&e))?;
         for &(y, label) in references {
-            let line = DashedLineSeries::new(vec![(x0, y), (x1, y)], 8, 5, BLACK.mix(0.5).stroke_width(1));
-            chart.draw_series(line).map_err(|e| draw_err(&e))?;
-            let text = Text::new(label.to_string(), (x0, y), ("sans-serif", 13).into_font().color(&BLACK.mix(0.7)));
-            chart.draw_series(std::iter::once(text)).map_err(|e| draw_err(&e))?;
+            reference_line(&mut chart, (x0, x1), y, (label, 13)).map_err(|e| draw_err(&e))?;
         }
         for (i, (name, points)) in series.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];

@@ -637,11 +637,7 @@ pub(super) fn render(
                 .map_err(|e| err(&e))?;
             chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw().map_err(|e| err(&e))?;
             if let Some((y, label)) = reference {
-                let line = DashedLineSeries::new(vec![(xmin, y), (xmax, y)], 8, 5, BLACK.mix(0.5).stroke_width(1));
-                chart.draw_series(line).map_err(|e| err(&e))?;
-                let text =
-                    Text::new(label.to_string(), (xmin, y), ("sans-serif", 12).into_font().color(&BLACK.mix(0.7)));
-                chart.draw_series(std::iter::once(text)).map_err(|e| err(&e))?;
+                crate::plot::reference_line(&mut chart, (xmin, xmax), y, (label, 12))?;
             }
             for (s, points) in &panel.curves {
                 let color = COLORS[*s % COLORS.len()];
