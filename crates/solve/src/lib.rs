@@ -410,15 +410,40 @@ pub fn plan_or_least(
     let start = Instant::now();
     // Prepared once for the three (HiRemate's cluster options take minutes).
     let prepared = solver.prepare(problem, options)?;
-    let at = |b: u64| plan_prepared(prepared.as_ref(), problem, b, options, start);
-    match at(budget) {
-        Ok(plan) => return Ok(Fit::Plan { plan: Box::new(plan), at: None }),
-        Err(PlanError::Solve(SolveError::Infeasible { .. })) => {}
-        Err(e) => return Err(e),
+    match plan_prepared(prepared.as_ref(), problem, budget, options, start) {
+        Ok(plan) => Ok(Fit::Plan { plan: Box::new(plan), at: None }),
+        Err(PlanError::Solve(SolveError::Infeasible { .. })) => {
+            least_below(prepared.as_ref(), problem, budget, options, start)
+        }
+        Err(e) => Err(e),
     }
-    let min_budget = min_feasible_prepared(prepared.as_ref(), problem, options)?;
+}
+
+/// [`plan_or_least`] for a caller that already found nothing at `budget` itself (the CLI's
+/// `auto`, which keeps its candidates): the least budget, without planning at `budget`
+/// again.
+pub fn least_fit(
+    solver: &dyn Solver,
+    problem: Problem<'_>,
+    budget: u64,
+    options: &SolveOptions,
+) -> Result<Fit, PlanError> {
+    let start = Instant::now();
+    let prepared = solver.prepare(problem, options)?;
+    least_below(prepared.as_ref(), problem, budget, options, start)
+}
+
+/// The least budget `prepared` fits, and its plan if that lies below `budget`.
+fn least_below(
+    prepared: &dyn Prepared,
+    problem: Problem<'_>,
+    budget: u64,
+    options: &SolveOptions,
+    start: Instant,
+) -> Result<Fit, PlanError> {
+    let min_budget = min_feasible_prepared(prepared, problem, options)?;
     if let Some(m) = min_budget.filter(|&m| m < budget) {
-        match at(m) {
+        match plan_prepared(prepared, problem, m, options, start) {
             Ok(plan) => return Ok(Fit::Plan { plan: Box::new(plan), at: Some(m) }),
             Err(PlanError::Solve(SolveError::Infeasible { .. })) => {}
             Err(e) => return Err(e),

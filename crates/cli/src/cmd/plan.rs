@@ -136,7 +136,8 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Plans with `solver`, or finds the least budget where it fails. For `auto`, also its
-/// candidates: its run at `budget` is kept, and only an infeasible one is searched again.
+/// candidates: its run at `budget` is kept, and where it finds nothing, only the least
+/// budget is searched.
 fn fit(
     solver: &'static dyn Solver,
     problem: pebble_solve::Problem<'_>,
@@ -149,7 +150,7 @@ fn fit(
     let out = pebble_solve::auto::run(problem, budget, options);
     match out.best {
         Some(plan) => (Ok(Fit::Plan { plan: Box::new(plan), at: None }), Some(out.candidates)),
-        None => (pebble_solve::plan_or_least(solver, problem, budget, options), Some(out.candidates)),
+        None => (pebble_solve::least_fit(solver, problem, budget, options), Some(out.candidates)),
     }
 }
 
