@@ -622,6 +622,19 @@ pub struct SweepArgs {
     /// memory per device). An existing file is kept unless --force is given.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    /// What --svg plots: `overhead`, each solver's time overhead over store-all against
+    /// the budget; or `throughput`, samples per second (batch / simulated step time)
+    /// against each schedule's simulated peak memory, `sequential`'s schedules as separate
+    /// crosses (Shilova's Fig. 2.5). Not with --devices (which plots throughput already).
+    #[arg(
+        long,
+        value_name = "KIND",
+        value_enum,
+        default_value_t = SweepChart::Overhead,
+        requires = "svg",
+        conflicts_with = "devices"
+    )]
+    pub chart: SweepChart,
     /// Overwrite the --svg file if it exists.
     #[arg(long)]
     pub force: bool,
@@ -635,6 +648,15 @@ pub struct SweepArgs {
     pub devices: Option<usize>,
     #[command(flatten)]
     pub solve: SolveArgs,
+}
+
+/// `--chart` of `pebble sweep`: what its --svg plots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SweepChart {
+    /// Time overhead over store-all against the budget.
+    Overhead,
+    /// Samples per second against the simulated peak memory.
+    Throughput,
 }
 
 /// The model options of the executor's commands: `--device` names the hardware to run

@@ -21,10 +21,10 @@ use pebble_solve::{PlanError, SolveError, SolveOptions, Solver};
 use serde_json::json;
 
 use super::{overhead, parallel_map, solve_options, worker_count};
-use crate::flags::SweepArgs;
+use crate::flags::{SweepArgs, SweepChart};
 use crate::out;
-use crate::plot::{self, Curve};
-use crate::source::{find_solver, view_name, Source, Subject};
+use crate::plot::{self, Curve, Throughput};
+use crate::source::{find_solver, view_name, Source, Subject, Units};
 
 /// What one solver did at one budget.
 #[derive(Debug, Clone)]
@@ -99,7 +99,10 @@ pub fn run(args: &SweepArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if let Some(path) = &args.svg {
-        sweep.draw(path, args.force)?;
+        match args.chart {
+            SweepChart::Overhead => sweep.draw(path, args.force)?,
+            SweepChart::Throughput => sweep.draw_throughput(path, args.force)?,
+        }
     }
     if args.json {
         out::print_json(&sweep.json())?;
@@ -204,6 +207,51 @@ impl Sweep<'_> {
         self.cells.get(s).and_then(|c| c.get(b)).cloned().unwrap_or(Cell::Failed("not run".into()))
     }
 
+    /// Samples a step trains: the model's batch; 1 for a chain or graph file (then a
+    /// throughput is in steps).
+    fn batch(&self) -> Option<usize> {
+        match self.source {
+            Source::Model { model, .. } => Some(model.dims.batch),
+            _ => None,
+        }
+    }
+
+    /// Samples per second (per time unit for a chain file) of a step taking `time`.
+    fn throughput(&self, time: f64) -> f64 {
+        self.batch().unwrap_or(1) as f64 / time
+    }
+
+    /// Draws each column's throughput against its simulated peak to `path` (`--svg` with
+    /// `--chart throughput`): its distinct schedules, `sequential`'s as separate crosses.
+    fn draw_throughput(&self, path: &Path, force: bool) -> anyhow::Result<()> {
+        let columns: Vec<Throughput> = self
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(s, name)| {
+                let mut seen: Vec<(u64, u64)> = Vec::new();
+                let mut points = Vec::new();
+                for b in 0..self.budgets.len() {
+                    if let Cell::Feasible { peak, time, .. } = self.cell(b, s) {
+                        if !seen.contains(&(peak, time.to_bits())) {
+                            seen.push((peak, time.to_bits()));
+                            points.push((peak, self.throughput(time)));
+                        }
+                    }
+                }
+                Throughput { name: name.to_string(), points, separate: *name == "sequential" }
+            })
+            .collect();
+        let y_desc = match (self.source, self.source.units()) {
+            (_, Units::Plain) => "throughput (steps per time unit)",
+            (Source::Model { model, .. }, _) if model.spec.image.is_some() => "throughput (images/s)",
+            (Source::Model { .. }, _) => "throughput (samples/s)",
+            _ => "throughput (steps/s)",
+        };
+        let title = format!("{}: throughput vs peak memory", self.source.label());
+        plot::throughput(path, force, (&title, y_desc), self.source.units(), &columns)
+    }
+
     /// Draws the overheads against the budgets to `path` (`--svg`).
     fn draw(&self, path: &Path, force: bool) -> anyhow::Result<()> {
         let curves: Vec<Curve> = self
@@ -246,6 +294,7 @@ impl Sweep<'_> {
                             Cell::Feasible { peak, time, overhead } => json!({
                                 "budget_bytes": total, "planned_bytes": budget, "feasible": true,
                                 "predicted_peak_bytes": (s < self.solvers).then_some(peak), "predicted_time": time, "overhead": overhead,
+                                "throughput": self.throughput(time),
                             }),
                             Cell::Infeasible => {
                                 json!({ "budget_bytes": total, "planned_bytes": budget, "feasible": false })
@@ -268,6 +317,7 @@ impl Sweep<'_> {
         let reference = &self.views[self.reference];
         json!({
             "source": self.source.label(),
+            "batch": self.batch(),
             "view": view_name(reference.subject.view()),
             "store_all_peak_bytes": self.hi,
             "store_all_budget_bytes": self.total(self.hi),
@@ -411,7 +461,7 @@ fn pipeline(args: &SweepArgs, devices: usize) -> anyhow::Result<ExitCode> {
             rows.push(json!({ "solver": solver.name(), "memory_bytes": m, "throughput": cell }));
             points.push((m as f64 / scale, cell));
         }
-        series.push((solver.name().to_string(), points));
+        series.push((plot::legend_name(solver.name(), &points), points));
     }
     bar.finish_and_clear();
     if let Some(path) = &args.svg {

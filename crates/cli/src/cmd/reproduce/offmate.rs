@@ -269,38 +269,7 @@ pub fn offmate(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
 
     // Time against depth (Fig. 4.6), Llama2-7B.
     let depths: &[usize] = if args.quick { &DEPTHS[..2] } else { &DEPTHS };
-    let curve_methods = ["unconstrained", "offmate", "zero-offload", "zero-infinity", "paged-adam"];
-    let mut curves: Vec<Points> = vec![Vec::new(); curve_methods.len()];
-    let mut depth_json = Vec::new();
-    let bar = crate::progress::bar((depths.len() * (curve_methods.len() - 1)) as u64, "depths");
-    for &d in depths {
-        let task = Task { name: "", model: "llama2-7b", bf16: false, layers: Some(d), batch: BATCH };
-        let chain = chain_of(&task, &profile_name)?;
-        let mut point = serde_json::Map::new();
-        for (k, m) in curve_methods.iter().enumerate() {
-            let c = if *m == "unconstrained" { unconstrained(&chain, &options)? } else { run(&chain, m, &options) };
-            if *m != "unconstrained" {
-                bar.inc(1);
-            }
-            curves[k].push((d as f64, c.seconds()));
-            point.insert(m.to_string(), json!(c.seconds()));
-        }
-        depth_json.push(json!({ "layers": d, "seconds": point }));
-    }
-    bar.finish_and_clear();
-    let svg = render(
-        &format!("Llama2-7B fp32, batch {BATCH}, sequence {SEQ}, on {profile_name} within 10 GB: time per iteration"),
-        "hidden layers",
-        "seconds per iteration",
-        &curve_methods,
-        &[Panel {
-            title: "unconstrained = store-all with no memory limit".into(),
-            curves: curves.into_iter().enumerate().collect(),
-        }],
-        None,
-        None,
-    )
-    .map_err(|e| anyhow!("drawing the chart: {e}"))?;
+    let (depth_json, svg) = depth_chart(depths, &profile_name, &options)?;
 
     // The batch size (§4.7): OffMate's throughput at each batch, Llama2-7B.
     let batches: &[usize] = if args.quick { &BATCHES[1..4] } else { &BATCHES };
@@ -338,6 +307,53 @@ pub fn offmate(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         "thesis_table_4_2": TABLE_4_2.iter().map(|t| json!({"method": t.0, "seconds": t.1, "overhead": t.2, "vram_gb": t.3, "ram_gb": t.4})).collect::<Vec<_>>(),
     });
     super::write_outputs(args, &paths, &report, &[&svg], started)
+}
+
+/// Time against depth (Fig. 4.6): Llama2-7B with each of `depths` layers, every method
+/// of the chart beside the unconstrained time; the JSON of each depth and the SVG.
+fn depth_chart(depths: &[usize], profile_name: &str, options: &SolveOptions) -> anyhow::Result<(Vec<Value>, String)> {
+    let curve_methods = ["unconstrained", "offmate", "zero-offload", "zero-infinity", "paged-adam"];
+    let mut curves: Vec<Points> = vec![Vec::new(); curve_methods.len()];
+    let mut depth_json = Vec::new();
+    let bar = crate::progress::bar((depths.len() * (curve_methods.len() - 1)) as u64, "depths");
+    for &d in depths {
+        let task = Task { name: "", model: "llama2-7b", bf16: false, layers: Some(d), batch: BATCH };
+        let chain = chain_of(&task, profile_name)?;
+        let mut point = serde_json::Map::new();
+        for (k, m) in curve_methods.iter().enumerate() {
+            let c = if *m == "unconstrained" { unconstrained(&chain, options)? } else { run(&chain, m, options) };
+            if *m != "unconstrained" {
+                bar.inc(1);
+            }
+            curves[k].push((d as f64, c.seconds()));
+            point.insert(m.to_string(), json!(c.seconds()));
+        }
+        depth_json.push(json!({ "layers": d, "seconds": point }));
+    }
+    bar.finish_and_clear();
+    Ok((depth_json, depth_svg(&curve_methods, curves, profile_name)?))
+}
+
+/// The chart of time against depth: one curve per method, its seconds at each depth.
+fn depth_svg(curve_methods: &[&str], curves: Vec<Points>, profile_name: &str) -> anyhow::Result<String> {
+    // A method that fits at no depth (paged-adam) is named so in the legend, not left
+    // there with no line.
+    let names: Vec<String> =
+        curve_methods.iter().zip(&curves).map(|(m, points)| crate::plot::legend_name(m, points)).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    render(
+        &format!("Llama2-7B fp32, batch {BATCH}, sequence {SEQ}, on {profile_name} within 10 GB: time per iteration"),
+        "hidden layers",
+        "seconds per iteration",
+        &names,
+        &[Panel {
+            title: "unconstrained = store-all with no memory limit".into(),
+            curves: curves.into_iter().enumerate().collect(),
+        }],
+        None,
+        None,
+    )
+    .map_err(|e| anyhow!("drawing the chart: {e}"))
 }
 
 #[cfg(test)]
