@@ -110,26 +110,9 @@ impl Dp<'_, '_> {
         }
     }
 
-    /// `𝓜(i, j, g)`: a device holding layers `i..=j` with `g` activations each, its
-    /// buffers and its largest temporary.
+    /// `𝓜(i, j, g)`: [`PipeProblem::stage_memory`].
     fn memory(&self, i: usize, j: usize, g: u64) -> u64 {
-        let l = self.problem.layers;
-        let n = l.len();
-        let tmp = (i..=j).map(|x| l.ftmp[x].max(l.btmp[x])).max().unwrap_or(0);
-        // Saturating: on a link slow enough, `g` (a count of activations in flight) grows
-        // past what any memory holds, and the sum must say "too much", not wrap.
-        let mut m = self
-            .problem
-            .periodic_static(i, j)
-            .saturating_add(g.saturating_mul(l.stored_bytes(i, j)))
-            .saturating_add(tmp);
-        if i > 0 {
-            m = m.saturating_add(2 * l.boundary[i - 1]);
-        }
-        if j + 1 < n {
-            m = m.saturating_add(2 * l.boundary[j]);
-        }
-        m
+        self.problem.stage_memory(i, j, g)
     }
 
     fn group(&self, v: f64, u: f64) -> u64 {
@@ -389,22 +372,37 @@ pub fn contiguous_candidates(problem: &PipeProblem<'_>) -> Vec<Allocation> {
     let mut out: Vec<Allocation> = Vec::new();
     for filter in [true, false] {
         if let Some((bounds, period)) = super::partition::partition(problem, filter) {
-            let mut first = 0;
-            let stages: Vec<(usize, usize, bool)> = bounds
-                .iter()
-                .enumerate()
-                .map(|(i, &last)| {
-                    let s = (first, last, i + 1 == bounds.len() && bounds.len() == problem.devices);
-                    first = last + 1;
-                    s
-                })
-                .collect();
+            let stages = in_class(problem, &bounds);
             if !out.iter().any(|a| a.stages == stages) {
                 out.push(Allocation { stages, expected_period: period, target: period });
             }
         }
     }
+    // The least memory per device: where the allocations above ask too much, it may be
+    // the only one that fits (issue 48: ResNet-50 on 8 devices of 6 GB).
+    if let Some(bounds) = super::partition::least_memory(problem) {
+        let stages = in_class(problem, &bounds);
+        if !out.iter().any(|a| a.stages == stages) {
+            let period = super::partition::period(problem, &bounds);
+            out.push(Allocation { stages, expected_period: period, target: period });
+        }
+    }
     out
+}
+
+/// A contiguous partition (each stage's last layer) in MadPipe's class: the last stage on
+/// the special device when there is one stage per device.
+fn in_class(problem: &PipeProblem<'_>, bounds: &[usize]) -> Vec<(usize, usize, bool)> {
+    let mut first = 0;
+    bounds
+        .iter()
+        .enumerate()
+        .map(|(i, &last)| {
+            let s = (first, last, i + 1 == bounds.len() && bounds.len() == problem.devices);
+            first = last + 1;
+            s
+        })
+        .collect()
 }
 
 /// Phase 2 without an ILP over a set of allocations (phase 1's [`candidates`], and the

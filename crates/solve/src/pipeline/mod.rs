@@ -113,6 +113,27 @@ impl<'a> PipeProblem<'a> {
     pub fn fits(&self, bytes: u64) -> bool {
         self.memory.is_none_or(|m| bytes <= m)
     }
+
+    /// MadPipe's `𝓜(i, j, g)`, as the simulator counts it: a device holding layers
+    /// `i..=j` with `g` micro-batches in flight holds their periodic static bytes, `g`
+    /// times what they keep between forward and backward, their largest temporary, and a
+    /// buffer of `a` and of `δ` at each end that crosses devices.
+    pub fn stage_memory(&self, i: usize, j: usize, g: u64) -> u64 {
+        let l = self.layers;
+        let n = l.len();
+        let tmp = (i..=j).map(|x| l.ftmp[x].max(l.btmp[x])).max().unwrap_or(0);
+        // Saturating: on a link slow enough, `g` (a count of activations in flight) grows
+        // past what any memory holds, and the sum must say "too much", not wrap.
+        let mut m =
+            self.periodic_static(i, j).saturating_add(g.saturating_mul(l.stored_bytes(i, j))).saturating_add(tmp);
+        if i > 0 {
+            m = m.saturating_add(2 * l.boundary[i - 1]);
+        }
+        if j + 1 < n {
+            m = m.saturating_add(2 * l.boundary[j]);
+        }
+        m
+    }
 }
 
 /// A solver's schedule, with what it expected.

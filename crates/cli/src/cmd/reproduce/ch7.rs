@@ -16,6 +16,15 @@
 //! ([`pebble_solve::pipeline::madpipe::schedule_placement`]), not the thesis's one-minute
 //! ILP: the grid has hundreds of points (`--ilp` runs the ILP as `pebble pipeline
 //! --solver madpipe` does, with a 10 s limit).
+//!
+//! Why a case fits no solver ([`memory`]): `cases` gives each case's least memory per
+//! device with one micro-batch in flight per stage, under pebble's accounting and the
+//! thesis's `𝓜(i, j, g)`, and whether 1F1B\* fits the least-memory contiguous
+//! allocation; `thesis_accounting` runs MadPipe and PipeDream on the layers as the
+//! thesis counts them (a layer keeps its input only, no temporaries).
+
+mod chart;
+mod memory;
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -32,6 +41,8 @@ use crate::source::build_model;
 
 /// The solvers, MadPipe first (the reference of the ratios).
 pub const SOLVERS: [&str; 7] = ["madpipe", "pipedream", "1f1b", "gpipe", "interleaved-1f1b", "zb-h1", "zb-v"];
+/// The solvers run on the layers as the thesis counts their memory: its comparison.
+const THESIS_SOLVERS: [&str; 2] = ["madpipe", "pipedream"];
 const MODELS: [&str; 4] = ["resnet50", "resnet101", "inception_v3", "densenet121"];
 const FILES: [&str; 4] = ["ch7.json", "ch7-ratio.svg", "ch7-resnet50.svg", "ch7-ratio-models.svg"];
 
@@ -50,6 +61,13 @@ impl Cell {
     fn period(&self) -> Option<f64> {
         match self {
             Cell::Feasible { period, .. } => Some(*period),
+            _ => None,
+        }
+    }
+
+    fn expected(&self) -> Option<f64> {
+        match self {
+            Cell::Feasible { expected, .. } => *expected,
             _ => None,
         }
     }
@@ -115,6 +133,8 @@ struct Grid {
 struct Results {
     models: Vec<(String, Layers)>,
     grid: Grid,
+    /// The solvers, MadPipe first; a key's solver is an index into them.
+    solvers: &'static [&'static str],
     cells: HashMap<Key, Cell>,
 }
 
@@ -131,24 +151,13 @@ pub fn ch7(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
     let grid = Grid::new(args.quick);
     let models: Vec<(String, Layers)> =
         MODELS.iter().map(|m| layers(m, args).map(|l| (m.to_string(), l))).collect::<anyhow::Result<_>>()?;
-    let jobs = grid.jobs(models.len());
-    let found = parallel_map(&jobs, worker_count(8), "pipelines", |&(m, p, mem, b, s)| {
-        solve(&models[m].1, SOLVERS[s], p, mem * GB, b * GB, args.ilp)
-    })?;
-    let cells: HashMap<Key, Cell> =
-        jobs.iter().zip(found).map(|(&(m, p, mem, b, s), cell)| (key(m, p, mem, b, s), cell)).collect();
-    for ((m, p, mem, b, s), c) in &cells {
-        if let Cell::Failed(why) = c {
-            eprintln!(
-                "warning: {} on {} with P = {p}, M = {} GB, β = {} GB/s failed: {why}",
-                SOLVERS[*s],
-                models[*m].0,
-                *mem as f64 / 10.0,
-                *b as f64 / 10.0
-            );
-        }
-    }
-    let results = Results { models, grid, cells };
+    let results = Results::run(models, grid, &SOLVERS, args.ilp, "pipelines")?;
+    let thesis_models = results.models.iter().map(|(n, l)| (n.clone(), memory::thesis_layers(l))).collect();
+    // Below 10 GB only, where the thesis's claim is (MadPipe's DP, the cost of the run,
+    // has room for more allocations on these layers: a second full grid would double it).
+    let mut below_10 = Grid::new(args.quick);
+    below_10.memories.retain(|&m| m < 10.0);
+    let thesis = Results::run(thesis_models, below_10, &THESIS_SOLVERS, args.ilp, "thesis accounting")?;
     let (ratio_rows, headline) = results.ratios();
     let Grid { devices, memories, betas } = &results.grid;
     let report = json!({
@@ -160,6 +169,8 @@ pub fn ch7(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         "ratio_to_madpipe": headline,
         "ratio_by_memory": ratio_rows.iter().map(|(n, r)| json!({ "solver": n, "by_memory": r })).collect::<Vec<_>>(),
         "points": results.points_json(),
+        "cases": results.cases_json()?,
+        "thesis_accounting": thesis.thesis_json(),
         "seconds": started.elapsed().as_secs_f64(),
     });
     let (ratio_svg, resnet_svg) = results.charts(&ratio_rows)?;
@@ -177,14 +188,14 @@ impl Grid {
         }
     }
 
-    /// Every job of `models` models, as (model, P, M, β, solver).
-    fn jobs(&self, models: usize) -> Vec<(usize, usize, f64, f64, usize)> {
+    /// Every job of `models` models and `solvers` solvers, as (model, P, M, β, solver).
+    fn jobs(&self, models: usize, solvers: usize) -> Vec<(usize, usize, f64, f64, usize)> {
         let mut jobs = Vec::new();
         for m in 0..models {
             for &p in &self.devices {
                 for &mem in &self.memories {
                     for &b in &self.betas {
-                        for s in 0..SOLVERS.len() {
+                        for s in 0..solvers {
                             jobs.push((m, p, mem, b, s));
                         }
                     }
@@ -196,6 +207,34 @@ impl Grid {
 }
 
 impl Results {
+    /// Every cell of `solvers` on `models` over `grid`, warning of the solvers that failed.
+    fn run(
+        models: Vec<(String, Layers)>,
+        grid: Grid,
+        solvers: &'static [&'static str],
+        ilp: bool,
+        what: &str,
+    ) -> anyhow::Result<Results> {
+        let jobs = grid.jobs(models.len(), solvers.len());
+        let found = parallel_map(&jobs, worker_count(8), what, |&(m, p, mem, b, s)| {
+            solve(&models[m].1, solvers[s], p, mem * GB, b * GB, ilp)
+        })?;
+        let cells: HashMap<Key, Cell> =
+            jobs.iter().zip(found).map(|(&(m, p, mem, b, s), cell)| (key(m, p, mem, b, s), cell)).collect();
+        for ((m, p, mem, b, s), c) in &cells {
+            if let Cell::Failed(why) = c {
+                eprintln!(
+                    "warning: {} on {} ({what}) with P = {p}, M = {} GB, β = {} GB/s failed: {why}",
+                    solvers[*s],
+                    models[*m].0,
+                    *mem as f64 / 10.0,
+                    *b as f64 / 10.0
+                );
+            }
+        }
+        Ok(Results { models, grid, solvers, cells })
+    }
+
     /// Model `m` on `p` devices of `mem` GB, links of `b` GB/s, under solver `s`.
     fn cell(&self, m: usize, p: usize, mem: f64, b: f64, s: usize) -> Cell {
         self.cells.get(&key(m, p, mem, b, s)).cloned().unwrap_or(Cell::Failed("not run".into()))
@@ -207,7 +246,7 @@ impl Results {
         let Grid { devices, memories, betas } = &self.grid;
         let mut ratio_rows = Vec::new();
         let mut headline = serde_json::Map::new();
-        for (s, name) in SOLVERS.iter().enumerate().skip(1) {
+        for (s, name) in self.solvers.iter().enumerate().skip(1) {
             let mut per_m = Vec::new();
             let (mut all, mut below_10, mut largest) = (Vec::new(), Vec::new(), (0.0f64, Value::Null));
             let (mut only_madpipe, mut only_other) = (0, 0);
@@ -264,7 +303,7 @@ impl Results {
             for &p in devices {
                 for &mem in memories {
                     for &b in betas {
-                        for (s, name) in SOLVERS.iter().enumerate() {
+                        for (s, name) in self.solvers.iter().enumerate() {
                             let c = self.cell(m, p, mem, b, s);
                             points.push(match c {
                                 Cell::Feasible { period, expected, peak, seconds } => json!({
@@ -308,18 +347,30 @@ impl Results {
             &REFERENCES,
         )?;
         let p8 = *devices.last().unwrap_or(&2);
-        let resnet: Vec<crate::plot::Series> = SOLVERS
+        let resnet: Vec<chart::PeriodLine> = self
+            .solvers
             .iter()
             .enumerate()
             .map(|(s, n)| {
-                (
-                    n.to_string(),
-                    memories.iter().map(|&mem| (mem, self.cell(0, p8, mem, betas[0], s).period())).collect(),
-                )
+                let cells: Vec<(f64, Cell)> =
+                    memories.iter().map(|&mem| (mem, self.cell(0, p8, mem, betas[0], s))).collect();
+                let expected = cells.iter().any(|(_, c)| c.expected().is_some());
+                chart::PeriodLine {
+                    name: n.to_string(),
+                    achieved: cells.iter().map(|(mem, c)| (*mem, c.period())).collect(),
+                    expected: if expected {
+                        cells.iter().map(|(mem, c)| (*mem, c.expected())).collect()
+                    } else {
+                        vec![]
+                    },
+                }
             })
             .collect();
-        let resnet_svg = crate::plot::lines(
-            &format!("ResNet-50, 1000×1000, batch 8, P = {p8}, β = {} GB/s", betas[0]),
+        let resnet_svg = chart::periods(
+            &format!(
+                "ResNet-50, 1000×1000, batch 8, P = {p8}, β = {} GB/s (Fig. 7.3; dashed: the period each DP expected)",
+                betas[0]
+            ),
             "memory per device (GB)",
             "period per micro-batch (s)",
             &resnet,
@@ -356,5 +407,162 @@ impl Results {
             &series,
             &REFERENCES,
         )
+    }
+}
+
+/// Why a case no solver fits does not fit (the `cases` of `ch7.json`), from pebble's
+/// accounting with one micro-batch in flight per stage.
+fn reason(bytes: u64, bound: u64, floor: u64, floor_period: Option<f64>) -> &'static str {
+    if bytes < bound {
+        "below_lower_bound"
+    } else if bytes < floor {
+        "below_contiguous_floor"
+    } else if floor_period.is_some() {
+        "floor_allocation_fits"
+    } else {
+        "floor_allocation_unscheduled"
+    }
+}
+
+const ACCOUNTINGS: [memory::Accounting; 2] = [memory::Accounting::Pebble, memory::Accounting::Thesis];
+
+impl Results {
+    /// Each case (model, P, M, β): how many solvers fit it; and where none does, why
+    /// ([`reason`]; `floor_period`: 1F1B\* on the least-memory contiguous allocation,
+    /// simulated). With each model's floors and a summary by reason and by memory.
+    fn cases_json(&self) -> anyhow::Result<Value> {
+        let Grid { devices, memories, betas } = &self.grid;
+        let bound: Vec<[u64; 2]> =
+            self.models.iter().map(|(_, l)| ACCOUNTINGS.map(|a| memory::lower_bound(l, a).0)).collect();
+        let floor = |m: usize, p: usize| ACCOUNTINGS.map(|a| memory::floor(&self.models[m].1, p, a).0);
+        let mut all = Vec::new();
+        for m in 0..self.models.len() {
+            for &p in devices {
+                for &mem in memories {
+                    for &b in betas {
+                        let fits = (0..self.solvers.len()).filter(|&s| self.cell(m, p, mem, b, s).period().is_some());
+                        all.push((m, p, mem, b, fits.count()));
+                    }
+                }
+            }
+        }
+        let none: Vec<(usize, usize, f64, f64, usize)> = all.iter().copied().filter(|c| c.4 == 0).collect();
+        let periods = parallel_map(&none, worker_count(8), "least-memory allocations", |&(m, p, mem, b, _)| {
+            let l = &self.models[m].1;
+            memory::floor_period(&PipeProblem::new(l, p, Some((mem * GB) as u64), b * GB))
+        })?;
+        let period_of: HashMap<Key, Option<f64>> =
+            none.iter().zip(periods).map(|(&(m, p, mem, b, _), t)| (key(m, p, mem, b, 0), t)).collect();
+        let mut summary: HashMap<(String, u64), usize> = HashMap::new();
+        let mut points = Vec::new();
+        for &(m, p, mem, b, fits) in &all {
+            let (f, bytes) = (floor(m, p), (mem * GB) as u64);
+            let mut point = json!({
+                "model": self.models[m].0, "devices": p, "memory_gb": mem, "beta_gbps": b, "solvers_fit": fits,
+                "floor_bytes": { "pebble": f[0], "thesis": f[1] },
+            });
+            if let Some(&t) = period_of.get(&key(m, p, mem, b, 0)) {
+                let why = reason(bytes, bound[m][0], f[0], t);
+                point["why"] = json!(why);
+                point["floor_period"] = json!(t);
+                point["thesis_floor_fits"] = json!(bytes >= f[1]);
+                *summary.entry((why.to_string(), (mem * 10.0) as u64)).or_default() += 1;
+                if bytes >= f[1] {
+                    *summary.entry(("thesis_floor_fits".into(), (mem * 10.0) as u64)).or_default() += 1;
+                }
+            }
+            points.push(point);
+        }
+        let reasons = [
+            "below_lower_bound",
+            "below_contiguous_floor",
+            "floor_allocation_fits",
+            "floor_allocation_unscheduled",
+            "thesis_floor_fits",
+        ];
+        let count = |r: &str, mem: Option<f64>| -> usize {
+            summary
+                .iter()
+                .filter(|((w, m), _)| w == r && mem.is_none_or(|x| *m == (x * 10.0) as u64))
+                .map(|e| e.1)
+                .sum()
+        };
+        let by_memory: Vec<Value> = memories
+            .iter()
+            .map(|&mem| {
+                let mut o = json!({ "memory_gb": mem });
+                for r in reasons {
+                    o[r] = json!(count(r, Some(mem)));
+                }
+                o
+            })
+            .collect();
+        let mut total = json!({ "cases": all.len(), "no_solver_fits": none.len() });
+        for r in reasons {
+            total[r] = json!(count(r, None));
+        }
+        let floors: Vec<Value> = self
+            .models
+            .iter()
+            .enumerate()
+            .map(|(m, (name, l))| {
+                json!({
+                    "model": name,
+                    "lower_bound_bytes": { "pebble": bound[m][0], "thesis": bound[m][1] },
+                    "by_devices": devices.iter().map(|&p| json!({ "devices": p, "floor": memory::floor_json(l, p) })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        Ok(json!({ "summary": total, "by_memory": by_memory, "floors": floors, "points": points }))
+    }
+
+    /// MadPipe and PipeDream on the layers as the thesis counts them: the ratios, the
+    /// cases each fits by memory, and every point.
+    fn thesis_json(&self) -> Value {
+        let (rows, headline) = self.ratios();
+        let Grid { devices, memories, betas } = &self.grid;
+        let by_memory: Vec<Value> = memories
+            .iter()
+            .map(|&mem| {
+                let cases: Vec<(usize, usize, f64)> = (0..self.models.len())
+                    .flat_map(|m| devices.iter().flat_map(move |&p| betas.iter().map(move |&b| (m, p, b))))
+                    .collect();
+                let fit =
+                    |s: usize| cases.iter().filter(|&&(m, p, b)| self.cell(m, p, mem, b, s).period().is_some()).count();
+                let none = cases.iter().filter(|&&(m, p, b)| {
+                    (0..self.solvers.len()).all(|s| self.cell(m, p, mem, b, s).period().is_none())
+                });
+                let mut o = json!({ "memory_gb": mem, "cases": cases.len(), "no_solver_fits": none.count() });
+                for (s, name) in self.solvers.iter().enumerate() {
+                    o[format!("{name}_fits")] = json!(fit(s));
+                }
+                o
+            })
+            .collect();
+        json!({
+            "accounting": "the thesis's M(i,j,g) (§7.1): each layer keeps its input a_(l-1) per micro-batch, no temporaries; weights C·W and buffers as pebble's; memories below 10 GB only",
+            "memory_gb": memories,
+            "solvers": self.solvers,
+            "ratio_to_madpipe": headline,
+            "ratio_by_memory": rows.iter().map(|(n, r)| json!({ "solver": n, "by_memory": r })).collect::<Vec<_>>(),
+            "fits_by_memory": by_memory,
+            "points": self.points_json(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_case_is_classified_by_the_first_bound_it_misses() {
+        // 3 GB against ResNet-50's bound of 5.121 GB: nothing fits at all.
+        assert_eq!(reason(3_000_000_000, 5_121_000_000, 5_121_000_000, None), "below_lower_bound");
+        // Above the bound (any allocation) but under the contiguous floor on P = 2.
+        assert_eq!(reason(6_000_000_000, 5_121_000_000, 9_750_000_000, None), "below_contiguous_floor");
+        // Above the floor: 1F1B* on that allocation decides.
+        assert_eq!(reason(6_000_000_000, 5_121_000_000, 5_121_000_000, Some(0.836)), "floor_allocation_fits");
+        assert_eq!(reason(6_000_000_000, 5_121_000_000, 5_121_000_000, None), "floor_allocation_unscheduled");
     }
 }
