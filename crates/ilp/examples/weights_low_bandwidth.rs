@@ -13,8 +13,14 @@
 //! It prints, per level, how often the optimum needs idle time, the greedy's gap to the
 //! optimum (mean, largest, how often it is optimal) and the bound's (mean, largest, how
 //! often it is tight); instances whose optimum is past `Σu + SLACK` are counted apart.
+//! Then the same for the ordered bound (`pebble_ilp::weight_order_bound`, which orders
+//! each link's transfers around the ops that wait for them; it asserts it stays below the
+//! optimum too), the better of the two bounds, how far it is above the MILP's (a share of
+//! the optimum), and the greedy's gap to it: what the greedy's gap is known to be at most
+//! where no optimum is known.
 
 use pebble_ilp::weight_bound::{weight_offload_bound, WeightBoundOptions};
+use pebble_ilp::weight_order_bound::{ordered_bound, OrderedBoundOptions};
 use pebble_sim::Machine;
 use pebble_solve::weights::brute::Instance;
 use pebble_solve::weights::schedule::greedy_schedules;
@@ -88,6 +94,14 @@ struct Tally {
     greedy_gaps: Vec<f64>,
     bound_tight: usize,
     bound_gaps: Vec<f64>,
+    ordered_tight: usize,
+    ordered_gaps: Vec<f64>,
+    /// The better of the two bounds.
+    best_gaps: Vec<f64>,
+    /// How much the better bound is above the MILP's, as a share of the optimum.
+    gains: Vec<f64>,
+    /// Greedy's gap to the better bound, where it plans.
+    greedy_to_bound: Vec<f64>,
 }
 
 fn stats(v: &[f64]) -> String {
@@ -103,6 +117,7 @@ fn main() {
     let mut rng = Rng::new(48);
     let options =
         WeightBoundOptions { accounting: Accounting::Consistent, printed_sign_6: false, time_limit: Some(60.0) };
+    let ordered = OrderedBoundOptions { integral_ops: usize::MAX, ..OrderedBoundOptions::default() };
     for level in &LEVELS {
         let mut t = Tally::default();
         for _ in 0..100 {
@@ -128,6 +143,17 @@ fn main() {
             assert!(b.time <= opt + 1e-6, "bound {} above the optimum {opt}: {inst:?}", b.time);
             t.bound_tight += usize::from(b.time >= opt - 1e-6);
             t.bound_gaps.push(1.0 - b.time / opt);
+            let o = ordered_bound(&chain(&inst), inst.memory, inst.beta as f64, inst.beta as f64, &ordered)
+                .expect("the ordered bound runs");
+            assert!(o.time <= opt + 1e-6, "ordered bound {} above the optimum {opt}: {inst:?}", o.time);
+            t.ordered_tight += usize::from(o.time >= opt * (1.0 - 1e-6));
+            t.ordered_gaps.push(1.0 - o.time / opt);
+            let best = o.time.max(b.time);
+            t.best_gaps.push(1.0 - best / opt);
+            t.gains.push((best - b.time) / opt);
+            if let Some(g) = greedy(&inst) {
+                t.greedy_to_bound.push(g / best - 1.0);
+            }
         }
         println!("{}:", level.name);
         println!("  optimum known on {} (needs idle time on {}), past Σu + {SLACK} on {}", t.known, t.idle, t.beyond);
@@ -138,5 +164,8 @@ fn main() {
             stats(&t.greedy_gaps)
         );
         println!("  bound: tight on {}; below the optimum {}", t.bound_tight, stats(&t.bound_gaps));
+        println!("  ordered bound: tight on {}; below the optimum {}", t.ordered_tight, stats(&t.ordered_gaps));
+        println!("  better of the two: below the optimum {}; above the MILP {}", stats(&t.best_gaps), stats(&t.gains));
+        println!("  greedy above the better bound: {}", stats(&t.greedy_to_bound));
     }
 }

@@ -43,6 +43,7 @@ pub mod rockmate;
 pub use pebble_solve::sequence;
 pub mod subgraph;
 pub mod weight_bound;
+pub mod weight_order_bound;
 
 use thiserror::Error;
 

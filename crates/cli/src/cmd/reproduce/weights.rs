@@ -20,14 +20,21 @@
 //!
 //! It also runs the paper's bandwidth study (a figure whose values the paper only
 //! describes): idle time over `Σu` against β on GPT-2 depth 74, batch 16, drawn to
-//! `weights-bandwidth.svg`.
+//! `weights-bandwidth.svg`; and Table 1 again at [`tight_memory`], where the greedy must
+//! idle (at 16 GiB it meets `Σu`). Beside the MILP, both report the ordered bound
+//! (`pebble_ilp::weight_order_bound`, which orders each link's transfers around the ops
+//! that wait for them, tight where the links are slow) and each method's gap to the
+//! better of the two.
 
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::anyhow;
 use pebble_graph::Chain;
-use pebble_solve::weights::paper_setting;
+use pebble_ilp::weight_order_bound::{ordered_bound, OrderedBoundOptions};
+use pebble_ilp::IlpError;
+use pebble_sim::Machine;
+use pebble_solve::weights::{paper_setting, Accounting, WeightChain};
 use pebble_solve::{PlanError, Problem, SolveError, SolveOptions};
 use serde_json::{json, Value};
 
@@ -38,8 +45,20 @@ use crate::source::build_model;
 
 /// The methods of Table 1, in its column order (the bound first).
 const METHODS: [&str; 4] = ["weight-offload-bound", "weight-offload", "l2l", "weight-offload-noreuse"];
-/// Their names in the paper.
-const PAPER_NAMES: [&str; 4] = ["ILP", "Greedy", "L2L", "Greedy*"];
+/// Their names in the paper, then the ordered bound's (a job index after [`METHODS`]).
+const PAPER_NAMES: [&str; 5] = ["ILP", "Greedy", "L2L", "Greedy*", "ordered bound"];
+/// The ordered bound's job index.
+const ORDERED: usize = METHODS.len();
+/// The second table's device memory, per row: the least that runs (each op beside its
+/// own layer's weights) and one block's weights more: 2.7–12.4 GiB (BERT-144 at batch 64,
+/// 16.9 GiB), the paper's "smaller than 16 GB", and where the greedy must idle at 12 GB/s:
+/// at 8 GiB, or with two blocks more, it still meets `Σu` (GPT-2 38/16, 74/16, 38/64,
+/// measured).
+fn tight_memory(chain: &Chain) -> anyhow::Result<u64> {
+    let wc = WeightChain::from_chain(chain)?;
+    let least = wc.ops().into_iter().map(|o| wc.op_memory(o, Accounting::Consistent) + wc.weight(o.layer())).max();
+    Ok(least.unwrap_or(0) + wc.w.iter().copied().max().unwrap_or(0))
+}
 /// β, each way, bytes per second.
 const BETA: f64 = 12e9;
 /// Hidden size and heads (Megatron-LM's, as the paper).
@@ -172,16 +191,42 @@ fn run_method(row: &Row, method: &str, options: &SolveOptions) -> Cell {
     }
 }
 
+/// The ordered bound of the row at the machine's bandwidths (its own two links), as a cell.
+fn run_ordered(row: &Row, machine: &Machine) -> Cell {
+    let started = Instant::now();
+    let wc = match WeightChain::from_chain(&row.chain) {
+        Ok(c) => c,
+        Err(e) => return Cell::Failed(e.to_string()),
+    };
+    let options = OrderedBoundOptions::default();
+    match ordered_bound(&wc, row.memory, machine.d2h.bandwidth, machine.h2d.bandwidth, &options) {
+        Ok(b) => {
+            Cell::Time { seconds: b.time, solve_seconds: started.elapsed().as_secs_f64(), peak: None, host_peak: None }
+        }
+        Err(IlpError::Infeasible) => Cell::Infeasible,
+        Err(e) => Cell::Failed(e.to_string()),
+    }
+}
+
+/// A cell's seconds, if it has some.
+fn seconds(c: &Cell) -> Option<f64> {
+    match c {
+        Cell::Time { seconds, .. } => Some(*seconds),
+        _ => None,
+    }
+}
+
 /// The rows run, the study's β and every job's result: what the table, the report and
 /// the chart read.
 struct Results {
     /// The indices in [`ROWS`] of the rows run.
     picked: Vec<usize>,
-    /// Their chains, then the study's, last.
+    /// Their chains at the profile's memory, then at [`tight_memory`], then the study's,
+    /// last.
     rows: Vec<Row>,
     /// The study's β, GB/s.
     betas: Vec<f64>,
-    /// (row, method, β in bytes per second), in the order run.
+    /// (row, method or [`ORDERED`], β in bytes per second), in the order run.
     jobs: Vec<(usize, usize, f64)>,
     /// Each job's result.
     cells: Vec<Cell>,
@@ -203,6 +248,11 @@ pub fn table1(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
             row(network, depth, batch, args)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let small = rows
+        .iter()
+        .map(|r| Ok(Row { memory: tight_memory(&r.chain)?, chain: r.chain.clone(), ..*r }))
+        .collect::<anyhow::Result<Vec<Row>>>()?;
+    rows.extend(small);
     // The study's row, last.
     rows.push(row(STUDY.0, STUDY.1, STUDY.2, args)?);
     let study = rows.len() - 1;
@@ -213,15 +263,21 @@ pub fn table1(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
 
     // Jobs: (row, method, β); the MILPs first, so that two threads end together.
     let mut jobs: Vec<(usize, usize, f64)> = Vec::new();
-    for m in 0..METHODS.len() {
+    for m in 0..=ORDERED {
         jobs.extend((0..study).map(|r| (r, m, BETA)));
         jobs.extend(betas.iter().map(|&b| (study, m, b * 1e9)));
     }
     let cells = parallel_map(&jobs, worker_count(jobs.len()), "solves", |&(r, m, beta)| {
-        run_method(&rows[r], METHODS[m], &options_at(beta))
+        let options = options_at(beta);
+        if m == ORDERED {
+            run_ordered(&rows[r], &options.machine)
+        } else {
+            run_method(&rows[r], METHODS[m], &options)
+        }
     })?;
     let results = Results { picked, rows, betas, jobs, cells };
     results.print_table();
+    results.print_small_table();
     let (study_json, svg) = results.bandwidth_study(args)?;
     let study_row = &results.rows[study];
     let report = json!({
@@ -233,7 +289,12 @@ pub fn table1(args: &ReproduceArgs) -> anyhow::Result<ExitCode> {
         "width": WIDTH,
         "heads": HEADS,
         "run_seconds": started.elapsed().as_secs_f64(),
-        "rows": results.rows_json(),
+        "rows": results.rows_json(0),
+        "small_memory": {
+            "memory": "the least that runs and one block's weights (each row's memory_bytes)",
+            "paper_greedy_over_ilp": [0.0004, 0.0186],
+            "rows": results.rows_json(results.picked.len()),
+        },
         "bandwidth_study": {
             "network": STUDY.0,
             "depth": STUDY.1,
@@ -279,7 +340,7 @@ impl Results {
             "| network | depth | batch | Σu (ms) | ILP | Greedy | L2L | Greedy* | Greedy vs ILP | L2L vs ILP | Greedy* vs ILP | paper: Greedy / L2L / Greedy* vs ILP |"
         );
         println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
-        for (r, row) in self.rows[..self.study_index()].iter().enumerate() {
+        for (r, row) in self.rows[..self.picked.len()].iter().enumerate() {
             let paper = PAPER[self.picked[r]];
             let paper_pct = |v: f64| format!("{:+.2}%", 100.0 * (v / paper[1] - 1.0));
             let bound = self.cell(r, 0);
@@ -303,11 +364,59 @@ impl Results {
         }
     }
 
-    /// The table's rows in the report: each method's result and the paper's times.
-    fn rows_json(&self) -> Vec<Value> {
+    /// The better of the two bounds on row `r` at the table's β (seconds), if either
+    /// has a time.
+    fn best_bound(&self, r: usize) -> Option<f64> {
+        let (milp, ordered) = (seconds(&self.cell(r, 0)), seconds(&self.cell(r, ORDERED)));
+        milp.into_iter().chain(ordered).reduce(f64::max)
+    }
+
+    /// Prints the second table, at [`tight_memory`] (markdown): each method and both
+    /// bounds, the gaps to the better bound, and the paper's (at its own memory).
+    fn print_small_table(&self) {
+        let ms = |c: &Cell| seconds(c).map_or_else(|| "infeasible".into(), |s| format!("{:.0}", s * 1e3));
+        let n = self.picked.len();
+        println!("\nAt the least memory that runs and one block's weights:\n");
+        println!(
+            "| network | depth | batch | M (GiB) | Σu (ms) | ILP | ordered bound | Greedy | L2L | Greedy* | Greedy / L2L / Greedy* vs the better bound | paper: Greedy vs ILP |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for (i, row) in self.rows[n..2 * n].iter().enumerate() {
+            let r = n + i;
+            let paper = PAPER[self.picked[i]];
+            let best = self.best_bound(r);
+            let gap = |m: usize| match (seconds(&self.cell(r, m)), best) {
+                (Some(a), Some(b)) if b > 0.0 => format!("{:+.2}%", 100.0 * (a / b - 1.0)),
+                _ => "–".into(),
+            };
+            println!(
+                "| {} | {} | {} | {:.2} | {:.0} | {} | {} | {} | {} | {} | {} / {} / {} | {:+.2}% |",
+                row.network,
+                row.depth,
+                row.batch,
+                row.memory as f64 / (1u64 << 30) as f64,
+                row.compute * 1e3,
+                ms(&self.cell(r, 0)),
+                ms(&self.cell(r, ORDERED)),
+                ms(&self.cell(r, 1)),
+                ms(&self.cell(r, 2)),
+                ms(&self.cell(r, 3)),
+                gap(1),
+                gap(2),
+                gap(3),
+                100.0 * (paper[2] / paper[1] - 1.0),
+            );
+        }
+    }
+
+    /// One table's rows in the report (those from `first`, one per picked row): each
+    /// method's result, the ordered bound, each method's gap to the better bound, and the
+    /// paper's times.
+    fn rows_json(&self, first: usize) -> Vec<Value> {
         let mut rows_json = Vec::new();
-        for (r, row) in self.rows[..self.study_index()].iter().enumerate() {
-            let paper = PAPER[self.picked[r]];
+        for (i, row) in self.rows[first..first + self.picked.len()].iter().enumerate() {
+            let r = first + i;
+            let paper = PAPER[self.picked[i]];
             let mut methods = serde_json::Map::new();
             for (m, name) in METHODS.iter().enumerate() {
                 let v = match self.cell(r, m) {
@@ -330,6 +439,25 @@ impl Results {
                 .zip(paper)
                 .map(|(k, v)| (k.to_string(), json!(v / 1e3)))
                 .collect();
+            let best = self.best_bound(r);
+            let over_best: serde_json::Map<String, Value> = METHODS[1..]
+                .iter()
+                .enumerate()
+                .map(|(m, name)| {
+                    let gap = seconds(&self.cell(r, m + 1)).zip(best).map(|(a, b)| a / b - 1.0);
+                    (name.to_string(), json!(gap))
+                })
+                .collect();
+            let ordered = match self.cell(r, ORDERED) {
+                Cell::Time { seconds, solve_seconds, .. } => json!({
+                    "feasible": true,
+                    "seconds": seconds,
+                    "idle_seconds": seconds - row.compute,
+                    "solve_seconds": solve_seconds,
+                }),
+                Cell::Infeasible => json!({ "feasible": false }),
+                Cell::Failed(why) => json!({ "feasible": false, "error": why }),
+            };
             rows_json.push(json!({
                 "network": row.network,
                 "depth": row.depth,
@@ -338,6 +466,9 @@ impl Results {
                 "memory_bytes": row.memory,
                 "compute_seconds": row.compute,
                 "methods": methods,
+                "ordered_bound": ordered,
+                "best_bound_seconds": best,
+                "over_best_bound": over_best,
                 "paper_seconds": paper_json,
             }));
         }
@@ -352,30 +483,46 @@ impl Results {
             Cell::Time { seconds, .. } => Some(100.0 * (seconds / study_row.compute - 1.0)),
             _ => None,
         };
-        // idle[m][i]: method m at betas[i] (ascending).
+        // idle[m][i]: method m (the ordered bound last) at betas[i] (ascending).
         let mut idle: Vec<Vec<Option<f64>>> =
-            (0..METHODS.len()).map(|m| betas.iter().map(|&b| idle(&self.at(study, m, b * 1e9))).collect()).collect();
-        // Less bandwidth is never faster, so the bound at β holds at every lower β too: the
-        // bound column is the running maximum from the highest β down (HiGHS proves more at
-        // high β within its time limit).
-        let mut running: Option<f64> = None;
-        for x in idle[0].iter_mut().rev().flatten() {
-            let m = running.map_or(*x, |r| r.max(*x));
-            *x = m;
-            running = Some(m);
+            (0..=ORDERED).map(|m| betas.iter().map(|&b| idle(&self.at(study, m, b * 1e9))).collect()).collect();
+        // Less bandwidth is never faster, so a bound at β holds at every lower β too: each
+        // bound's column is its running maximum from the highest β down (HiGHS proves more
+        // at high β within its time limit).
+        for m in [0, ORDERED] {
+            let mut running: Option<f64> = None;
+            for x in idle[m].iter_mut().rev().flatten() {
+                let r = running.map_or(*x, |r| r.max(*x));
+                *x = r;
+                running = Some(r);
+            }
         }
         let curves: Vec<(usize, Points)> =
-            (0..METHODS.len()).map(|m| (m, betas.iter().copied().zip(idle[m].iter().copied()).collect())).collect();
+            (0..=ORDERED).map(|m| (m, betas.iter().copied().zip(idle[m].iter().copied()).collect())).collect();
+        let share = |p: Option<f64>| p.map(|p| p / 100.0);
         let study_json: Vec<Value> = betas
             .iter()
             .enumerate()
             .map(|(i, &b)| {
-                let by: serde_json::Map<String, Value> = METHODS
+                let by: serde_json::Map<String, Value> =
+                    METHODS.iter().enumerate().map(|(m, name)| (name.to_string(), json!(share(idle[m][i])))).collect();
+                let best = idle[0][i].into_iter().chain(idle[ORDERED][i]).reduce(f64::max);
+                // Each method's period over the better bound's, less one.
+                let over: serde_json::Map<String, Value> = METHODS[1..]
                     .iter()
                     .enumerate()
-                    .map(|(m, name)| (name.to_string(), json!(idle[m][i].map(|p| p / 100.0))))
+                    .map(|(m, name)| {
+                        let gap = idle[m + 1][i].zip(best).map(|(a, b)| (100.0 + a) / (100.0 + b) - 1.0);
+                        (name.to_string(), json!(gap))
+                    })
                     .collect();
-                json!({ "beta": b * 1e9, "idle_share": by })
+                json!({
+                    "beta": b * 1e9,
+                    "idle_share": by,
+                    "ordered_bound": share(idle[ORDERED][i]),
+                    "best_bound": share(best),
+                    "over_best_bound": over,
+                })
             })
             .collect();
         let svg = render(
@@ -389,7 +536,7 @@ impl Results {
             ),
             "β each way (GB/s)",
             "idle time over Σu (%)",
-            &PAPER_NAMES,
+            &["ILP (MILP bound)", "Greedy", "L2L", "Greedy*", "ordered bound"],
             &[Panel { title: format!("Σu = {:.0} ms", study_row.compute * 1e3), curves }],
             Some(100.0),
             None,
