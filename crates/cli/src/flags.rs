@@ -923,7 +923,8 @@ pub struct ReproduceArgs {
     /// The experiment.
     #[arg(value_enum)]
     pub experiment: Experiment,
-    /// Zoo models, comma-separated.
+    /// Zoo models, comma-separated. `ch4` also takes chain files (`*.json`, in bytes and
+    /// seconds, as `pebble graph --view chain` writes them), planned on `--profile`'s machine.
     #[arg(
         long,
         value_name = "A,B,C",

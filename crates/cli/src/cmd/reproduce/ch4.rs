@@ -320,6 +320,8 @@ impl Results {
             "m_high_bytes": setup.m_high,
             "m_low_bytes": setup.m_low,
             "saved_bytes": setup.saved_bytes,
+            // The factor at M^low: no plan divides the activations further.
+            "factor_ceiling": factor(setup, setup.m_low),
             "alpha_sweep": alpha_sweep,
             "beta_sweep": beta_sweep,
             "division_factor": factors,
@@ -349,14 +351,16 @@ impl Results {
             panels(&|m, s| alphas.iter().map(|&a| (a, self.share_at(m, self.find(a, BETA), s))).collect(), &mixed);
         let sizes = format!("batch {}, {}×{}, {}", args.batch, args.image, args.image, args.profile());
         let svgs = [
-            render(
+            render_marked(
                 &format!("Time overhead vs memory (α), β = 12 GB/s; {sizes}"),
-                "α: budget = (1−α)·M_low + α·M_high",
-                "overhead over T_seq (%)",
+                (
+                    "α: budget = (1−α)·M_low + α·M_high (÷4, ÷6: the budgets dividing the activations by 4 and 6)",
+                    "overhead over T_seq (%)",
+                ),
                 &SOLVERS,
                 &alpha_panels,
-                Some(100.0),
-                Some((20.0, "thesis: pofo within +20%")),
+                (Some(100.0), Some((20.0, "thesis: pofo within +20%"))),
+                &self.setups.iter().map(division_marks).collect::<Vec<_>>(),
             ),
             render(
                 &format!("Time overhead vs bandwidth, α = 0.2; {sizes}"),
@@ -408,14 +412,20 @@ impl Results {
         let right: Vec<bool> = (0..header.len()).map(|i| i > 0).collect();
         let mut summary = out::table(&header, &rows, &right);
         let fheader: Vec<String> =
-            ["model", "M_high − static", "pofo ≤20%", "factor", "rotor ≤20%", "factor"].map(String::from).to_vec();
+            ["model", "M_high − static", "ceiling (M_low)", "pofo ≤20%", "factor", "rotor ≤20%", "factor"]
+                .map(String::from)
+                .to_vec();
         let gib = pebble_graph::units::format_bytes;
         let frows: Vec<Vec<String>> = self
             .setups
             .iter()
             .enumerate()
             .map(|(m, setup)| {
-                let mut row = vec![setup.name.clone(), gib(setup.m_high.saturating_sub(setup.chain.static_bytes))];
+                let mut row = vec![
+                    setup.name.clone(),
+                    gib(setup.m_high.saturating_sub(setup.chain.static_bytes)),
+                    format!("{:.2}", factor(setup, setup.m_low)),
+                ];
                 for name in FACTOR_SOLVERS {
                     match self.thresholds.get(&(m, name)).copied().flatten() {
                         Some(t) => {
@@ -430,7 +440,7 @@ impl Results {
             .collect();
         summary.push('\n');
         summary.push_str("activation memory divided, at ≤ 20% overhead:\n");
-        summary.push_str(&out::table(&fheader, &frows, &[false, true, true, true, true, true]));
+        summary.push_str(&out::table(&fheader, &frows, &[false, true, true, true, true, true, true]));
         summary
     }
 }
@@ -455,6 +465,18 @@ fn factor(setup: &Setup, budget: u64) -> f64 {
     setup.m_high.saturating_sub(s) as f64 / budget.saturating_sub(s).max(1) as f64
 }
 
+/// Where the thesis's ÷4 and ÷6 fall on a model's α axis (the budgets that divide its
+/// activation memory by 4 and 6), for those at or above `M^low`.
+fn division_marks(setup: &Setup) -> Vec<(f64, String)> {
+    let s = setup.chain.static_bytes;
+    let (high, low) = (setup.m_high.saturating_sub(s) as f64, setup.m_low.saturating_sub(s) as f64);
+    [4.0, 6.0]
+        .iter()
+        .filter(|&&k| high / k >= low && high > low)
+        .map(|&k| ((high / k - low) / (high - low), format!("÷{k}")))
+        .collect()
+}
+
 /// The command line that reproduces this run.
 fn command_line(args: &ReproduceArgs) -> String {
     format!(
@@ -469,6 +491,24 @@ fn command_line(args: &ReproduceArgs) -> String {
 
 /// Builds a model's chain and its references.
 fn setup(name: &str, args: &ReproduceArgs) -> anyhow::Result<Setup> {
+    let (chain, machine) = if name.ends_with(".json") { chain_file(name, args)? } else { zoo_chain(name, args)? };
+    let name =
+        if name.ends_with(".json") { chain.name.clone().unwrap_or_else(|| name.to_string()) } else { name.to_string() };
+    let subject = Subject::Chain(chain);
+    let store_all = subject.store_all(&machine)?;
+    let Subject::Chain(chain) = subject else { unreachable!("built as a chain") };
+    let recompute_all = pebble_solve::solver("recompute-all").map_err(|e| anyhow!("{e}"))?;
+    let m_low = pebble_solve::plan(recompute_all, Problem::Chain(&chain), u64::MAX, &options_for(&machine, BETA))
+        .map_err(|e| anyhow!("{name}: recompute-all: {e}"))?
+        .report
+        .peak_bytes
+        .min(store_all.peak_bytes);
+    let saved_bytes = chain.xbar.iter().sum();
+    Ok(Setup { name, chain, machine, t_seq: store_all.makespan, m_high: store_all.peak_bytes, m_low, saved_bytes })
+}
+
+/// A zoo model's chain at `--batch` and `--image`, and its profile's machine.
+fn zoo_chain(name: &str, args: &ReproduceArgs) -> anyhow::Result<(Chain, Machine)> {
     let opts = ModelOpts {
         size: SizeOpts {
             batch: Some(crate::flags::BatchArg::Fixed(args.batch)),
@@ -486,27 +526,17 @@ fn setup(name: &str, args: &ReproduceArgs) -> anyhow::Result<Setup> {
         device: None,
     };
     let (model, options) = build_model(name, &opts)?;
-    let machine = options.profile.machine;
-    let chain = model.chain;
-    let subject = Subject::Chain(chain);
-    let store_all = subject.store_all(&machine)?;
-    let Subject::Chain(chain) = subject else { unreachable!("built as a chain") };
-    let recompute_all = pebble_solve::solver("recompute-all").map_err(|e| anyhow!("{e}"))?;
-    let m_low = pebble_solve::plan(recompute_all, Problem::Chain(&chain), u64::MAX, &options_for(&machine, BETA))
-        .map_err(|e| anyhow!("{name}: recompute-all: {e}"))?
-        .report
-        .peak_bytes
-        .min(store_all.peak_bytes);
-    let saved_bytes = chain.xbar.iter().sum();
-    Ok(Setup {
-        name: name.to_string(),
-        chain,
-        machine,
-        t_seq: store_all.makespan,
-        m_high: store_all.peak_bytes,
-        m_low,
-        saved_bytes,
-    })
+    Ok((model.chain, options.profile.machine))
+}
+
+/// A chain file in bytes and seconds (as `pebble graph --view chain` writes it, e.g.
+/// `scripts/ch4_eager_chains.py`'s), planned on `--profile`'s machine.
+fn chain_file(path: &str, args: &ReproduceArgs) -> anyhow::Result<(Chain, Machine)> {
+    let flag = "--models";
+    let text = crate::source::read_file(std::path::Path::new(path), flag)?;
+    let chain = Chain::from_json(&text).map_err(|e| crate::error::bad(format!("{flag} `{path}`: {e}")))?;
+    let profile = crate::source::lookup_profile("--profile", &args.profile())?;
+    Ok((chain, profile.machine))
 }
 
 /// The solver options at bandwidth `beta`, both directions.
@@ -599,6 +629,19 @@ pub(super) fn render(
     cap: Option<f64>,
     reference: Option<(f64, &str)>,
 ) -> Result<String, String> {
+    render_marked(title, (x_desc, y_desc), names, panels, (cap, reference), &[])
+}
+
+/// [`render`], with dashed vertical lines in each panel: `marks[i]`, the x and label of
+/// each of panel `i`'s (the axis stretches to show them).
+fn render_marked(
+    title: &str,
+    (x_desc, y_desc): (&str, &str),
+    names: &[&str],
+    panels: &[Panel],
+    (cap, reference): (Option<f64>, Option<(f64, &str)>),
+    marks: &[Vec<(f64, String)>],
+) -> Result<String, String> {
     let err = |e: &dyn std::fmt::Display| e.to_string();
     let cols = panels.len().clamp(1, 3);
     let rows = panels.len().div_ceil(cols).max(1);
@@ -610,7 +653,8 @@ pub(super) fn render(
         let root = root.titled(title, ("sans-serif", 22)).map_err(|e| err(&e))?;
         let areas = root.split_evenly((rows, cols));
         for (i, (panel, area)) in panels.iter().zip(areas.iter()).enumerate() {
-            let xs = panel.curves.iter().flat_map(|c| c.1.iter().map(|p| p.0));
+            let panel_marks = marks.get(i).map(Vec::as_slice).unwrap_or(&[]);
+            let xs = panel.curves.iter().flat_map(|c| c.1.iter().map(|p| p.0)).chain(panel_marks.iter().map(|m| m.0));
             let (xmin, xmax) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| (a.min(x), b.max(x)));
             let (xmin, xmax) = if xmin.is_finite() { (xmin, xmax) } else { (0.0, 1.0) };
             let ys = panel.curves.iter().flat_map(|c| c.1.iter().filter_map(|p| p.1));
@@ -638,6 +682,15 @@ pub(super) fn render(
             chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw().map_err(|e| err(&e))?;
             if let Some((y, label)) = reference {
                 crate::plot::reference_line(&mut chart, (xmin, xmax), y, (label, 12))?;
+            }
+            for (x, label) in panel_marks {
+                let line =
+                    DashedLineSeries::new(vec![(*x, 0.0), (*x, 0.97 * top)], 6, 4, BLACK.mix(0.4).stroke_width(1));
+                chart.draw_series(line).map_err(|e| err(&e))?;
+                let font = ("sans-serif", 12).into_font().color(&BLACK.mix(0.7));
+                chart
+                    .draw_series(std::iter::once(Text::new(label.clone(), (*x, 0.97 * top), font)))
+                    .map_err(|e| err(&e))?;
             }
             for (s, points) in &panel.curves {
                 let color = COLORS[*s % COLORS.len()];
@@ -729,6 +782,30 @@ mod tests {
                 }
             }
         }
+        // The same chain read from a file (`--models FILE.json`) gives the same figures.
+        let file = dir.join("resnet18-chain.json");
+        std::fs::write(&file, zoo_chain("resnet18", &args).unwrap().0.to_json()).unwrap();
+        let from_file =
+            ReproduceArgs { models: vec![file.display().to_string()], out_dir: dir.join("from-file"), ..args.clone() };
+        run(&from_file).unwrap();
+        let again: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("from-file/ch4.json")).unwrap()).unwrap();
+        let again = &again["models"][0];
+        for key in ["m_high_bytes", "m_low_bytes", "t_seq", "static_bytes", "stages"] {
+            assert_eq!(again[key], model[key], "{key}");
+        }
+        let ceiling = again["factor_ceiling"].as_f64().unwrap();
+        let (high, low, s) = (
+            model["m_high_bytes"].as_f64().unwrap(),
+            model["m_low_bytes"].as_f64().unwrap(),
+            model["static_bytes"].as_f64().unwrap(),
+        );
+        assert!((ceiling - (high - s) / (low - s)).abs() < 1e-9 && ceiling > 1.0, "{ceiling}");
+        let overheads = |m: &Value| -> Vec<Value> {
+            let points = m["alpha_sweep"].as_array().unwrap();
+            points.iter().flat_map(|p| SOLVERS.map(|n| p["solvers"][n]["overhead"].clone())).collect()
+        };
+        assert_eq!(overheads(again), overheads(model));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
