@@ -5,7 +5,7 @@ use anyhow::anyhow;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::{fitting_size, legend_and_present, padded, reference_line, COLORS, SIZE};
+use super::{fitting_size, legend_and_present, padded, reference_line, runs, COLORS, SIZE};
 
 /// One line of [`lines`]: its name and its points, `None` where it has none.
 pub type Series = (String, Vec<(f64, Option<f64>)>);
@@ -55,8 +55,7 @@ pub fn lines_with(
         for (i, (name, points)) in series.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
             let pts: Vec<Option<(f64, f64)>> = points.iter().map(|&(x, y)| y.map(|y| (x, y))).collect();
-            for run in pts.split(|p| p.is_none()).filter(|r| !r.is_empty()) {
-                let run: Vec<(f64, f64)> = run.iter().flatten().copied().collect();
+            for run in runs(&pts) {
                 chart.draw_series(LineSeries::new(run, color.stroke_width(2))).map_err(|e| draw_err(&e))?;
             }
             chart

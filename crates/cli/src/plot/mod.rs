@@ -31,10 +31,10 @@ pub(crate) const COLORS: [RGBColor; 10] = [
     RGBColor(23, 190, 207),
 ];
 
-const SIZE: (u32, u32) = (960, 600);
+pub(crate) const SIZE: (u32, u32) = (960, 600);
 
 /// Draws the legend at `position` and renders the figure into its string.
-fn legend_and_present<'a, 'b: 'a>(
+pub(crate) fn legend_and_present<'a, 'b: 'a>(
     chart: &mut ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
     root: &DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
     position: SeriesLabelPosition,
@@ -87,6 +87,12 @@ fn padded(lo: f64, hi: f64) -> std::ops::Range<f64> {
 }
 
 /// What a legend marks a series with no point in its chart by.
+/// The runs of consecutive points of a broken line (`None` breaks it), each drawn as
+/// one line.
+pub(crate) fn runs(points: &[Option<(f64, f64)>]) -> Vec<Vec<(f64, f64)>> {
+    points.split(|p| p.is_none()).filter(|r| !r.is_empty()).map(|r| r.iter().flatten().copied().collect()).collect()
+}
+
 pub const NO_FEASIBLE_POINT: &str = "(no feasible point)";
 
 /// The legend entry of a series of `(x, y)` points (`None` where it has none, as in
@@ -125,6 +131,12 @@ pub(crate) fn reference_line<'a, DB: DrawingBackend + 'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_broken_line_splits_into_runs() {
+        let r = runs(&[None, Some((2.0, 3.0)), Some((3.0, 4.0)), None, Some((5.0, 1.0))]);
+        assert_eq!(r, vec![vec![(2.0, 3.0), (3.0, 4.0)], vec![(5.0, 1.0)]]);
+    }
 
     #[test]
     fn a_series_with_no_point_is_marked_in_the_legend() {

@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::anyhow;
 use plotters::prelude::*;
 
-use super::{fitting_size, legend_and_present, padded, size_axis, COLORS, SIZE};
+use super::{fitting_size, legend_and_present, padded, runs, size_axis, COLORS, SIZE};
 use crate::source::{write_new_file, Units};
 
 /// One curve of a sweep: a solver's name and, for each budget, its overhead in percent
@@ -92,8 +92,7 @@ pub fn sweep(
             chart.draw_series(infeasible.map(|p| Cross::new(p, 4, color.stroke_width(2)))).map_err(|e| draw_err(&e))?;
             let points: Vec<Option<(f64, f64)>> =
                 curve.points.iter().map(|&(b, y)| y.map(|y| (b as f64 / scale, y))).collect();
-            for run in points.split(|p| p.is_none()).filter(|r| !r.is_empty()) {
-                let run: Vec<(f64, f64)> = run.iter().flatten().copied().collect();
+            for run in runs(&points) {
                 chart.draw_series(LineSeries::new(run, color.stroke_width(2))).map_err(|e| draw_err(&e))?;
             }
             // Markers differ in shape too, so that coinciding points stay readable.

@@ -696,8 +696,7 @@ fn render_marked(
                 let color = COLORS[*s % COLORS.len()];
                 let limit = cap.unwrap_or(f64::INFINITY);
                 let pts: Vec<Option<(f64, f64)>> = points.iter().map(|&(x, y)| y.map(|y| (x, y.min(limit)))).collect();
-                for run in pts.split(|p| p.is_none()).filter(|r| !r.is_empty()) {
-                    let run: Vec<(f64, f64)> = run.iter().flatten().copied().collect();
+                for run in crate::plot::runs(&pts) {
                     chart.draw_series(LineSeries::new(run, color.stroke_width(2))).map_err(|e| err(&e))?;
                 }
                 let feasible = pts.iter().flatten().copied();

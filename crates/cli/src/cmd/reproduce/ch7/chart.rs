@@ -5,7 +5,7 @@
 use anyhow::anyhow;
 use plotters::prelude::*;
 
-use crate::plot::{legend_name, COLORS};
+use crate::plot::{legend_and_present, legend_name, COLORS, SIZE};
 
 /// One solver's points by memory: achieved and expected periods, `None` where it has none.
 pub struct PeriodLine {
@@ -17,10 +17,10 @@ pub struct PeriodLine {
     pub expected: Vec<(f64, Option<f64>)>,
 }
 
-/// The runs of consecutive points of a broken line.
+/// The runs of consecutive points of a broken line, as [`crate::plot::runs`] takes them.
 fn runs(points: &[(f64, Option<f64>)]) -> Vec<Vec<(f64, f64)>> {
     let pts: Vec<Option<(f64, f64)>> = points.iter().map(|&(x, y)| y.map(|y| (x, y))).collect();
-    pts.split(|p| p.is_none()).filter(|r| !r.is_empty()).map(|r| r.iter().flatten().copied().collect()).collect()
+    crate::plot::runs(&pts)
 }
 
 /// The chart's SVG: solid achieved periods with markers, dashed expected ones, the y axis
@@ -38,7 +38,7 @@ pub fn periods(title: &str, x_desc: &str, y_desc: &str, lines: &[PeriodLine]) ->
     let pad = (x1 - x0).max(1.0) * 0.04;
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (960, 600)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE).map_err(|e| draw_err(&e))?;
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 18))
@@ -72,14 +72,7 @@ pub fn periods(title: &str, x_desc: &str, y_desc: &str, lines: &[PeriodLine]) ->
                 }
             }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| draw_err(&e))?;
-        root.present().map_err(|e| draw_err(&e))?;
+        legend_and_present(&mut chart, &root, SeriesLabelPosition::UpperRight, &draw_err)?;
     }
     Ok(svg)
 }
@@ -87,12 +80,6 @@ pub fn periods(title: &str, x_desc: &str, y_desc: &str, lines: &[PeriodLine]) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_broken_line_splits_into_runs() {
-        let r = runs(&[(1.0, None), (2.0, Some(3.0)), (3.0, Some(4.0)), (4.0, None), (5.0, Some(1.0))]);
-        assert_eq!(r, vec![vec![(2.0, 3.0), (3.0, 4.0)], vec![(5.0, 1.0)]]);
-    }
 
     #[test]
     fn expected_lines_are_dashed_and_an_empty_solver_says_so() {
