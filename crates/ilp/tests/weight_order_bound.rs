@@ -6,8 +6,8 @@
 use pebble_graph::Chain;
 use pebble_ilp::weight_bound::{weight_offload_bound, WeightBoundOptions};
 use pebble_ilp::weight_order_bound::{ordered_bound, OrderedBoundOptions};
-use pebble_schedule::{ForwardMode, Op, Schedule, View};
 use pebble_sim::{simulate_chain, Machine, SimConfig};
+use pebble_solve::baseline::store_all::simulate_store_all;
 use pebble_solve::weights::brute::Instance;
 use pebble_solve::weights::{L2l, WeightChain, WeightOffload, WeightOffloadNoReuse};
 use pebble_solve::{plan, PlanError, Problem, SolveError, SolveOptions, Solver};
@@ -80,10 +80,7 @@ fn the_ordered_bound_is_below_the_brute_force_optimum_and_above_the_milp_when_li
 }
 
 fn store_all_peak(c: &Chain) -> u64 {
-    let l = c.len();
-    let mut ops: Vec<Op> = (0..l).map(|s| Op::Forward { stage: s, mode: ForwardMode::KeepAll }).collect();
-    ops.extend((0..=l).rev().map(|s| Op::Backward { stage: s }));
-    simulate_chain(c, &Schedule::new(View::Chain, ops), &SimConfig::default()).unwrap().peak_bytes
+    simulate_store_all(Problem::Chain(c), &SimConfig::default()).unwrap().peak_bytes
 }
 
 /// The simulator's periods of Greedy, Greedy* and L2L are never below the ordered bound

@@ -3,18 +3,15 @@
 
 use pebble_graph::Chain;
 use pebble_ilp::weight_bound::{weight_offload_bound, WeightBoundOptions};
-use pebble_schedule::{ForwardMode, Op, Schedule, View};
 use pebble_sim::{simulate_chain, Machine, SimConfig};
+use pebble_solve::baseline::store_all::simulate_store_all;
 use pebble_solve::weights::exhaustive::exhaustive;
 use pebble_solve::weights::{L2l, WeightChain, WeightOffload, WeightOffloadNoReuse};
 use pebble_solve::{plan, PlanError, Problem, SolveError, SolveOptions, Solver};
 use pebble_testkit::{weighty_chain, Rng};
 
 fn store_all_peak(c: &Chain) -> u64 {
-    let l = c.len();
-    let mut ops: Vec<Op> = (0..l).map(|s| Op::Forward { stage: s, mode: ForwardMode::KeepAll }).collect();
-    ops.extend((0..=l).rev().map(|s| Op::Backward { stage: s }));
-    simulate_chain(c, &Schedule::new(View::Chain, ops), &SimConfig::default()).unwrap().peak_bytes
+    simulate_store_all(Problem::Chain(c), &SimConfig::default()).unwrap().peak_bytes
 }
 
 #[test]
