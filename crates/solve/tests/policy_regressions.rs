@@ -65,3 +65,34 @@ fn a_rerun_with_grad_never_makes_an_output_twice() {
     }
     assert!(checked >= 250, "only {checked} of 305 plans fit");
 }
+
+/// `transformers`' GPT-2 (2 layers of width 64, 4 × 32 tokens) as `pebble.torch` captured
+/// it on the CPU: `add_1` (the attention mask's) makes two activations, and DTR evicted
+/// one while the other stayed. A backward then reran `add_1` without grad for the evicted
+/// one, which would have made the resident one a second time: "`add` would be produced
+/// twice" on every budget below 2,047,232 bytes, where DELTA's policies plan down to
+/// 1,546,240. A rerun now frees what it makes first, with grad or without.
+#[test]
+fn a_rerun_without_grad_never_makes_an_output_twice() {
+    let g = TrainingGraph::from_json(include_str!("data/hf-gpt2-captured.json")).expect("a training graph");
+    let machine = Machine::default();
+    let mut checked = 0;
+    for budget in (1_500_000..2_700_000).step_by(25_000) {
+        for name in pebble_solve::policy::NAMES {
+            let policy = pebble_solve::policy::policy(name, machine.d2h.bandwidth).unwrap();
+            let r = match replay(&g, budget, policy.as_ref()) {
+                Ok(r) => r,
+                Err(e) => {
+                    assert!(!e.to_string().contains("twice"), "{name} at {budget} bytes: {e}");
+                    continue;
+                }
+            };
+            let config = SimConfig { budget: Some(budget), ..SimConfig::on(machine) };
+            let s = simulate_graph(&g, &r.schedule, &config)
+                .unwrap_or_else(|e| panic!("{name} at {budget} bytes: the simulator refuses: {e}"));
+            assert!(s.peak_bytes <= budget, "{name} at {budget} bytes: peak {}", s.peak_bytes);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 200, "only {checked} plans fit");
+}

@@ -343,11 +343,13 @@ impl Replay<'_> {
                     );
                 };
                 let saved = self.g.data[d].kind == DataKind::Saved;
-                if saved {
-                    // Rerun with grad: its resident outputs must go first, even one this
-                    // op reads (pinned): the rerun makes it again before the op runs.
-                    let outs = self.g.compute[p].outputs.clone();
-                    for o in outs {
+                // The rerun (with grad for a saved tensor, else without) makes again each
+                // output it makes: those still resident go first, even one this op reads
+                // (pinned), as the rerun makes it again before the op runs. A rerun
+                // without grad leaves the saved outputs as they are.
+                let outs = self.g.compute[p].outputs.clone();
+                for o in outs {
+                    if (saved || self.g.data[o].kind != DataKind::Saved) && !self.g.resident_from_start(o) {
                         self.free(o);
                     }
                 }
