@@ -34,8 +34,9 @@
 //!   which admit the same integer points but a much tighter relaxation;
 //! * memory: `U[t,k] = U[t,k⁻] − Σ_d M_d FREE[t,d,k⁻] + R[t,k] A_k` (`k⁻` the previous node
 //!   that may run in stage `t`; the first `U` of a stage is `Σ_d M_d S[t,d] + R[t,k] A_k`),
-//!   and `U[t,k] + tmp_k R[t,k] ≤ budget − fixed`, where `fixed` is the static memory
-//!   (parameters, their gradients, optimizer states) and the step's inputs, never freed.
+//!   and `U[t,k] + tmp_k R[t,k] ≤ budget − fixed`, where `fixed` is what is resident from
+//!   the start, never freed: the static memory (parameters, their gradients, optimizer
+//!   states) and the step's inputs (`TrainingGraph::fixed_bytes`).
 //!
 //! This is exactly the simulator's count: its peak is the maximum over compute ops of
 //! what is resident before the op, plus the op's outputs, plus its temporary memory.
@@ -55,7 +56,10 @@
 //!   to its last reader;
 //! * a gradient nobody reads (an input's) is an output of the step: resident from its
 //!   producer to the end, as in `store-all`;
-//! * parameters, parameter gradients, optimizer states and inputs are never freed.
+//! * parameters, parameter gradients, optimizer states and inputs are never freed; but
+//!   parameter gradients that the backward makes (`param_grads_from_backward`, as
+//!   pebble.torch's captures say) count from their first producer on, as the simulator
+//!   counts them, like the input's gradient.
 //!
 //! Two exact reductions keep the ILP smaller: a forward node `i` can usefully run in stage
 //! `t` only if some reader of its outputs can still run at or after `t` (so `R[t,i] = 0`
@@ -74,20 +78,33 @@
 //!
 //! # Solving
 //!
-//! HiGHS solves the ILP, under `SolveOptions::time_limit`. When the store-all schedule
-//! fits, it is passed as a warm start (it is then optimal: no recomputation). At the time
-//! limit the best incumbent is returned; with none, `TooLarge` (the problem is beyond
-//! this solver in that time; `Infeasible` would send `pebble plan` bisecting for the
-//! least feasible budget, one ILP per probe). `Infeasible` means proven: by HiGHS, or
-//! before any solve because some node alone (its inputs, outputs and temporary memory on
-//! top of the fixed memory) exceeds the budget. The ILP has `O(n · |E|)` binaries:
-//! `docs/benchmarks.md` shows how the solve time grows with depth.
+//! HiGHS solves the ILP, under `SolveOptions::time_limit`, from a warm start: a
+//! recompute-only plan that fits the budget in the ILP's own count, given as values of
+//! `R` and `S` (`FREE` and `U` are what they imply) where it satisfies every row; HiGHS
+//! checks it and keeps it as its incumbent, so Checkmate's plan is never worse in the
+//! ILP's objective than the start. When the store-all schedule fits, it is the start (it
+//! is then optimal: no recomputation). Otherwise the start is the faster of two plans put
+//! in stages, each where it fits: DTR's replay (stage `t` reruns, in list order and once
+//! each, the nodes DTR reruns between the first runs of nodes `t − 1` and `t`; with grad,
+//! so its count is not DTR's), and recompute-all (each stage reruns every forward node it
+//! may); each pruned: every rerun dropped, costliest first, that the budget still allows.
+//! Without a start, HiGHS found no feasible point at tight budgets on small captured
+//! graphs (a U-Net of 63 nodes in 10 s, transformers' GPT-2 of 73 in 120 s) where DTR has
+//! plans. At the time limit the best incumbent is returned (not proven optimal); with
+//! none (no start fits), `TooLarge` (the problem is beyond this solver in that time;
+//! `Infeasible` would send `pebble plan` bisecting for the least feasible budget, one ILP
+//! per probe). `Infeasible` means proven: by HiGHS, or before any solve because some node
+//! alone (its inputs, outputs and temporary memory on top of the fixed memory) exceeds
+//! the budget. The ILP has `O(n · |E|)` binaries: `docs/benchmarks.md` shows how the
+//! solve time grows with depth.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use highs::Col;
 use pebble_graph::{ComputeKind, DataKind, TrainingGraph};
 use pebble_schedule::{Op, Schedule, Tensor, View};
+use pebble_solve::baseline::dtr::dtr_schedule;
 use pebble_solve::{Problem, SolveError, SolveOptions, Solver};
 
 use crate::milp::{Bin, Lin, Milp, Outcome};
@@ -151,8 +168,9 @@ pub fn solve_graph(g: &TrainingGraph, budget: u64, options: &SolveOptions) -> Re
             Err(e @ IlpError::NoSolution { .. }) => Err(SolveError::TooLarge {
                 solver: "checkmate",
                 why: format!(
-                    "its ILP ({} stages) hit its time limit without a plan ({e}), and Checkmate keeps no incumbent: \
-                     give it more time, or plan with hiremate, which keeps Rockmate's and PyTorch's plans",
+                    "its ILP ({} stages) hit its time limit without a plan ({e}), and Checkmate keeps no incumbent \
+                     at this budget (none of its warm starts fits: store-all, DTR's plan or recompute-all, in its \
+                     stages): give it more time, or plan with hiremate, which keeps Rockmate's and PyTorch's plans",
                     inst.n
                 ),
             }),
@@ -171,11 +189,12 @@ pub(crate) struct Instance<'g> {
     once: Vec<bool>,
     /// The last stage in which the node may usefully run.
     last: Vec<usize>,
-    /// For a tracked data node (not static, not an input): its allocator, the first producer.
+    /// For a tracked data node (not resident from the start): its allocator, the first producer.
     alloc: Vec<Option<usize>>,
     /// Nodes that read each tracked data node or accumulate into it, sorted.
     users: Vec<Vec<usize>>,
-    /// A gradient nobody reads: resident from its producer to the end.
+    /// A gradient nobody reads, or a parameter gradient made by the backward: resident
+    /// from its (first) producer to the end.
     pinned: Vec<bool>,
     /// The last stage into which a tracked data node may be carried.
     s_last: Vec<usize>,
@@ -184,7 +203,7 @@ pub(crate) struct Instance<'g> {
     /// The tracked data that must be resident for each node (its inputs, and the gradients
     /// it accumulates into).
     needs: Vec<Vec<usize>>,
-    /// Fixed bytes: static memory and the step's inputs.
+    /// Fixed bytes: what is resident from the start (`TrainingGraph::fixed_bytes`).
     fixed: u64,
 }
 
@@ -201,7 +220,7 @@ impl<'g> Instance<'g> {
         g.validate().map_err(|e| IlpError::InvalidGraph(e.to_string()))?;
         let n = g.compute.len();
         let nd = g.data.len();
-        let tracked = |d: usize| !(g.data[d].kind.is_static() || g.data[d].kind == DataKind::Input);
+        let tracked = |d: usize| !g.resident_from_start(d);
         let mut producers: Vec<Vec<usize>> = vec![Vec::new(); nd];
         for (k, c) in g.compute.iter().enumerate() {
             for &d in &c.outputs {
@@ -247,7 +266,10 @@ impl<'g> Instance<'g> {
             u.dedup();
         }
         let pinned: Vec<bool> = (0..nd)
-            .map(|d| alloc[d].is_some() && users[d].is_empty() && g.data[d].kind == DataKind::Gradient)
+            .map(|d| {
+                let kind = g.data[d].kind;
+                alloc[d].is_some() && (kind == DataKind::ParamGrad || users[d].is_empty() && kind == DataKind::Gradient)
+            })
             .collect();
         // The last useful stage, from the end: a backward node's is its own; a forward
         // node's is the last of the readers of what it allocates.
@@ -260,7 +282,7 @@ impl<'g> Instance<'g> {
             last[k] = readers.map(|&u| last[u]).fold(k, usize::max);
         }
         let s_last: Vec<usize> = (0..nd).map(|d| users[d].iter().map(|&u| last[u]).max().unwrap_or(0)).collect();
-        let fixed = g.static_bytes() + g.data.iter().filter(|d| d.kind == DataKind::Input).map(|d| d.size).sum::<u64>();
+        let fixed = g.fixed_bytes();
         Ok(Instance { g, n, once, last, alloc, users, pinned, s_last, allocates, needs, fixed })
     }
 
@@ -320,7 +342,7 @@ impl<'g> Instance<'g> {
                     self.fixed,
                     self.alloc_bytes(k),
                     c.tmp,
-                    if pinned > 0 { format!(", {pinned} of input gradients kept to the end") } else { String::new() }
+                    if pinned > 0 { format!(", {pinned} of gradients kept to the end") } else { String::new() }
                 ));
             }
         }
@@ -338,11 +360,17 @@ impl<'g> Instance<'g> {
         r + s + per_stage
     }
 
-    /// Builds and solves the ILP for `budget` bytes; returns the compute sequence, and
-    /// whether HiGHS proved it optimal. The constraint families go stage by stage, in the
-    /// order below (HiGHS's search can depend on the order of the rows).
+    /// Builds and solves the ILP for `budget` bytes from [`Instance::warm_start`].
     fn solve(&self, budget: u64, time_limit: Option<f64>) -> Result<(Vec<usize>, bool), IlpError> {
-        let mut ilp = CheckmateIlp::new(self, budget)?;
+        self.solve_from(&self.warm_start(budget), budget, time_limit)
+    }
+
+    /// Builds and solves the ILP for `budget` bytes, HiGHS given `start` if it satisfies
+    /// every row; returns the compute sequence, and whether HiGHS proved it optimal. The
+    /// constraint families go stage by stage, in the order below (HiGHS's search can
+    /// depend on the order of the rows).
+    fn solve_from(&self, start: &Start, budget: u64, time_limit: Option<f64>) -> Result<(Vec<usize>, bool), IlpError> {
+        let mut ilp = CheckmateIlp::new(self, budget, start)?;
         for t in 0..self.n {
             let act = self.active(t);
             ilp.dependencies(t, &act);
@@ -386,8 +414,192 @@ impl<'g> Instance<'g> {
     }
 }
 
+/// A plan the ILP starts from: the nodes each stage runs (`R`) and the data resident
+/// before each stage (`S`), in the ILP's own terms.
+struct Start {
+    /// `stages[t]`: the nodes stage `t` runs, in list order (node `t` last).
+    stages: Vec<Vec<usize>>,
+    /// `resident[d][t]`: `S[t,d]`, for `t` in `0..=n` (pinned gradients included).
+    resident: Vec<Vec<bool>>,
+}
+
+impl Start {
+    /// Whether stage `t` runs node `k`: `R[t,k]`.
+    fn runs(&self, t: usize, k: usize) -> bool {
+        self.stages[t].binary_search(&k).is_ok()
+    }
+
+    /// The compute sequence.
+    fn sequence(&self) -> Vec<usize> {
+        self.stages.concat()
+    }
+}
+
+impl Instance<'_> {
+    /// The ILP's start at `budget` (see the module doc, # Solving): store-all's where it
+    /// fits; else the faster of DTR's plan and recompute-all, each in stages, fitting the
+    /// budget in the ILP's count, and pruned ([`Instance::prune`]); else store-all's
+    /// (which does not fit, and HiGHS does not get).
+    fn warm_start(&self, budget: u64) -> Start {
+        let store_all = self.start_of((0..self.n).map(|t| vec![t]).collect());
+        if self.start_peak(&store_all) <= budget {
+            return store_all;
+        }
+        let recompute_all = (0..self.n).map(|t| self.active(t)).collect();
+        let time = |s: &Start| s.sequence().iter().map(|&k| self.g.compute[k].time).sum::<f64>();
+        [self.dtr_stages(budget), Some(recompute_all)]
+            .into_iter()
+            .flatten()
+            .map(|stages| self.start_of(stages))
+            .filter(|s| self.start_peak(s) <= budget)
+            .map(|s| self.prune(s, budget))
+            .min_by(|a, b| time(a).total_cmp(&time(b)))
+            .unwrap_or(store_all)
+    }
+
+    /// DTR's plan at `budget` in stages ([`Instance::staged`]); `None` if DTR has none.
+    fn dtr_stages(&self, budget: u64) -> Option<Vec<Vec<usize>>> {
+        let replayed = dtr_schedule(self.g, budget).ok()?;
+        let seq: Vec<usize> = (replayed.ops.iter())
+            .filter_map(|op| if let Op::Compute { node, .. } = op { Some(*node) } else { None })
+            .collect();
+        self.staged(&seq)
+    }
+
+    /// A compute sequence (first runs in list order, recomputations between them) in
+    /// stages: stage `t` reruns, in list order and once each, the nodes rerun between
+    /// the first runs of nodes `t − 1` and `t`, less those that may not run in it (no
+    /// reader of their outputs is left). `None` if the first runs are out of order or a
+    /// node that runs once runs again.
+    fn staged(&self, seq: &[usize]) -> Option<Vec<Vec<usize>>> {
+        let mut stages: Vec<Vec<usize>> = vec![Vec::new(); self.n];
+        let mut t = 0;
+        for &k in seq {
+            if k == t {
+                stages[t].push(k);
+                t += 1;
+            } else if k > t || self.once[k] {
+                return None;
+            } else if t < self.n && self.may_run(t, k) {
+                stages[t].push(k);
+            }
+        }
+        if t < self.n {
+            return None;
+        }
+        for run in &mut stages {
+            run.sort_unstable();
+            run.dedup();
+        }
+        Some(stages)
+    }
+
+    /// Drops the reruns of `start`, costliest first, each that `budget` still allows (the
+    /// data it made then stays from its previous run): a faster start, as valid. A rerun
+    /// changes `S` of what its node reads and makes only, so each try recounts those and
+    /// the stages where they change.
+    fn prune(&self, mut start: Start, budget: u64) -> Start {
+        let time = |k: usize| self.g.compute[k].time;
+        let mut reruns: Vec<(usize, usize)> =
+            (0..self.n).flat_map(|t| start.stages[t].iter().filter(move |&&k| k < t).map(move |&k| (t, k))).collect();
+        reruns.sort_by(|a, b| time(b.1).total_cmp(&time(a.1)));
+        let mut peaks: Vec<u64> = (0..self.n).map(|t| self.stage_peak(&start, t)).collect();
+        for (t, k) in reruns {
+            let i = start.stages[t].binary_search(&k).expect("a rerun of the start");
+            start.stages[t].remove(i);
+            let mut touched: Vec<usize> = self.allocates[k].iter().chain(&self.needs[k]).copied().collect();
+            touched.sort_unstable();
+            touched.dedup();
+            let before: Vec<Vec<bool>> = touched
+                .iter()
+                .map(|&d| std::mem::replace(&mut start.resident[d], self.resident_of(&start.stages, d)))
+                .collect();
+            // Stage `u`'s count reads `S[u]` and `S[u+1]`.
+            let mut hit = vec![t];
+            for (&d, old) in touched.iter().zip(&before) {
+                let changed = (0..=self.n).filter(|&u| old[u] != start.resident[d][u]);
+                hit.extend(changed.flat_map(|u| [u.saturating_sub(1), u]).filter(|&u| u < self.n));
+            }
+            hit.sort_unstable();
+            hit.dedup();
+            let old_peaks: Vec<u64> =
+                hit.iter().map(|&u| std::mem::replace(&mut peaks[u], self.stage_peak(&start, u))).collect();
+            if self.fixed + peaks.iter().max().copied().unwrap_or(0) > budget {
+                start.stages[t].insert(i, k);
+                touched.iter().zip(before).for_each(|(&d, old)| start.resident[d] = old);
+                hit.iter().zip(old_peaks).for_each(|(&u, p)| peaks[u] = p);
+            }
+        }
+        start
+    }
+
+    /// The start that runs `stages` ([`Instance::resident_of`]).
+    fn start_of(&self, stages: Vec<Vec<usize>>) -> Start {
+        let resident = (0..self.g.data.len()).map(|d| self.resident_of(&stages, d)).collect();
+        Start { stages, resident }
+    }
+
+    /// `S[·,d]` for `stages`: `d` resident from the stage after each production to its
+    /// last use before it is produced again (a pinned gradient to the end).
+    fn resident_of(&self, stages: &[Vec<usize>], d: usize) -> Vec<bool> {
+        let mut kept = vec![false; self.n + 1];
+        let Some(a) = self.alloc[d] else { return kept };
+        let runs = |t: usize, k: usize| stages[t].binary_search(&k).is_ok();
+        // The latest production's stage, and its last use's since.
+        let mut open: Option<(usize, usize)> = None;
+        let mut close = |(from, to): (usize, usize)| kept[from + 1..=to].fill(true);
+        for t in a..self.n {
+            // The allocator precedes every user in list order, so in a stage too.
+            if runs(t, a) {
+                if let Some(o) = open.replace((t, t)) {
+                    close(o);
+                }
+            }
+            if let Some((_, used)) = &mut open {
+                if self.users[d].iter().any(|&u| runs(t, u)) {
+                    *used = t;
+                }
+            }
+        }
+        if let Some((from, used)) = open {
+            close((from, if self.pinned[d] { self.n } else { used }));
+        }
+        kept
+    }
+
+    /// The most memory the ILP counts for `start`, fixed bytes included.
+    fn start_peak(&self, start: &Start) -> u64 {
+        self.fixed + (0..self.n).map(|t| self.stage_peak(start, t)).max().unwrap_or(0)
+    }
+
+    /// The most memory the ILP counts in stage `t` of `start`, fixed bytes excluded: what
+    /// is resident before the stage, plus what each node allocates and its temporary
+    /// memory, less what `FREE` frees after each node (the rows of [`CheckmateIlp::memory`]).
+    fn stage_peak(&self, start: &Start, t: usize) -> u64 {
+        let (run, resident) = (&start.stages[t], &start.resident);
+        // The position in the stage of the last node that reads each data node.
+        let mut last_read: HashMap<usize, usize> = HashMap::new();
+        for (i, &k) in run.iter().enumerate() {
+            last_read.extend(self.needs[k].iter().map(|&d| (d, i)));
+        }
+        let mut mem: u64 = (0..self.g.data.len()).filter(|&d| resident[d][t]).map(|d| self.size_of(d)).sum();
+        let mut peak = 0;
+        for (i, &k) in run.iter().enumerate() {
+            mem += self.alloc_bytes(k);
+            peak = peak.max(mem + self.g.compute[k].tmp);
+            for &d in self.allocates[k].iter().chain(&self.needs[k]) {
+                let read_later = last_read.get(&d).is_some_and(|&j| j > i);
+                if !(self.pinned[d] || resident[d][t + 1] || read_later) {
+                    mem = mem.saturating_sub(self.size_of(d));
+                }
+            }
+        }
+        peak
+    }
+}
+
 /// The ILP of [`Instance::solve`] under construction: the model, the columns `R` and `S`
-/// (store-all's values their warm start), and the units. Each method adds one family of
+/// (a [`Start`]'s values their warm start), and the units. Each method adds one family of
 /// the module doc's constraints for one stage.
 struct CheckmateIlp<'a, 'g> {
     inst: &'a Instance<'g>,
@@ -398,16 +610,16 @@ struct CheckmateIlp<'a, 'g> {
     mu: f64,
     /// The budget less the fixed bytes, in units.
     cap: f64,
-    /// Whether store-all's values fit every memory row: then HiGHS starts from them.
-    warm_fits: bool,
+    /// Whether the start's values satisfy every row so far: then HiGHS starts from them.
+    start_fits: bool,
     /// Whether a constant row breaks: the ILP has no solution.
     structural: bool,
 }
 
 impl<'a, 'g> CheckmateIlp<'a, 'g> {
     /// The units, and the columns `R` (recomputable nodes only) and `S` (not pinned), at
-    /// store-all's values: no recomputation, each tensor kept until its last reader.
-    fn new(inst: &'a Instance<'g>, budget: u64) -> Result<CheckmateIlp<'a, 'g>, IlpError> {
+    /// `start`'s values.
+    fn new(inst: &'a Instance<'g>, budget: u64, start: &Start) -> Result<CheckmateIlp<'a, 'g>, IlpError> {
         let (n, nd) = (inst.n, inst.g.data.len());
         let avail = budget.checked_sub(inst.fixed).ok_or(IlpError::Infeasible)?;
         // Units: memory so that the budget is about 10⁴ units, time so that the slowest
@@ -417,25 +629,24 @@ impl<'a, 'g> CheckmateIlp<'a, 'g> {
         let tu = inst.g.compute.iter().map(|c| c.time).fold(0.0, f64::max);
         let tu = if tu > 0.0 { tu } else { 1.0 };
 
-        // Store-all, the warm start: no recomputation, each tensor kept until its last reader.
         let mut m = Milp::new();
         let mut cols = Cols { r: Vec::with_capacity(n), s: Vec::with_capacity(nd) };
+        let bit = |b: bool| f64::from(u8::from(b));
         for k in 0..n {
-            let stages = if inst.once[k] { 0 } else { inst.last[k] - k };
+            let last = if inst.once[k] { k } else { inst.last[k] };
             let cost = inst.g.compute[k].time / tu;
-            cols.r.push((0..stages).map(|_| m.binary(cost, 0.0)).collect());
+            cols.r.push((k + 1..=last).map(|t| m.binary(cost, bit(start.runs(t, k)))).collect());
         }
         for d in 0..nd {
-            let last_reader = inst.users[d].last().copied().unwrap_or(0);
             let v = match inst.alloc[d] {
                 Some(a) if !inst.pinned[d] => {
-                    (a + 1..=inst.s_last[d]).map(|t| m.binary(0.0, f64::from(u8::from(t <= last_reader)))).collect()
+                    (a + 1..=inst.s_last[d]).map(|t| m.binary(0.0, bit(start.resident[d][t]))).collect()
                 }
                 _ => Vec::new(),
             };
             cols.s.push(v);
         }
-        Ok(CheckmateIlp { inst, m, cols, mu, cap: avail as f64 / mu, warm_fits: true, structural: false })
+        Ok(CheckmateIlp { inst, m, cols, mu, cap: avail as f64 / mu, start_fits: true, structural: false })
     }
 
     /// `bytes` in memory units.
@@ -451,8 +662,12 @@ impl<'a, 'g> CheckmateIlp<'a, 'g> {
         self.inst.s(&self.cols, t, d)
     }
 
-    /// Adds `lo ≤ e ≤ hi`, or checks it when `e` is constant.
+    /// Adds `lo ≤ e ≤ hi`, or checks it when `e` is constant; and checks the start on it,
+    /// to about 10⁻⁹ (HiGHS's own check of the start allows 10⁻⁶).
     fn row(&mut self, lo: f64, e: &Lin, hi: f64) {
+        let v = e.eval(self.m.start_values());
+        let tol = 1e-9 + 1e-12 * v.abs();
+        self.start_fits &= lo - tol <= v && v <= hi + tol;
         if e.is_constant() {
             self.structural |= !Milp::holds(lo, e, hi);
         } else {
@@ -511,7 +726,6 @@ impl<'a, 'g> CheckmateIlp<'a, 'g> {
             self.row(0.0, &def, 0.0);
             let mut peak = Lin::default();
             peak.add_col(u, 1.0).add_bin(rk, self.mem(inst.g.compute[k].tmp));
-            self.warm_fits &= peak.eval(self.m.start_values()) <= self.cap * (1.0 + 1e-12);
             self.row(f64::NEG_INFINITY, &peak, self.cap);
             prev = Lin::default();
             prev.add_col(u, 1.0);
@@ -566,7 +780,7 @@ impl<'a, 'g> CheckmateIlp<'a, 'g> {
         // HiGHS's default gaps, stated: optimal within 0.01% of the recomputation time, or
         // within a millionth of the slowest node's time (the objective's unit).
         let options = [("mip_rel_gap", 1e-4), ("mip_abs_gap", 1e-6)];
-        let (cols_values, optimal) = match self.m.solve(time_limit, self.warm_fits, &options)? {
+        let (cols_values, optimal) = match self.m.solve(time_limit, self.start_fits, &options)? {
             Outcome::Optimal(v) => (v, true),
             Outcome::Incumbent(v, ..) => (v, false),
         };

@@ -255,14 +255,16 @@ fn hurried_hiremate_keeps_rockmates_plan_on_large_blocks() {
     assert!(e.contains("time limit") && e.contains("no incumbent (rockmate) fits"), "{e}");
 }
 
-/// Checkmate keeps no incumbent: when its ILP finds nothing in its time limit, it says so
-/// and names what to do instead.
+/// A hurried Checkmate keeps its warm start (DTR's plan or recompute-all, in its stages):
+/// where its ILP proves nothing in its time limit it returns that plan, within the budget
+/// and not proven optimal. (Where no start fits, the error says so: the GPT-2 unit test
+/// `without_a_start_a_hurried_ilp_says_it_keeps_no_incumbent`.)
 #[test]
-fn hurried_checkmate_says_its_ilp_hit_the_time_limit() {
-    use pebble_solve::Solver;
+fn hurried_checkmate_keeps_its_start() {
     let case = SmallCase::resnet();
     let options = SolveOptions { time_limit: Some(1e-6), ..SolveOptions::default() };
-    let e = pebble_ilp::checkmate::Checkmate.solve(Problem::Graph(&case.g), case.budget, &options).unwrap_err();
-    let text = e.to_string();
-    assert!(text.contains("hit its time limit") && text.contains("keeps no incumbent"), "{text}");
+    let p =
+        pebble_solve::plan(&pebble_ilp::checkmate::Checkmate, Problem::Graph(&case.g), case.budget, &options).unwrap();
+    assert_eq!(p.schedule.optimal, Some(false));
+    assert!(p.report.peak_bytes <= case.budget, "{} > {}", p.report.peak_bytes, case.budget);
 }

@@ -74,7 +74,7 @@ fn a_rerun_with_grad_never_makes_an_output_twice() {
 /// 1,546,240. A rerun now frees what it makes first, with grad or without.
 #[test]
 fn a_rerun_without_grad_never_makes_an_output_twice() {
-    let g = TrainingGraph::from_json(include_str!("data/hf-gpt2-captured.json")).expect("a training graph");
+    let g = pebble_testkit::captured::hf_gpt2();
     let machine = Machine::default();
     let mut checked = 0;
     for budget in (1_500_000..2_700_000).step_by(25_000) {

@@ -2,7 +2,8 @@
 //! RNG ([`Rng`]), random chains ([`ChainSpec`], [`random_chain`]), hand-made chains and
 //! training graphs whose figures the tests work out by hand ([`hand_chain`],
 //! [`tiny_graph`], [`residual_graph`], ...), a builder for more ([`GraphBuilder`]), small
-//! zoo models ([`gpt`]) and proptest strategies ([`strategies`]).
+//! zoo models ([`gpt`]), PyTorch models as `pebble.torch` captured them ([`captured`]) and
+//! proptest strategies ([`strategies`]).
 //!
 //! A dev-dependency only (`publish = false`): it knows chains and graphs
 //! (`pebble-graph`) and the zoo, never solvers, schedules or the simulator, so that any
@@ -10,6 +11,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod captured;
 mod chains;
 mod graphs;
 mod rng;

@@ -342,3 +342,106 @@ fn schedule_of_the_plain_sequence_is_store_all() {
         assert_eq!((a.peak_bytes, a.makespan), (b.peak_bytes, b.makespan), "{name}");
     }
 }
+
+fn time_of(g: &TrainingGraph, seq: &[usize]) -> f64 {
+    seq.iter().map(|&k| g.compute[k].time).sum()
+}
+
+/// On the U-Net at 60% of the store-all peak, HiGHS alone finds no plan in a second; from
+/// the start (DTR's plan in stages, pruned), Checkmate returns one that fits, no slower
+/// than the start, nor than DTR's own plan.
+#[test]
+fn the_start_gives_a_plan_where_the_ilp_alone_finds_none() {
+    let g = pebble_testkit::captured::unet();
+    let inst = Instance::new(&g).unwrap();
+    let sa = store_all(&g);
+    let budget = sa.peak_bytes * 6 / 10;
+    let store_all_start = inst.start_of((0..inst.n).map(|t| vec![t]).collect());
+    assert!(inst.start_peak(&store_all_start) > budget);
+    match inst.solve_from(&store_all_start, budget, Some(1.0)) {
+        Err(IlpError::NoSolution { .. }) => {}
+        other => panic!("the ILP alone: {other:?}"),
+    }
+    let start = inst.warm_start(budget);
+    let from = simulate(&g, &inst.schedule(&start.sequence())).unwrap();
+    assert!(from.peak_bytes <= budget);
+    // DTR's plan takes 2.28× store-all's time here; pruned, its stages 1.13×.
+    assert!(from.makespan <= 1.2 * sa.makespan, "the start: {} against store-all's {}", from.makespan, sa.makespan);
+    let dtr = simulate(&g, &pebble_solve::baseline::dtr::dtr_schedule(&g, budget).unwrap()).unwrap();
+    let opts = SolveOptions { time_limit: Some(1.0), ..SolveOptions::default() };
+    let p = plan(checkmate(), Problem::Graph(&g), budget, &opts).unwrap();
+    assert!(p.report.peak_bytes <= budget, "peak {}", p.report.peak_bytes);
+    assert!(
+        p.report.makespan <= from.makespan * (1.0 + 1e-9),
+        "{} against the start's {}",
+        p.report.makespan,
+        from.makespan
+    );
+    assert!(p.report.makespan < dtr.makespan, "{} against DTR's {}", p.report.makespan, dtr.makespan);
+}
+
+/// On a capture, the ILP counts what the simulator counts (parameter gradients from the
+/// backward on): store-all's start and each budget's start count its simulated peak, fit
+/// the budget, and HiGHS keeps them (stopped at once, it returns a plan no slower).
+#[test]
+fn starts_count_as_the_simulator_and_highs_keeps_them() {
+    let g = pebble_testkit::captured::unet();
+    let inst = Instance::new(&g).unwrap();
+    let sa = store_all(&g);
+    let store_all_start = inst.start_of((0..inst.n).map(|t| vec![t]).collect());
+    assert_eq!(inst.start_peak(&store_all_start), sa.peak_bytes);
+    for pct in [55, 70, 85, 99] {
+        let budget = sa.peak_bytes * pct / 100;
+        let start = inst.warm_start(budget);
+        let seq = start.sequence();
+        let r = simulate(&g, &inst.schedule(&seq)).unwrap();
+        assert_eq!(inst.start_peak(&start), r.peak_bytes, "at {pct}%");
+        // Pruning recounts `S` where a rerun changes it: as counted afresh.
+        assert!(start.resident == inst.start_of(start.stages.clone()).resident, "at {pct}%");
+        assert!(r.peak_bytes <= budget, "at {pct}%: {} over {budget}", r.peak_bytes);
+        assert!(seq.len() > g.compute.len(), "at {pct}%: no recomputation");
+        let (found, _) = inst.solve_from(&start, budget, Some(1e-6)).unwrap_or_else(|e| panic!("at {pct}%: {e}"));
+        assert!(time_of(&g, &found) <= time_of(&g, &seq) * (1.0 + 1e-9), "at {pct}%");
+    }
+}
+
+/// On GPT-2, recompute-all in stages and DTR both need 1,546,240 bytes, where no node
+/// alone needs more than 1,356,800: one byte less, no start fits, and an ILP stopped at
+/// once has no plan, and says why.
+#[test]
+fn without_a_start_a_hurried_ilp_says_it_keeps_no_incumbent() {
+    let g = pebble_testkit::captured::hf_gpt2();
+    let inst = Instance::new(&g).unwrap();
+    let recompute_all = inst.start_of((0..inst.n).map(|t| inst.active(t)).collect());
+    assert_eq!(inst.start_peak(&recompute_all), 1_546_240);
+    let budget = 1_546_239;
+    assert!(inst.start_peak(&inst.warm_start(budget)) > budget, "a start fits at {budget}");
+    let options = SolveOptions { time_limit: Some(1e-6), ..SolveOptions::default() };
+    let text = checkmate().solve(Problem::Graph(&g), budget, &options).unwrap_err().to_string();
+    assert!(text.contains("hit its time limit") && text.contains("keeps no incumbent"), "{text}");
+}
+
+/// A compute sequence in stages: reruns sorted and deduplicated into the stage of the
+/// next first run, useless ones dropped; out-of-order first runs, or a backward run
+/// twice, are no stages.
+#[test]
+fn sequences_in_stages() {
+    let g = chain_graph(3, true);
+    let inst = Instance::new(&g).unwrap();
+    // f1 f2 f3 loss b3 b2 b1 = 0..7; f3 (2) is useless after b3 (4).
+    let stages = inst.staged(&[0, 1, 2, 3, 1, 0, 4, 2, 5, 0, 0, 6]).unwrap();
+    assert_eq!(stages, vec![vec![0], vec![1], vec![2], vec![3], vec![0, 1, 4], vec![5], vec![0, 6]]);
+    assert_eq!(inst.staged(&[1, 0, 2, 3, 4, 5, 6]), None);
+    assert_eq!(inst.staged(&[0, 1, 2, 3, 4, 4, 5, 6]), None);
+    assert_eq!(inst.staged(&[0, 1, 2, 3, 4, 5]), None);
+    // What is resident before each stage: a1 into f2's stage, then from its rerun in
+    // stage 4 into b2's; s1 (f1's saved, which b1 alone reads) never, as f1 runs again in
+    // b1's stage.
+    let start = inst.start_of(stages);
+    let name = |d: usize| g.data[d].name.as_str();
+    let kept = |d: usize| (0..=inst.n).filter(|&t| start.resident[d][t]).collect::<Vec<_>>();
+    let s1 = (0..g.data.len()).find(|&d| name(d) == "s1").unwrap();
+    let a1 = (0..g.data.len()).find(|&d| name(d) == "a1").unwrap();
+    assert_eq!(kept(a1), vec![1, 5]);
+    assert_eq!(kept(s1), Vec::<usize>::new());
+}
