@@ -24,7 +24,12 @@ fn main() {
     let fixed = g.fixed_bytes();
     let r = simulate_store_all(Problem::Graph(&g), &SimConfig::default()).unwrap();
     let budget = fixed + (r.peak_bytes - fixed) * pct / 100;
-    let own = HiremateConfig { rockmate_incumbent: false, mincut_incumbent: false, ..HiremateConfig::DEFAULT };
+    let own = HiremateConfig {
+        rockmate_incumbent: false,
+        mincut_incumbent: false,
+        start_incumbent: false,
+        ..HiremateConfig::DEFAULT
+    };
     let variants: Vec<(&str, HiremateConfig)> = vec![
         ("own", own),
         ("grid=(16,16)", HiremateConfig { grid: (16, 16), ..own }),

@@ -179,6 +179,18 @@ pub fn solve_graph(g: &TrainingGraph, budget: u64, options: &SolveOptions) -> Re
     })
 }
 
+/// Checkmate's warm start at `budget` as a schedule, where one fits (see # Solving): a
+/// plan in tenths of a second, which HiRemate keeps as an incumbent. `None` where none
+/// fits, or the graph is beyond Checkmate ([`MAX_COLUMNS`]).
+pub fn start_schedule(g: &TrainingGraph, budget: u64) -> Option<Schedule> {
+    let inst = Instance::new(g).ok()?;
+    if inst.size() > MAX_COLUMNS || inst.obviously_infeasible(budget).is_some() {
+        return None;
+    }
+    let start = inst.warm_start(budget);
+    (inst.start_peak(&start) <= budget).then(|| inst.schedule(&start.sequence()))
+}
+
 /// What the ILP knows of a graph: which nodes may run again, who allocates and who
 /// reads each data node.
 pub(crate) struct Instance<'g> {

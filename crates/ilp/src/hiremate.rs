@@ -40,6 +40,11 @@
 //!    ([`HiremateConfig::mincut_incumbent`]): `pytorch-mincut` plans in a fraction of a
 //!    second, and where a tensor is read by many clusters (the encoder's output, by every
 //!    decoder layer) its cut saves it once, where HiRemate's clusters each decide alone.
+//! 7. **Checkmate's warm start as a third incumbent**, on every graph
+//!    ([`HiremateConfig::start_incumbent`]): DTR's plan or recompute-all, in Checkmate's
+//!    stages and pruned, in tenths of a second. At tight budgets the top H-ILP may find
+//!    nothing in its time limit where neither Rockmate's nor the min cut's plan fits
+//!    (transformers' GPT-2 at 40% and 60% of its activations, with 2 s ILPs).
 //!
 //! Why not the thesis's choices (8 peak budgets, options shared in proportion to their
 //! count, `N_o = 60`, H-Partition alone): on GPT-2 they left the attention half of each
@@ -114,6 +119,12 @@ pub struct HiremateConfig {
     /// reads the encoder's output, the min cut's plan is the faster (docs/benchmarks.md).
     /// Eager's store-all is kept too: where it fits, nothing is faster.
     pub mincut_incumbent: bool,
+    /// On every graph, also keep Checkmate's warm start ([`crate::checkmate::start_schedule`]:
+    /// DTR's plan or recompute-all, in Checkmate's stages, its reruns pruned), tenths of a
+    /// second: at tight budgets, where the top H-ILP finds nothing in its time limit and
+    /// Rockmate's and the min cut's plans do not fit (transformers' GPT-2 at 60% of its
+    /// activations: nothing in 2 s; the start runs at +7.6%).
+    pub start_incumbent: bool,
     /// `(#M_peak, #M_save)` budgets per cluster; `#M_save = 1` solves at peak budgets
     /// only (no save budget).
     pub grid: (usize, usize),
@@ -174,6 +185,7 @@ impl HiremateConfig {
         also_h_partition: true,
         rockmate_incumbent: true,
         mincut_incumbent: true,
+        start_incumbent: true,
         grid: (10, 10),
         coarse_grid: (8, 4),
         save_axes: 24.0,
@@ -193,6 +205,7 @@ impl HiremateConfig {
         also_h_partition: false,
         rockmate_incumbent: false,
         mincut_incumbent: false,
+        start_incumbent: false,
         max_options: 60,
         ..HiremateConfig::DEFAULT
     };
@@ -268,6 +281,9 @@ impl Solver for Hiremate {
                 plans.push((Some(prepared.solver()), Box::new(prepared)));
             }
         }
+        if cfg.start_incumbent && valid {
+            plans.push((Some("checkmate"), Box::new(CheckmateStart(g))));
+        }
         if plans.is_empty() {
             let reason = error.expect("a preparation failed").to_string();
             return Ok(Box::new(crate::Failed { solver: "hiremate", reason }));
@@ -284,6 +300,18 @@ impl Solver for Hiremate {
 impl crate::Schedules for Prepared<'_> {
     fn schedule(&self, budget: u64, options: &SolveOptions) -> Result<Schedule, SolveError> {
         Prepared::schedule(self, budget, options)
+    }
+}
+
+/// Checkmate's warm start as an incumbent ([`HiremateConfig::start_incumbent`]).
+struct CheckmateStart<'g>(&'g TrainingGraph);
+
+impl crate::Schedules for CheckmateStart<'_> {
+    fn schedule(&self, budget: u64, _: &SolveOptions) -> Result<Schedule, SolveError> {
+        crate::checkmate::start_schedule(self.0, budget).ok_or_else(|| SolveError::Infeasible {
+            budget,
+            reason: String::from("no warm start of Checkmate's fits (DTR's plan nor recompute-all)"),
+        })
     }
 }
 

@@ -55,8 +55,13 @@ fn variants() -> Vec<(&'static str, HiremateConfig)> {
         ("blocks first", HiremateConfig { blocks_first: true, ..before }),
         ("correction terms (3.34)", HiremateConfig { correction_terms: true, ..before }),
         (
-            "all but the incumbents (Rockmate's and the min cut's plans)",
-            HiremateConfig { rockmate_incumbent: false, mincut_incumbent: false, ..HiremateConfig::DEFAULT },
+            "all but the incumbents (Rockmate's, the min cut's and Checkmate's start)",
+            HiremateConfig {
+                rockmate_incumbent: false,
+                mincut_incumbent: false,
+                start_incumbent: false,
+                ..HiremateConfig::DEFAULT
+            },
         ),
         ("all (hiremate)", HiremateConfig::DEFAULT),
         ("all, with correction terms", HiremateConfig { correction_terms: true, ..HiremateConfig::DEFAULT }),
