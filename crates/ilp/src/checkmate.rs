@@ -191,6 +191,14 @@ pub fn start_schedule(g: &TrainingGraph, budget: u64) -> Option<Schedule> {
     (inst.start_peak(&start) <= budget).then(|| inst.schedule(&start.sequence()))
 }
 
+/// Why no recomputing plan fits `budget`, where some compute node alone, at its run with
+/// grad (which every plan has: the backward reads what the forward saves), needs more: its
+/// inputs, outputs and temporary memory on top of the fixed memory and the gradients kept
+/// to the end. `None` where each fits, or the graph is invalid.
+pub fn below_every_plan(g: &TrainingGraph, budget: u64) -> Option<String> {
+    Instance::new(g).ok()?.obviously_infeasible(budget)
+}
+
 /// What the ILP knows of a graph: which nodes may run again, who allocates and who
 /// reads each data node.
 pub(crate) struct Instance<'g> {

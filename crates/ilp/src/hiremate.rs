@@ -353,7 +353,12 @@ impl crate::Schedules for Fastest<'_> {
         }
         let failure = failure.expect("each plan answers");
         let SolveError::TooLarge { why, .. } = &failure else { return Err(failure) };
-        // The top H-ILP stopped at its time limit without a plan.
+        // The top H-ILP stopped at its time limit without a plan: none exists if some node
+        // alone needs more than the budget.
+        let graph = if let Problem::Graph(g) = self.problem { Some(g) } else { None };
+        if let Some(reason) = graph.and_then(|g| crate::checkmate::below_every_plan(g, budget)) {
+            return Err(SolveError::Infeasible { budget, reason });
+        }
         if let Some(lazy) = &self.rockmate {
             let prepared = lazy
                 .prepared

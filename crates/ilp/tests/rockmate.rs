@@ -292,3 +292,18 @@ fn hurried_hiremate_keeps_checkmates_start() {
     let store_all = run("store-all", &case.g, u64::MAX).unwrap().makespan;
     assert!(time < store_all * 1.2, "{time:e}: more than +20% over store-all's {store_all:e}");
 }
+
+/// Below what one node alone needs at its run with grad (1,356,800 bytes on the captured
+/// GPT-2), no plan exists: HiRemate, whose top H-ILP there stops at its time limit, says
+/// the budget is infeasible and why, so that the least budget is searched for, where it
+/// said "time limit".
+#[test]
+fn hiremate_below_every_plan_is_infeasible() {
+    use pebble_ilp::hiremate::{Hiremate, HiremateConfig};
+    use pebble_solve::Solver;
+    let g = pebble_testkit::captured::hf_gpt2();
+    let hurried = Hiremate { config: HiremateConfig { time_limit: 1e-6, ..HiremateConfig::DEFAULT } };
+    let e = hurried.solve(Problem::Graph(&g), 1_339_596, &SolveOptions::default()).unwrap_err();
+    assert!(matches!(e, pebble_solve::SolveError::Infeasible { .. }), "{e}");
+    assert!(e.to_string().contains("alone needs 1356800 bytes"), "{e}");
+}

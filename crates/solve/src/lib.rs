@@ -461,9 +461,11 @@ fn least_below(
 /// to succeed. `Ok(None)` when the solver fails even at `2^63` bytes, or does not plan
 /// this problem at all (wrong view, too large).
 ///
-/// Only [`SolveError::Infeasible`] counts as "does not fit": a schedule the simulator
-/// rejects is a solver bug, returned as [`PlanError::Invalid`], never taken for a budget
-/// that is too small.
+/// [`SolveError::Infeasible`] counts as "does not fit": a schedule the simulator rejects
+/// is a solver bug, returned as [`PlanError::Invalid`], never taken for a budget that is
+/// too small. Below a budget where the solver succeeded, a solver that finds nothing in
+/// its time limit (`TooLarge`: an ILP stopped without a plan, where tighter budgets make
+/// it harder) does not fit there either: the least budget is where it finds a plan.
 pub fn min_feasible_budget(
     solver: &dyn Solver,
     problem: Problem<'_>,
@@ -507,19 +509,16 @@ fn min_feasible_prepared(
             Some(false) => hi = hi.saturating_mul(2).min(CAP),
         }
     }
-    match ok(0)? {
-        None => return Ok(None),
-        Some(true) => return Ok(Some(0)),
-        Some(false) => {}
+    if ok(0)? == Some(true) {
+        return Ok(Some(0));
     }
-    // Invariant: infeasible at `lo`, feasible at `hi`.
+    // Invariant: no plan found at `lo`, one at `hi`.
     let mut lo = 0u64;
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
         match ok(mid)? {
-            None => return Ok(None),
             Some(true) => hi = mid,
-            Some(false) => lo = mid,
+            None | Some(false) => lo = mid,
         }
     }
     Ok(Some(hi))
