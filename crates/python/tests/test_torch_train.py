@@ -27,11 +27,12 @@ SHARES = ["40%", "60%", "80%"]
 # No plan there, and the search for the least budget that the refusal names takes longer
 # than a plan would (seconds of the Python tests on 2026-12-06): HiRemate's time-limited
 # ILPs on mlp (266) and unet (85), auto's candidates on gpt2 (41), unet (31) and mlp (12),
-# Checkmate's ILP on unet (20) and mlp4 (17 and 15). Cheaper refusals stay in, skipped with
-# the least budget they name.
+# Checkmate's ILP on unet (20) and mlp4 (17 and 15); HiRemate on gpt2 at 40%, below what one
+# node alone needs, whose least budget (1,546,240 B) takes 80 s to find (2026-12-07). Cheaper
+# refusals stay in, skipped with the least budget they name.
 TOO_SLOW_TO_REFUSE = {("mlp", "hiremate", "40%"), ("unet", "hiremate", "40%"), ("gpt2", "auto", "40%"),
                       ("unet", "auto", "40%"), ("mlp", "auto", "40%"), ("unet", "checkmate", "40%"),
-                      ("mlp4", "checkmate", "40%"), ("mlp4", "checkmate", "60%")}
+                      ("mlp4", "checkmate", "40%"), ("mlp4", "checkmate", "60%"), ("gpt2", "hiremate", "40%")}
 CASES = [
     *[("mlp4", "checkmate", s) for s in SHARES],
     *[(m, solver, s) for m in ("mlp", "gpt2") for solver in ("rockmate", "hiremate", "dtr") for s in SHARES],
@@ -46,13 +47,6 @@ CASES = [
     *[(m, solver, s) for m in ("mlp", "gpt2", "resnet50") for solver in ("rotor", "pofo", "offload-dp") for s in SHARES],
 ]
 CASES = [c for c in CASES if c not in TOO_SLOW_TO_REFUSE]
-# Over its budget on some captures: DTR's evictions follow the profiled times, and on 2 of
-# 3 captures on 2026-12-07 its plan measured 795160 B against 762392 predicted and a
-# 768833 budget (exactly 32 KiB more: one tensor the executor holds that the plan does
-# not); on the third, 761816 B. Not isolated yet (issue 47, Deliver 1).
-OVER_BUDGET = {("unet", "dtr", "60%"): "DTR's plan on some captures measures 32 KiB over the prediction and the budget"}
-CASES = [pytest.param(*c, marks=pytest.mark.xfail(reason=OVER_BUDGET[c], strict=False)) if c in OVER_BUDGET else c
-         for c in CASES]
 
 
 def tensor_of(out: Any) -> torch.Tensor:
@@ -175,9 +169,11 @@ def test_auto_reports_its_candidates(captured: Any) -> None:
         "none): each takes 0.22-0.27 ms on its link thread against the 0.16 ms the idle capture measured, "
         "back to back, as the thread shares 2 cores with torch's 2 compute threads"), strict=False)),
     pytest.param("gpt2", "delta", "60%", marks=pytest.mark.xfail(reason=(
-        "measured 1.94-2.07x the predicted step on 2026-12-06. Not the transfers' count (6 offloads, 6 "
-        "prefetches a step) nor the links' throttle (without it, 1.1-1.9x under load); the main thread waits "
-        "1.2 ms a step for them; not isolated yet"), strict=False)),
+        "measured 1.94-2.07x the predicted step on 2026-12-06, 1.5-2.0x on 2026-12-07. Its compute steps "
+        "take what the capture profiled (4.19 ms against 4.34, its 13 reruns included), but its 22 transfers "
+        "cost the main thread about 1 ms a step that the simulator does not count (issuing each, re-making "
+        "the views at arrival: cProfile) and it waits 0.5-2 ms for them (0.2-0.4 without the links' "
+        "throttle, where the step is still 1.5x store-all's); the rest is not attributed yet"), strict=False)),
 ])
 def test_step_time_as_predicted(captured: Any, name: str, solver: str, share: str) -> None:
     """On the times the capture profiled on this CPU, a step (the planned forward, the
@@ -218,3 +214,58 @@ def test_step_time_as_predicted(captured: Any, name: str, solver: str, share: st
         if abs(ratios[-1] - 1) <= 0.15:
             break
     assert abs(ratios[-1] - 1) <= 0.15, f"measured / predicted: {', '.join(f'{r:.3f}' for r in ratios)}"
+
+
+def test_a_lagging_link_never_raises_the_peak(captured: Any, monkeypatch: Any) -> None:
+    """An offload's device copy is released once its transfer has ended, before a prefetch
+    of the same data allocates its copy back, however far the link's thread lags the
+    simulated timeline: here each offload takes 20 ms more than the simulator gave it. When
+    a prefetch released the offload's copy without waiting, both copies were resident: on
+    the U-Net at 51-55% (4 of 5 captures on 2026-12-07), 8-89 KB over the prediction and
+    up to 12% over the budget; with this lag, LRU's plan measured 792,240 B against 710,192
+    predicted and a 716,746 budget."""
+    from pebble.torch import _links
+
+    solver = "lru"
+    model, args, cap = captured("unet")
+    planned = pt.wrap(model, args, activation_budget="55%", solver=solver, captured=cap)
+    prefetched = {s["data"] for s in planned.program.steps if s["action"] == "prefetch"}
+    assert prefetched, f"{solver}'s plan at 55% moves nothing"
+    slow = _links.CpuLinks.offload
+
+    def lagging(self: Any, t: torch.Tensor, seconds: float) -> Any:
+        return slow(self, t, seconds + 0.02)
+
+    monkeypatch.setattr(_links.CpuLinks, "offload", lagging)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    peak = measured_peak(model, opt, args, lambda: planned(*args).sum().backward()) - USER_LOSS_BYTES
+    report = planned.report
+    assert peak <= report["predicted_peak_bytes"] <= report["budget_bytes"], (
+        f"measured {peak} B, predicted {report['predicted_peak_bytes']} B, budget {report['budget_bytes']} B")
+
+
+def test_a_forward_without_backward_keeps_nothing(captured: Any) -> None:
+    """A planned forward whose backward never runs (a loss computed for logging with grad
+    on) frees its tensors as soon as its outputs go, as eager's do: before, the outputs'
+    grad_fn held the run and the run held the outputs, so every activation of the step
+    stayed until the garbage collector found the cycle: 763,136 B here, 73% of what eager
+    keeps for the backward."""
+    import gc
+
+    model, args, cap = captured("unet")
+    planned = pt.wrap(model, args, activation_budget="80%", solver="dtr", captured=cap)
+    mt = MemTracker()
+    mt.track_external(model, torch.optim.SGD(model.parameters(), lr=0.0), *args)
+
+    def current() -> int:
+        return int(mt.get_tracker_snapshot("current").get(torch.device("cpu"), {}).get("Total", 0))
+
+    gc.disable()
+    try:
+        with mt:
+            before = current()
+            planned(*args)
+            left = current() - before
+    finally:
+        gc.enable()
+    assert left == 0, f"{left} B still allocated after the outputs went"

@@ -137,6 +137,15 @@ class CpuLinks:
 
         return Held(self.h2d.submit(self._throttled, copy, seconds), value=into)
 
+    def let_go(self, offload: Held) -> None:
+        """The device copy an offload moved is released: once the offload has ended (the
+        link's thread holds the copy until then), as the simulator ends every offload
+        before a prefetch of its data starts. Where the thread lags the simulated timeline,
+        the main thread waits here rather than hold both copies."""
+        assert offload.future is not None
+        offload.future.result()
+        offload.source = None
+
     def wait(self, held: Held) -> Any:
         """What the transfer yields, once it has ended; the handle lets go of it and of the
         device copy an offload moved."""
@@ -178,6 +187,11 @@ class CudaLinks:
             event.record(self.h2d)
         into.record_stream(self.h2d)
         return Held(event=event, value=into)
+
+    def let_go(self, offload: Held) -> None:
+        """The device copy an offload moved is released: the allocator reuses it once the
+        side stream's copy has ended (`record_stream`), without the host waiting."""
+        offload.source = None
 
     def wait(self, held: Held) -> Any:
         torch.cuda.current_stream(self.device).wait_event(held.event)

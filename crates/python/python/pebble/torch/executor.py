@@ -107,7 +107,12 @@ class Run:
         if self.pending:
             names = ", ".join(sorted(self.pending.values()))
             raise PlanError(f"the plan's forward never makes the new values of buffers {names}")
-        return [env[o] for o in cap.outputs]
+        outs = [env[o] for o in cap.outputs]
+        # The Function's outputs get its backward as their grad_fn, which holds this run:
+        # the environment keeps aliases without it, or a forward whose backward never runs
+        # would keep every tensor of the step until the garbage collector found the cycle.
+        env.update((o, env[o].detach()) for o in cap.outputs)
+        return outs
 
     def backward(self, grads: Sequence[torch.Tensor | None]) -> None:
         cap, env = self.cap, self.env
@@ -206,7 +211,7 @@ class Run:
 
     def _start_prefetch(self, k: int, d: int) -> None:
         host, shape, stride, dtype, device = self.host.pop(d)
-        host.source = None  # the simulator starts a prefetch after the offload's end
+        self.p.links(device).let_go(host)  # the simulator starts a prefetch after the offload's end
         into = torch.empty_strided(shape, stride, dtype=dtype, device=device)
         held = self.p.links(device).prefetch(host, into, self.timing.durations.get(k, 0.0))
         self.inflight[k] = (d, held, device)
