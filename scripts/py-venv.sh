@@ -69,7 +69,13 @@ missing=()
 # pebble.torch's tests build their models from these (random weights, no download).
 if [ -n "$torch" ]; then
     "$py" -c "import transformers" 2>/dev/null || missing+=("transformers")
-    "$py" -c "import torchvision" 2>/dev/null || missing+=("torchvision==0.29.*")
+    # Without its dependencies (torch is there, with stubs for CUDA where the machine has
+    # no GPU; pip would add the NVIDIA wheels torch names), then the two it also needs.
+    if ! "$py" -c "import torchvision" 2>/dev/null; then
+        "${pip[@]}" --no-deps "torchvision==0.29.*"
+        echo "py-venv: installed torchvision (without its dependencies)"
+        missing+=(numpy pillow)
+    fi
 fi
 if [ ${#missing[@]} -gt 0 ]; then
     "${pip[@]}" "${missing[@]}"

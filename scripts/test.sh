@@ -6,9 +6,18 @@
 # `scripts/setup.sh --tests` makes), then the ten slowest Rust tests and one closing line;
 # without nextest, plain `cargo test --workspace` and then the Python tests.
 #
-# Usage: scripts/test.sh [nextest filters...]
+# `.config/nextest.toml`'s default filter leaves out the slowest Rust tests (large ILPs);
+# --slow runs them too.
+#
+# Usage: scripts/test.sh [--slow] [nextest filters...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+slow=()
+if [ "${1:-}" = --slow ]; then
+    slow=(--ignore-default-filter)
+    shift
+fi
 
 log=$(mktemp)
 trap 'rm -f "$log" "$log.doc" "$log.venv" "$log.py"' EXIT
@@ -38,7 +47,7 @@ fi
 
 start=$(date +%s)
 status=0
-cargo nextest run --workspace --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
+cargo nextest run --workspace --no-fail-fast ${slow[@]+"${slow[@]}"} "$@" 2>&1 | tee "$log" || status=$?
 doc=0
 cargo test --workspace --doc 2>&1 | tee "$log.doc" || doc=$?
 rust_end=$(date +%s)

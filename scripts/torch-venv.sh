@@ -1,16 +1,17 @@
 # PyTorch's venv for pebble's scripts (scripts/torch_pipeline.sh,
-# scripts/export-onnx-models.sh), sourced from the repository root. Defines `py` and
-# `with_stubs`, and installs PyTorch into target/torch-venv once (a venv whose torch
-# imports is reused):
+# scripts/export-onnx-models.sh) and pebble.torch's tests (scripts/py-venv.sh --torch),
+# sourced from the repository root. Defines `py` and `with_stubs`, and installs PyTorch
+# into target/torch-venv once (a venv whose torch imports is reused):
 #   1. the CPU-only wheel from PyTorch's own index;
-#   2. else, with 8 GiB free on the disk, the wheel from PyPI with its CUDA dependencies;
+#   2. else, on a machine with an NVIDIA GPU and 8 GiB free on the disk, the wheel from
+#      PyPI with its CUDA dependencies;
 #   3. else the PyPI wheel without its dependencies, its pure-Python dependencies, and
-#      stub CUDA libraries (scripts/torch_cuda_stubs.py) so that it runs on CPU: the
-#      NVIDIA wheels alone take several GiB.
-# TORCH_SPEC overrides the version (default: the one crates/schedule/src/torch.rs
-# follows, whose `_PipelineScheduleRuntime._load_csv` format the export writes).
-
+#      stub CUDA libraries (scripts/torch_cuda_stubs.py) so that it runs on the CPU: the
+#      NVIDIA wheels take 4 GiB and a minute to install, for a GPU that is not there. The
+#      stubs go where torch's libraries look for the NVIDIA ones (their rpath,
+#      nvidia/cu13/lib), so nothing needs LD_LIBRARY_PATH.
 venv=target/torch-venv
+# Venvs made before 2026-12-07 kept their stubs here, on LD_LIBRARY_PATH.
 stubs="$venv/cuda-stubs"
 spec="${TORCH_SPEC:-torch==2.15.0}"
 py="$venv/bin/python"
@@ -29,20 +30,24 @@ if ! [ -x "$py" ] || ! with_stubs "$py" -c "import torch.distributed.pipelining"
     python3 -m venv "$venv"
     pip=("$venv/bin/pip" install --disable-pip-version-check --no-cache-dir)
     free_kib=$(df -Pk target | awk 'NR == 2 { print $4 }')
+    gpu=""
+    { [ -e /dev/nvidiactl ] || nvidia-smi -L >/dev/null 2>&1; } && gpu=yes
     if "${pip[@]}" --retries 1 "$spec" --index-url https://download.pytorch.org/whl/cpu; then
         echo "torch-venv: installed $spec, CPU-only, from PyTorch's index"
-    elif [ "$free_kib" -ge $((8 * 1024 * 1024)) ]; then
+    elif [ -n "$gpu" ] && [ "$free_kib" -ge $((8 * 1024 * 1024)) ]; then
         echo "torch-venv: PyTorch's index unreachable; installing $spec from PyPI"
         "${pip[@]}" "$spec"
     else
-        echo "torch-venv: PyTorch's index unreachable and $((free_kib / 1024 / 1024)) GiB free;" \
+        why="no NVIDIA GPU here"
+        [ -z "$gpu" ] || why="$((free_kib / 1024 / 1024)) GiB free"
+        echo "torch-venv: PyTorch's index unreachable and $why;" \
             "installing $spec from PyPI without its CUDA dependencies, with stub CUDA libraries"
         command -v readelf >/dev/null && command -v cc >/dev/null ||
             { echo "torch-venv: the stubs need readelf (binutils) and cc" >&2; exit 1; }
         "${pip[@]}" --no-deps "$spec"
-        "${pip[@]}" filelock typing-extensions sympy networkx jinja2 fsspec numpy
+        "${pip[@]}" filelock typing-extensions setuptools sympy networkx jinja2 fsspec numpy
         site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-        "$py" scripts/torch_cuda_stubs.py "$site" "$stubs"
+        "$py" scripts/torch_cuda_stubs.py "$site" "$site/nvidia/cu13/lib"
     fi
 fi
 

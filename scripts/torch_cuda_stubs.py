@@ -5,11 +5,12 @@ several GiB of disk.
 Each stub has the soname and the symbol versions torch's libraries ask for, and defines
 every symbol they import from it as a function returning 100 (cudaErrorNoDevice): torch
 sees no GPU (torch.cuda.is_available() is False) and nothing CUDA runs. Used by
-scripts/torch_pipeline.sh only where the CPU wheel index cannot be reached and the disk
-is short; needs `readelf` (binutils) and a C compiler.
+scripts/torch-venv.sh where the CPU wheel index cannot be reached and there is no NVIDIA
+GPU (or the disk is short); needs `readelf` (binutils) and a C compiler.
 
 Usage: python scripts/torch_cuda_stubs.py SITE_PACKAGES OUT_DIR
-       then run python with LD_LIBRARY_PATH=OUT_DIR
+       OUT_DIR on torch's rpath (SITE_PACKAGES/nvidia/cu13/lib) needs nothing more; any
+       other directory needs LD_LIBRARY_PATH=OUT_DIR
 """
 
 import os

@@ -40,49 +40,55 @@ fn gpt_blocks_are_cut_at_each_residual_and_identical_layers_share_a_class() {
 /// rk-Checkmate has every Checkmate schedule (and fast forwards besides), so on the whole
 /// graph it is never slower; Rockmate and HiRemate, restricted to block and cluster
 /// options, stay within 2% of Checkmate's optimum on GPTs of one and two layers at
-/// budgets down to 80% of the activation peak (issue 15's acceptance).
+/// budgets down to 80% of the activation peak (issue 15's acceptance). One layer here
+/// (20 s in the test build); two in the next test, which CI's run leaves out (40 s;
+/// `scripts/test.sh --slow` runs it).
 #[test]
 fn rockmate_and_rk_checkmate_against_checkmate() {
+    assert_eq!(against_checkmate(1), 3);
+}
+
+#[test]
+fn rockmate_and_rk_checkmate_against_checkmate_on_two_layers() {
+    assert_eq!(against_checkmate(2), 3);
+}
+
+/// On a GPT of `layers` layers at 100%, 90% and 80% of its activations: how many budgets
+/// Checkmate has a plan at, each one compared.
+fn against_checkmate(layers: usize) -> usize {
     let mut compared = 0;
-    for layers in [1, 2] {
-        let g = gpt(layers, 64, 32);
-        let f = g.fixed_bytes();
-        let peak = run("store-all", &g, u64::MAX).unwrap().peak_bytes;
-        for pct in [100u64, 90, 80] {
-            let budget = f + (peak - f) * pct / 100;
-            let check = run("checkmate", &g, budget);
-            let rk = run("rk-checkmate", &g, budget);
-            let rock = run("rockmate", &g, budget);
-            let hire = run("hiremate", &g, budget);
-            eprintln!(
-                "{layers} layers, {pct}%: checkmate {:?} rk-checkmate {:?} rockmate {:?} hiremate {:?}",
-                check.as_ref().map(|r| r.makespan),
-                rk.as_ref().map(|r| r.makespan),
-                rock.as_ref().map(|r| r.makespan),
-                hire.as_ref().map(|r| r.makespan)
-            );
-            if let Some(c) = check {
-                let rk = rk.expect("rk-checkmate finds what checkmate finds");
-                assert!(rk.makespan <= c.makespan * (1.0 + 1e-6), "{pct}%");
-                let r = rock.unwrap_or_else(|| panic!("{pct}%: rockmate finds no schedule where checkmate finds one"));
+    let g = gpt(layers, 64, 32);
+    let f = g.fixed_bytes();
+    let peak = run("store-all", &g, u64::MAX).unwrap().peak_bytes;
+    for pct in [100u64, 90, 80] {
+        let budget = f + (peak - f) * pct / 100;
+        let check = run("checkmate", &g, budget);
+        let rk = run("rk-checkmate", &g, budget);
+        let rock = run("rockmate", &g, budget);
+        let hire = run("hiremate", &g, budget);
+        eprintln!(
+            "{layers} layers, {pct}%: checkmate {:?} rk-checkmate {:?} rockmate {:?} hiremate {:?}",
+            check.as_ref().map(|r| r.makespan),
+            rk.as_ref().map(|r| r.makespan),
+            rock.as_ref().map(|r| r.makespan),
+            hire.as_ref().map(|r| r.makespan)
+        );
+        if let Some(c) = check {
+            let rk = rk.expect("rk-checkmate finds what checkmate finds");
+            assert!(rk.makespan <= c.makespan * (1.0 + 1e-6), "{pct}%");
+            for (name, plan) in [("rockmate", rock), ("hiremate", hire)] {
+                let r = plan.unwrap_or_else(|| panic!("{pct}%: {name} finds no schedule where checkmate finds one"));
                 assert!(
                     r.makespan <= c.makespan * 1.02,
-                    "{layers} layers, {pct}%: rockmate {} vs {}",
+                    "{layers} layers, {pct}%: {name} {} vs {}",
                     r.makespan,
                     c.makespan
                 );
-                let r = hire.unwrap_or_else(|| panic!("{pct}%: hiremate finds no schedule where checkmate finds one"));
-                assert!(
-                    r.makespan <= c.makespan * 1.02,
-                    "{layers} layers, {pct}%: hiremate {} vs {}",
-                    r.makespan,
-                    c.makespan
-                );
-                compared += 1;
             }
+            compared += 1;
         }
     }
-    assert!(compared >= 4);
+    compared
 }
 
 /// HiRemate plans graphs that are not sequential: the encoder-decoder Transformer (the
