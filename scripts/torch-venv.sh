@@ -45,7 +45,11 @@ if ! [ -x "$py" ] || ! with_stubs "$py" -c "import torch.distributed.pipelining"
         command -v readelf >/dev/null && command -v cc >/dev/null ||
             { echo "torch-venv: the stubs need readelf (binutils) and cc" >&2; exit 1; }
         "${pip[@]}" --no-deps "$spec"
-        "${pip[@]}" filelock typing-extensions setuptools sympy networkx jinja2 fsspec numpy
+        # Its dependencies that hold everywhere (no environment marker; the NVIDIA ones
+        # have one), as the wheel's metadata names them, and numpy.
+        read -ra deps < <("$py" -c "from importlib.metadata import requires
+print(' '.join(r for r in requires('torch') if ';' not in r))")
+        "${pip[@]}" "${deps[@]}" numpy
         site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
         "$py" scripts/torch_cuda_stubs.py "$site" "$site/nvidia/cu13/lib"
     fi

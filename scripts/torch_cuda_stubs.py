@@ -3,7 +3,8 @@ installed with --no-deps) imports and runs on CPU without its NVIDIA wheels, whi
 several GiB of disk.
 
 Each stub has the soname and the symbol versions torch's libraries ask for, and defines
-every symbol they import from it as a function returning 100 (cudaErrorNoDevice): torch
+every symbol they import from it as a function returning 100 (cudaErrorNoDevice), or,
+for the functions that name an error, a text saying there is no device: torch
 sees no GPU (torch.cuda.is_available() is False) and nothing CUDA runs. Used by
 scripts/torch-venv.sh where the CPU wheel index cannot be reached and there is no NVIDIA
 GPU (or the disk is short); needs `readelf` (binutils) and a C compiler.
@@ -69,6 +70,17 @@ def imports(files):
     return needed
 
 
+# The functions that return an error's name or description as a string (torch passes
+# cudaGetErrorString's answer to strlen when a CUDA call fails): they return this text.
+STRING = re.compile(r"Get(Error|Status)(String|Name)$|GetErrorString")
+
+
+def stub(sym):
+    if STRING.search(sym):
+        return f'const char* {sym}(void) {{ return "no CUDA device (a stub CUDA library)"; }}\n'
+    return f"int {sym}(void) {{ return 100; }}\n"
+
+
 def main(site, out):
     torch_dir = os.path.join(site, "torch")
     libdir = os.path.join(torch_dir, "lib")
@@ -80,7 +92,7 @@ def main(site, out):
         with open(base + ".c", "w") as c:
             for syms in versions.values():
                 for sym in sorted(syms):
-                    c.write(f"int {sym}(void) {{ return 100; }}\n")
+                    c.write(stub(sym))
         with open(base + ".map", "w") as m:
             nodes = sorted(versions.items()) or [(soname, set())]
             for i, (version, syms) in enumerate(nodes):
