@@ -25,7 +25,8 @@ def series(points: list[dict[str, Any]]) -> dict[str, list[tuple[float, float, s
     out: dict[str, list[tuple[float, float, str]]] = {}
     for p in points:
         x = p["peak_bytes"] / eager["peak_bytes"]
-        y = 100 * (p["step_seconds"] / eager["step_seconds"] - 1)
+        # Measured beside eager's steps where the file has it (since 2026-12-07).
+        y = 100 * p["overhead"] if "overhead" in p else 100 * (p["step_seconds"] / eager["step_seconds"] - 1)
         out.setdefault(p["method"], []).append((x, y, p.get("setting", "")))
     return {m: sorted(v) for m, v in out.items()}
 

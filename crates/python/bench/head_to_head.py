@@ -17,6 +17,10 @@ warm-up) beside eager's:
   MemTracker would not see them);
 - `pebble`: `pt.wrap(..., activation_budget=P%, solver="auto")` for P from 10 to 100.
 
+Each step of a method is timed beside one of eager's, and the overhead is the median of
+the ratios: on a shared machine, whose speed drifts, only a comparison made at the same
+moment means anything.
+
 A block is a GPT-2 layer (`transformer.h[i]`) or a ResNet bottleneck (`layer1..4[j]`).
 """
 
@@ -78,21 +82,37 @@ def _sac_context() -> Any:
     return ckpt.create_selective_checkpoint_contexts(policy)
 
 
-def measure(model: torch.nn.Module, fwd: Callable[..., Any], args: tuple[torch.Tensor, ...], steps: int) -> dict[str, float]:
-    """The step's peak bytes above what the model holds before it, and its median time."""
-    device = args[0].device
+def stepper(model: torch.nn.Module, fwd: Callable[..., Any], args: tuple[torch.Tensor, ...]) -> Callable[[], float]:
+    """One training step of `fwd` (`.grad` reset, the loss's backward), timed in seconds."""
+    cuda = args[0].device.type == "cuda"
 
-    def step() -> None:
+    def step() -> float:
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
         model.zero_grad(set_to_none=True)
         _loss(fwd(*args)).backward()
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
 
+    return step
+
+
+def measure(model: torch.nn.Module, fwd: Callable[..., Any], args: tuple[torch.Tensor, ...], steps: int,
+            eager: Callable[[], float]) -> dict[str, float]:
+    """The step's peak bytes above what the model holds before it, its median time, and
+    its overhead over eager: the median of `steps` ratios, each of a step of this method
+    and a step of eager's just before it (a shared machine's speed drifts by tens of
+    percent over seconds, which one eager measurement at the start would count as
+    overhead)."""
+    device = args[0].device
+    step = stepper(model, fwd, args)
     step()
     if device.type == "cuda":
-        torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
         step()
-        torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() - base
     else:
         from torch.distributed._tools.mem_tracker import MemTracker
@@ -102,16 +122,10 @@ def measure(model: torch.nn.Module, fwd: Callable[..., Any], args: tuple[torch.T
         with mt:
             step()
         peak = int(mt.get_tracker_snapshot("peak")[device]["Total"])
-    times = []
-    for _ in range(steps):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return {"peak_bytes": peak, "step_seconds": statistics.median(times)}
+    pairs = [(eager(), step()) for _ in range(steps)]
+    return {"peak_bytes": peak, "step_seconds": statistics.median(t for _, t in pairs),
+            "eager_seconds": statistics.median(e for e, _ in pairs),
+            "overhead": statistics.median(t / e for e, t in pairs) - 1}
 
 
 def methods(name: str, device: torch.device, quick: bool) -> Any:
@@ -162,14 +176,15 @@ def main() -> None:
     a = ap.parse_args()
     torch.manual_seed(0)
     device = torch.device(a.device)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    eager: Callable[[], float] | None = None
     for method, setting, model, fwd, args in methods(a.model, device, a.quick):
-        r = measure(model, fwd, args, a.steps) | {"method": method, "setting": setting}
+        eager = eager or stepper(model, fwd, args)  # the first method is eager itself
+        r = measure(model, fwd, args, a.steps, eager) | {"method": method, "setting": setting}
         rows.append(r)
-        eager = rows[0]
         print(f"{method:10} {setting:24} peak {r['peak_bytes'] / 2**20:8.1f} MiB "
-              f"({r['peak_bytes'] / eager['peak_bytes']:.2f}x)  step {r['step_seconds'] * 1e3:8.1f} ms "
-              f"(+{100 * (r['step_seconds'] / eager['step_seconds'] - 1):.1f}%)", flush=True)
+              f"({r['peak_bytes'] / rows[0]['peak_bytes']:.2f}x)  step {r['step_seconds'] * 1e3:8.1f} ms "
+              f"({100 * r['overhead']:+.1f}% over eager's {r['eager_seconds'] * 1e3:.1f} ms beside it)", flush=True)
     if a.out:
         with open(a.out, "x") as f:
             json.dump({"model": a.model, "device": str(device), "torch": torch.__version__, "points": rows}, f, indent=1)
