@@ -11,6 +11,9 @@
 #      stubs go where torch's libraries look for the NVIDIA ones (their rpath,
 #      nvidia/cu13/lib), so nothing needs LD_LIBRARY_PATH. Such a venv is made again on a
 #      machine with a GPU.
+# TORCH_SPEC overrides the version (default: the one crates/schedule/src/torch.rs
+# follows, whose `_PipelineScheduleRuntime._load_csv` format the export writes).
+
 venv=target/torch-venv
 # Venvs made before 2026-12-07 kept their stubs here, on LD_LIBRARY_PATH.
 stubs="$venv/cuda-stubs"

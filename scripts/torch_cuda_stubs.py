@@ -72,7 +72,7 @@ def imports(files):
 
 # The functions that return an error's name or description as a string (torch passes
 # cudaGetErrorString's answer to strlen when a CUDA call fails): they return this text.
-STRING = re.compile(r"Get(Error|Status)(String|Name)$|GetErrorString")
+STRING = re.compile(r"Get(Error|Status)(String|Name)$")
 
 
 def stub(sym):
