@@ -292,7 +292,7 @@ impl Solver for Hiremate {
         // own top H-ILP finds nothing in its time limit and no other incumbent fits.
         let rockmate =
             (cfg.rockmate_incumbent && valid && !sequential).then(|| LazyRockmate { g, prepared: OnceLock::new() });
-        let start = (cfg.start_incumbent && valid).then_some(g);
+        let start = cfg.start_incumbent && valid;
         let prepared = Fastest { problem, plans, start, rockmate };
         Ok(Box::new(crate::Ready { solver: "hiremate", prepared, options }))
     }
@@ -314,8 +314,8 @@ impl crate::Schedules for Prepared<'_> {
 struct Fastest<'g> {
     problem: Problem<'g>,
     plans: Vec<(Option<&'static str>, Box<dyn crate::Schedules + 'g>)>,
-    /// The graph, where Checkmate's start is tried ([`HiremateConfig::start_incumbent`]).
-    start: Option<&'g TrainingGraph>,
+    /// Whether Checkmate's start is tried ([`HiremateConfig::start_incumbent`]).
+    start: bool,
     rockmate: Option<LazyRockmate<'g>>,
 }
 
@@ -351,7 +351,8 @@ impl crate::Schedules for Fastest<'_> {
         if let Some(reason) = graph.and_then(|g| crate::checkmate::below_every_plan(g, budget)) {
             return Err(SolveError::Infeasible { budget, reason });
         }
-        if let Some(s) = self.start.and_then(|g| crate::checkmate::start_schedule(g, budget)) {
+        let start = graph.filter(|_| self.start).and_then(|g| crate::checkmate::start_schedule(g, budget));
+        if let Some(s) = start {
             let s = Schedule { kept_from: Some("checkmate".into()), ..s };
             if let Ok(s) = pebble_solve::fastest_within(self.problem, [s], budget, options) {
                 return Ok(s);
@@ -368,7 +369,7 @@ impl crate::Schedules for Fastest<'_> {
                 }
             }
         }
-        let lazy = self.start.map(|_| "checkmate").into_iter().chain(self.rockmate.as_ref().map(|_| "rockmate"));
+        let lazy = self.start.then_some("checkmate").into_iter().chain(self.rockmate.as_ref().map(|_| "rockmate"));
         let kept: Vec<&str> = self.plans.iter().filter_map(|(from, _)| *from).chain(lazy).collect();
         let none = if kept.is_empty() {
             String::from("and it keeps no incumbent")

@@ -40,7 +40,7 @@ fn a_plan_below_the_budget_is_returned_when_none_is_found_at_it() {
     let g = pebble_testkit::tiny_graph();
     let problem = Problem::Graph(&g);
     let options = SolveOptions::default();
-    let peak = simulate(problem, &store_all_schedule(problem), &options.sim_config()).expect("simulates").peak_bytes;
+    let peak = store_all_peak(problem, &options);
     // Fits from the peak to twice it and from four times it, not in between.
     let solver = Patchy { ranges: vec![(peak, 2 * peak), (4 * peak, u64::MAX)], hurried: (0, 0) };
     match plan_or_least(&solver, problem, 3 * peak, &options).expect("plans") {
@@ -68,10 +68,15 @@ fn the_least_budget_passes_over_budgets_where_the_solver_ran_out_of_time() {
     let g = pebble_testkit::tiny_graph();
     let problem = Problem::Graph(&g);
     let options = SolveOptions::default();
-    let peak = simulate(problem, &store_all_schedule(problem), &options.sim_config()).expect("simulates").peak_bytes;
+    let peak = store_all_peak(problem, &options);
     let solver = Patchy { ranges: vec![(peak, u64::MAX)], hurried: (peak / 2, peak) };
     match plan_or_least(&solver, problem, peak / 4, &options).expect("answers") {
         Fit::Infeasible { min_budget } => assert_eq!(min_budget, Some(peak)),
         Fit::Plan { at, .. } => panic!("planned at {at:?}"),
     }
+}
+
+/// Store-all's simulated peak: where `Patchy`'s ranges start.
+fn store_all_peak(problem: Problem<'_>, options: &SolveOptions) -> u64 {
+    simulate(problem, &store_all_schedule(problem), &options.sim_config()).expect("simulates").peak_bytes
 }
